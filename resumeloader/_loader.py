@@ -1,0 +1,344 @@
+"""ResumableLoader: a tf.data pipeline of Python records whose state is one position.
+
+The loader is a trackable object: ``tf.train.Checkpoint(loader=loader)`` stores its
+state (a short JSON string: version, order fingerprint, epoch and global offset) and
+restores it, validating before anything changes. On every iteration the loader
+derives the record order from the position, so what tf.data read ahead (prefetch,
+parallel map) is simply recomputed after a restore: the position is advanced by the
+consumer, never by the producer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import optree
+import tensorflow as tf
+
+from resumeloader import _batching, _position, _sampler, _source, _state, _validate, errors
+
+__all__ = ["AUTOTUNE", "ResumableLoader"]
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+class ResumableLoader(tf.train.experimental.PythonState):
+    """Batches of a random-access source in a seeded order, resumable at the exact record.
+
+    Guarantees: the batches after a restore are exactly those an uninterrupted run
+    would have produced from the same point: same records, same order, same
+    ``map_fn`` randomness (``rng`` is keyed by seed, epoch and record index), in any
+    process, with any prefetch or parallel map downstream. A batch never mixes
+    epochs; an epoch's last batch is short unless `drop_remainder`.
+
+    Two ways to consume it, both of which advance the position:
+
+    * ``for batch in loader:`` — advances by one batch as each batch is handed out.
+    * ``for batch in loader.dataset():`` (e.g. inside a ``tf.function``) — call
+      ``loader.advance()`` once per batch, after the step that consumed it.
+
+    Args:
+        source: a NumPy array, a dict or tuple of equal-length arrays, or any object
+            with ``len()`` and ``__getitem__(int)`` (see `RandomAccessSource`).
+        batch_size: records per batch (per shard), >= 1.
+        seed: integer in [0, 2**64); keys the order and the ``map_fn`` generators.
+        shuffle: False reads every epoch in the natural order.
+        num_epochs: epochs to produce, or None for an endless stream.
+        map_fn: ``map_fn(record, rng) -> element``, run in Python for every record;
+            ``rng`` is a `numpy.random.Generator` keyed by (seed, epoch, record index).
+        drop_remainder: drop each epoch's last batch when it is short.
+        shard_index: this shard, in [0, shard_count).
+        shard_count: shards splitting each epoch's global order (strided).
+        prefetch: batches to prefetch after the generator; None or 0 for none.
+        output_signature: the per-record structure of `tf.TensorSpec` (no batch
+            dimension); inferred from record 0 when None.
+        with_metadata: yield ``(batch, metadata)`` where metadata holds, per record,
+            ``index``, ``epoch``, ``position`` and a stateless TF ``seed`` pair.
+
+    Example:
+        >>> import numpy as np
+        >>> loader = ResumableLoader(np.arange(10), batch_size=4, seed=0, shuffle=False,
+        ...                          num_epochs=1)
+        >>> [b.numpy().tolist() for b in loader]
+        [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+        >>> loader.set_state(dict(loader.get_state(), epoch=0, offset=4))
+        >>> [b.numpy().tolist() for b in loader]
+        [[4, 5, 6, 7], [8, 9]]
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        batch_size: int,
+        seed: int,
+        shuffle: bool = True,
+        num_epochs: int | None = None,
+        map_fn: Callable[[Any, np.random.Generator], Any] | None = None,
+        drop_remainder: bool = False,
+        shard_index: int = 0,
+        shard_count: int = 1,
+        prefetch: int | None = AUTOTUNE,
+        output_signature: Any = None,
+        with_metadata: bool = False,
+    ) -> None:
+        batch_size = _validate.integer("batch_size", batch_size, low=1, high=_validate.MAX_COUNT)
+        if map_fn is not None and not callable(map_fn):
+            msg = f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}."
+            raise TypeError(msg)
+        self._drop_remainder = _validate.boolean("drop_remainder", drop_remainder)
+        self._with_metadata = _validate.boolean("with_metadata", with_metadata)
+        if prefetch is not None and prefetch != AUTOTUNE:
+            _validate.integer("prefetch", prefetch, low=0)
+        self._prefetch = prefetch
+        self._adapter = _source.adapt(source)
+        self._sampler = _sampler.IndexSampler(
+            self._adapter.num_records,
+            seed=seed,
+            shuffle=shuffle,
+            num_epochs=num_epochs,
+            shard_index=shard_index,
+            shard_count=shard_count,
+        )
+        per_epoch = self._sampler.records_per_epoch
+        if self._drop_remainder and batch_size > per_epoch:
+            msg = (
+                "`batch_size` exceeds the records of an epoch with drop_remainder=True, so "
+                f"no batch would ever be produced. Received: batch_size={batch_size}, "
+                f"records per epoch (per shard)={per_epoch}."
+            )
+            raise ValueError(msg)
+        self._layout = _position.Layout(per_epoch, batch_size, self._drop_remainder, num_epochs)
+        self._producer = _batching.BatchProducer(
+            self._adapter,
+            map_fn=map_fn,
+            seed=self._sampler.seed,
+            spec=None if output_signature is None else _record_spec(output_signature),
+        )
+        self._failure: errors.RecordError | None = None
+        with tf.init_scope():
+            self._position = tf.Variable(
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                name="resumeloader_position",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
+
+    # -- description -------------------------------------------------------------------
+    sampler = property(lambda self: self._sampler, doc="The `IndexSampler` of this loader.")
+    batch_size = property(lambda self: self._layout.batch_size, doc="Records per batch.")
+    num_records = property(lambda self: self._sampler.num_records, doc="Records in the source.")
+    seed = property(lambda self: self._sampler.seed, doc="The seed.")
+    num_epochs = property(lambda self: self._sampler.num_epochs, doc="Epochs, or None.")
+    drop_remainder = property(lambda self: self._drop_remainder, doc="Drops short batches.")
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """Batches in a whole epoch of this shard."""
+        return self._layout.batches_left_in_epoch(0)
+
+    @property
+    def position(self) -> int:
+        """Records of this shard consumed, counted across epochs (normalised)."""
+        return self._layout.normalise(int(self._position.numpy()))
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch belongs to."""
+        return self.position // self._layout.records_per_epoch
+
+    @property
+    def step(self) -> int:
+        """Batches consumed in the current epoch."""
+        offset = self.position % self._layout.records_per_epoch
+        return -(-offset // self._layout.batch_size)
+
+    @property
+    def exhausted(self) -> bool:
+        """True once every batch of a finite loader was consumed."""
+        end = self._layout.end
+        return end is not None and self.position >= end
+
+    def __repr__(self) -> str:
+        return (
+            f"ResumableLoader(num_records={self.num_records}, batch_size={self.batch_size}, "
+            f"seed={self.seed}, shuffle={self._sampler.shuffle}, num_epochs={self.num_epochs}, "
+            f"shard={self._sampler.shard_index}/{self._sampler.shard_count}, "
+            f"epoch={self.epoch}, position={self.position})"
+        )
+
+    # -- the pipeline ----------------------------------------------------------------
+    @property
+    def element_spec(self) -> Any:
+        """The structure of `tf.TensorSpec` of one batch."""
+        batch_dim = self.batch_size if self._drop_remainder else None
+        specs = [
+            tf.TensorSpec((batch_dim, *leaf.shape), tf.as_dtype(leaf.dtype))
+            for leaf in self._producer.spec.leaves
+        ]
+        data = optree.tree_unflatten(self._producer.spec.treespec, specs)
+        if not self._with_metadata:
+            return data
+        meta = {k: tf.TensorSpec((batch_dim,), tf.int64) for k in ("index", "epoch", "position")}
+        meta["seed"] = tf.TensorSpec((batch_dim, 2), tf.int64)
+        return data, meta
+
+    def dataset(self) -> tf.data.Dataset:
+        """A `tf.data.Dataset` of batches that starts at the position current when iterated.
+
+        It does not advance the position: call `advance` once per consumed batch, or
+        iterate the loader itself. Create the iterator after restoring a checkpoint.
+        """
+        ds = tf.data.Dataset.from_generator(self._generate, output_signature=self.element_spec)
+        if self._prefetch:
+            ds = ds.prefetch(self._prefetch)
+        return ds
+
+    def _generate(self) -> Iterator[Any]:
+        position = self._layout.normalise(int(self._position.numpy()))
+        end = self._layout.end
+        per_epoch = self._layout.records_per_epoch
+        while end is None or position < end:
+            stop = self._layout.batch_end(position)
+            epoch, offset = divmod(position, per_epoch)
+            indices = self._sampler.epoch_indices(epoch, offset, offset + stop - position)
+            try:
+                batch = self._producer.batch(indices, epoch=epoch, position=position)
+            except errors.RecordError as err:
+                self._failure = err
+                raise
+            if self._with_metadata:
+                batch = (batch, self._metadata(indices, epoch, position))
+            yield batch
+            position = self._layout.normalise(stop)
+
+    def _metadata(self, indices: np.ndarray, epoch: int, position: int) -> dict[str, np.ndarray]:
+        seeds = np.empty((len(indices), 2), dtype=np.int64)
+        base = _sampler.epoch_hash(self.seed ^ 0x7F5EED, epoch)
+        seeds[:, 0] = np.int64(base >> 1)
+        seeds[:, 1] = indices
+        return {
+            "index": indices,
+            "epoch": np.full(len(indices), epoch, dtype=np.int64),
+            "position": np.arange(position, position + len(indices), dtype=np.int64),
+            "seed": seeds,
+        }
+
+    def __iter__(self) -> Iterator[Any]:
+        """Yields batches from the current position, advancing it as each is handed out."""
+        self._failure = None
+        iterator = iter(self.dataset())
+        while True:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            except tf.errors.OpError:
+                failure, self._failure = self._failure, None
+                if failure is not None:
+                    raise failure from failure.__cause__
+                raise
+            self.advance()
+            yield batch
+
+    # -- advancing ---------------------------------------------------------------------
+    def advance(self, num_batches: int = 1) -> None:
+        """Marks `num_batches` batches as consumed; works eagerly and in a `tf.function`.
+
+        Call it after the training step that consumed the batch, so that a checkpoint
+        saved afterwards resumes with the next batch.
+        """
+        if tf.inside_function():
+            self._advance_in_graph(num_batches)
+            return
+        num_batches = _validate.integer("num_batches", num_batches, low=0)
+        self._position.assign(self._layout.advance(int(self._position.numpy()), num_batches))
+
+    def _advance_in_graph(self, num_batches: Any) -> None:
+        layout = self._layout
+        per_epoch = tf.constant(layout.records_per_epoch, tf.int64)
+        size = tf.constant(layout.batch_size, tf.int64)
+        end = layout.end
+
+        def one_batch(position: tf.Tensor) -> tf.Tensor:
+            # Mirrors _position.Layout.batch_end + normalise with tensor ops.
+            position += tf.minimum(size, per_epoch - position % per_epoch)
+            if layout.drop_remainder:
+                offset = position % per_epoch
+                left = per_epoch - offset
+                position += tf.where((offset > 0) & (left < size), left, tf.zeros_like(left))
+            if end is not None:
+                position = tf.minimum(position, tf.constant(end, tf.int64))
+            return position
+
+        position = self._position.read_value()
+        count = tf.cast(num_batches, tf.int64)
+        _, position = tf.while_loop(
+            lambda i, _: i < count, lambda i, p: (i + 1, one_batch(p)), (tf.constant(0, tf.int64), position)
+        )
+        self._position.assign(position)
+
+    # -- state -----------------------------------------------------------------------
+    def _order(self) -> dict[str, Any]:
+        return _state.order(
+            num_records=self.num_records, seed=self.seed, shuffle=self._sampler.shuffle
+        )
+
+    def get_state(self) -> dict[str, Any]:
+        """The loader state: a flat JSON-serialisable dict of ints and strs (< 1 KB)."""
+        epoch, offset = divmod(self.position, self._layout.records_per_epoch)
+        return _state.make(
+            self._order(),
+            epoch=epoch,
+            offset=offset * self._sampler.shard_count,
+            shard_count=self._sampler.shard_count,
+            batch_size=self.batch_size,
+        )
+
+    def set_state(self, state: dict[str, Any] | str) -> None:
+        """Restores a state from `get_state` (or its JSON text); validates before changing anything.
+
+        Raises:
+            StateError: the state is malformed or corrupted.
+            StateMismatchError: it was saved by a loader with another record order.
+            ElasticResumeError: the new shard count cannot continue it exactly.
+        """
+        saved = _state.parse(state)
+        _state.check_order(saved, self._order())
+        epoch, offset = _state.local_offset(
+            saved, shard_count=self._sampler.shard_count, num_records=self.num_records
+        )
+        position = self._layout.normalise(epoch * self._layout.records_per_epoch + offset)
+        self._position.assign(position)
+
+    def serialize(self) -> str:
+        """`tf.train.experimental.PythonState` hook: the state as JSON text."""
+        return _state.to_json(self.get_state())
+
+    def deserialize(self, string_value: Any) -> None:
+        """`tf.train.experimental.PythonState` hook: restores the JSON text of a state."""
+        if isinstance(string_value, tf.Tensor):
+            string_value = string_value.numpy()
+        if isinstance(string_value, bytes):
+            string_value = string_value.decode()
+        self.set_state(string_value)
+
+
+def _record_spec(output_signature: Any) -> _batching.RecordSpec:
+    leaves, treespec = optree.tree_flatten(
+        output_signature, is_leaf=lambda x: isinstance(x, tf.TensorSpec), none_is_leaf=True
+    )
+    if not leaves or not all(isinstance(leaf, tf.TensorSpec) for leaf in leaves):
+        msg = (
+            "`output_signature` must be a structure of tf.TensorSpec describing one record. "
+            f"Received: output_signature={output_signature!r}."
+        )
+        raise TypeError(msg)
+    specs = tuple(
+        _batching.LeafSpec(tuple(leaf.shape.as_list()), np.dtype(leaf.dtype.as_numpy_dtype))
+        for leaf in leaves
+    )
+    return _batching.RecordSpec(treespec, specs)

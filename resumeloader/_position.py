@@ -1,0 +1,60 @@
+"""Position arithmetic: which records a batch covers and where the next one starts.
+
+A position counts one shard's records across epochs (epoch * records_per_epoch +
+offset). Batches are cut from the position the stream (re)starts at, never cross an
+epoch boundary, and an epoch's short last batch is dropped when `drop_remainder`.
+A position is *normalised* when it is not inside a dropped remainder. Pure Python.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["Layout"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How one shard's stream is cut into batches."""
+
+    records_per_epoch: int
+    batch_size: int
+    drop_remainder: bool
+    num_epochs: int | None
+
+    @property
+    def end(self) -> int | None:
+        """The position after the last record, or None when endless."""
+        if self.num_epochs is None:
+            return None
+        return self.num_epochs * self.records_per_epoch
+
+    def normalise(self, position: int) -> int:
+        """Moves a position inside a dropped remainder to the next epoch's start."""
+        offset = position % self.records_per_epoch
+        left = self.records_per_epoch - offset
+        if self.drop_remainder and offset and left < self.batch_size:
+            position += left
+        end = self.end
+        return position if end is None else min(position, end)
+
+    def batch_end(self, position: int) -> int:
+        """The position after the batch that starts at normalised `position`."""
+        offset = position % self.records_per_epoch
+        return position + min(self.batch_size, self.records_per_epoch - offset)
+
+    def advance(self, position: int, num_batches: int) -> int:
+        """The normalised position after `num_batches` batches from `position`."""
+        position = self.normalise(position)
+        end = self.end
+        for _ in range(num_batches):
+            if end is not None and position >= end:
+                break
+            position = self.normalise(self.batch_end(position))
+        return position
+
+    def batches_left_in_epoch(self, position: int) -> int:
+        """Batches from normalised `position` to the end of its epoch."""
+        left = self.records_per_epoch - position % self.records_per_epoch
+        full, rest = divmod(left, self.batch_size)
+        return full + (1 if rest and not self.drop_remainder else 0)
