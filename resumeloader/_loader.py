@@ -198,13 +198,19 @@ class ResumableLoader(tf.train.experimental.PythonState):
         return ds
 
     def _generate(self) -> Iterator[Any]:
-        position = self._layout.normalise(int(self._position.numpy()))
-        end = self._layout.end
-        per_epoch = self._layout.records_per_epoch
+        start = int(self._position.numpy())
+        yield from self._batches(self._sampler, self._layout, self._layout.normalise(start))
+
+    def _batches(
+        self, sampler: _sampler.IndexSampler, layout: _position.Layout, position: int
+    ) -> Iterator[Any]:
+        """Batches of `sampler`'s stream cut by `layout`, from normalised `position` on."""
+        end = layout.end
+        per_epoch = layout.records_per_epoch
         while end is None or position < end:
-            stop = self._layout.batch_end(position)
+            stop = layout.batch_end(position)
             epoch, offset = divmod(position, per_epoch)
-            indices = self._sampler.epoch_indices(epoch, offset, offset + stop - position)
+            indices = sampler.epoch_indices(epoch, offset, offset + stop - position)
             try:
                 batch = self._producer.batch(indices, epoch=epoch, position=position)
             except errors.RecordError as err:
@@ -213,7 +219,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             if self._with_metadata:
                 batch = (batch, self._metadata(indices, epoch, position))
             yield batch
-            position = self._layout.normalise(stop)
+            position = layout.normalise(stop)
 
     def _metadata(self, indices: np.ndarray, epoch: int, position: int) -> dict[str, np.ndarray]:
         seeds = np.empty((len(indices), 2), dtype=np.int64)

@@ -1,0 +1,18 @@
+"""Shared test setup: quiet TensorFlow, two logical CPUs for tf.distribute tests."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402  (the environment above must be set first)
+
+_cpus = tf.config.list_physical_devices("CPU")
+if _cpus and len(tf.config.list_logical_devices("CPU")) < 2:
+    try:
+        tf.config.set_logical_device_configuration(
+            _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
+        )
+    except RuntimeError:  # the runtime was initialised already (e.g. by a plugin)
+        pass
