@@ -212,6 +212,9 @@ class IndexSampler:
         self._records_per_epoch = self._num_records // self._shard_count
         self._end_position = self._end()
         self._last_epoch = -1
+        self._last_epoch_allowed = (
+            _MAX_POSITION if self._num_epochs is None else self._num_epochs - 1
+        )
         self._last_permutation = _permutation(1, 0, 0)
 
     num_records = property(lambda self: self._num_records, doc="Records in the source.")
@@ -290,6 +293,9 @@ class IndexSampler:
 
     def epoch_indices(self, epoch: int, start: int, stop: int) -> np.ndarray:
         """Record indices at offsets ``[start, stop)`` of epoch `epoch` (int64)."""
+        epoch = _validate.integer("epoch", epoch, low=0, high=self._last_epoch_allowed)
+        start = _validate.integer("start", start, low=0, high=self._records_per_epoch)
+        stop = _validate.integer("stop", stop, low=start, high=self._records_per_epoch)
         offsets = np.arange(start, stop, dtype=np.int64)
         if self._shard_count != 1:
             offsets *= self._shard_count
