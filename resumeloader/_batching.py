@@ -41,7 +41,8 @@ class LeafSpec:
     def accepts(self, array: np.ndarray) -> bool:
         if array.dtype != self.dtype or array.ndim != len(self.shape):
             return False
-        return all(want is None or want == got for want, got in zip(self.shape, array.shape))
+        pairs = zip(self.shape, array.shape, strict=True)
+        return all(want is None or want == got for want, got in pairs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +65,7 @@ class RecordSpec:
 def _flatten(record: Any) -> tuple[list[np.ndarray], Any]:
     leaves, treespec = optree.tree_flatten(record, none_is_leaf=True)
     arrays = [np.asarray(leaf) for leaf in leaves]
-    for leaf, array in zip(leaves, arrays):
+    for leaf, array in zip(leaves, arrays, strict=True):
         if array.dtype == object:
             msg = (
                 "Record leaves must be arrays, numbers, strings or bytes. "
@@ -97,14 +98,18 @@ class BatchProducer:
             record = self.adapter.read(index)
         except Exception as err:
             msg = f"The source raised {type(err).__name__} on {where}: {err}"
-            raise errors.RecordError(msg, record_index=index, epoch=epoch, position=position) from err
+            raise errors.RecordError(
+                msg, record_index=index, epoch=epoch, position=position
+            ) from err
         if self.map_fn is None:
             return record
         try:
             return self.map_fn(record, record_rng(self.seed, epoch, index))
         except Exception as err:
             msg = f"`map_fn` raised {type(err).__name__} on {where}: {err}"
-            raise errors.RecordError(msg, record_index=index, epoch=epoch, position=position) from err
+            raise errors.RecordError(
+                msg, record_index=index, epoch=epoch, position=position
+            ) from err
 
     def batch(self, indices: np.ndarray, *, epoch: int, position: int) -> Any:
         """The stacked batch of `indices`, whose first record sits at `position`."""
@@ -114,7 +119,7 @@ class BatchProducer:
         for offset, index in enumerate(indices.tolist()):
             record = self.record(index, epoch=epoch, position=position + offset)
             leaves = self._check(record, index=index, epoch=epoch, position=position + offset)
-            for column, leaf in zip(columns, leaves):
+            for column, leaf in zip(columns, leaves, strict=True):
                 column.append(leaf)
         return optree.tree_unflatten(self.spec.treespec, [np.stack(c) for c in columns])
 
@@ -125,7 +130,7 @@ class BatchProducer:
             if treespec != self.spec.treespec:
                 problem = "its structure differs"
             else:
-                for leaf, spec in zip(leaves, self.spec.leaves):
+                for leaf, spec in zip(leaves, self.spec.leaves, strict=True):
                     if not spec.accepts(leaf):
                         problem = f"a leaf is {leaf.dtype.name}{list(leaf.shape)}"
                         break
@@ -157,10 +162,12 @@ class BatchProducer:
                 f"The source's read_batch raised {type(err).__name__} on the batch starting at "
                 f"record index {first} (epoch {epoch}, position {position}): {err}"
             )
-            raise errors.RecordError(msg, record_index=first, epoch=epoch, position=position) from err
+            raise errors.RecordError(
+                msg, record_index=first, epoch=epoch, position=position
+            ) from err
         ok = treespec == self.spec.treespec and all(
             leaf.shape[:1] == (len(indices),) and spec.accepts(leaf[0])
-            for leaf, spec in zip(leaves, self.spec.leaves)
+            for leaf, spec in zip(leaves, self.spec.leaves, strict=False)
         )
         if not ok:
             got = [f"{a.dtype.name}{list(a.shape)}" for a in leaves]

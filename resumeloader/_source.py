@@ -105,6 +105,9 @@ def adapt(source: Any) -> Adapter:
         )
         raise TypeError(msg)
     if adapter.num_records < 1:
-        msg = f"`source` must hold at least one record. Received: len(source)={adapter.num_records}."
+        msg = (
+            "`source` must hold at least one record. "
+            f"Received: len(source)={adapter.num_records}."
+        )
         raise ValueError(msg)
     return adapter

@@ -1,0 +1,180 @@
+"""Index throughput of IndexSampler against the shuffles people use today, in one run.
+
+    python benchmarks/bench_sampler.py [--quick]
+
+Prints a table: indices/s, the ratio to resumeloader's vectorised sampler, the memory
+each approach holds, and whether it is a bijection at N = 65,537 (= 2**16 + 1, where
+TensorFlow's and grain's index_shuffle drop one record and double another).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from resumeloader import IndexSampler
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+CHUNK = 100_000
+PROBE = 65_537
+
+
+@dataclass
+class Row:
+    method: str
+    num_records: str
+    rate: float  # indices per second
+    memory: str
+    bijective: str
+
+
+def _best_rate(work: Callable[[], int], repeats: int) -> float:
+    """Indices per second of the fastest of `repeats` runs (after one warm-up run)."""
+    work()
+    best = 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        count = work()
+        best = max(best, count / (time.perf_counter() - start))
+    return best
+
+
+def _is_bijection(order: np.ndarray, num_records: int) -> str:
+    return "yes" if np.array_equal(np.sort(order), np.arange(num_records)) else "NO"
+
+
+def _ours(rows: list[Row], quick: bool) -> None:
+    chunks = 20 if quick else 100
+    bijective = _is_bijection(IndexSampler(PROBE, seed=0).indices(0, PROBE), PROBE)
+    for num_records in (10**6, 10**10):
+        sampler = IndexSampler(num_records, seed=0)
+        start = 37 * num_records  # epoch 37: nothing is replayed to get there
+
+        def vectorised(sampler: IndexSampler = sampler, start: int = start) -> int:
+            for k in range(chunks):
+                sampler.indices(start + k * CHUNK, start + (k + 1) * CHUNK)
+            return chunks * CHUNK
+
+        def one_at_a_time(sampler: IndexSampler = sampler, start: int = start) -> int:
+            count = 20_000 if quick else 100_000
+            for position in range(start, start + count):
+                sampler[position]
+            return count
+
+        label = f"{num_records:.0e}"
+        rows.append(Row("resumeloader, vectorised (chunks of 1e5)", label,
+                        _best_rate(vectorised, 3), "O(chunk)", bijective))
+        rows.append(Row("resumeloader, one index at a time", label,
+                        _best_rate(one_at_a_time, 3), "O(1)", bijective))
+
+
+def _numpy(rows: list[Row], quick: bool) -> None:
+    bijective = _is_bijection(np.random.default_rng(0).permutation(PROBE), PROBE)
+    for num_records in (10**6,) if quick else (10**6, 10**8):
+        def permute(num_records: int = num_records) -> int:
+            np.random.default_rng(0).permutation(num_records)
+            return num_records
+
+        rate = _best_rate(permute, 1 if num_records > 10**7 else 3)
+        rows.append(Row("numpy default_rng(seed).permutation(N)", f"{num_records:.0e}", rate,
+                        f"{8 * num_records / 2**20:,.0f} MiB", bijective))
+
+
+def _tensorflow(rows: list[Row], quick: bool) -> None:
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return
+    seed = tf.constant([1, 2], tf.int64)
+
+    def shuffle(indices: np.ndarray, num_records: int) -> np.ndarray:
+        return tf.random.experimental.index_shuffle(
+            tf.constant(indices, tf.int64), seed, tf.constant(num_records - 1, tf.int64)
+        ).numpy()
+
+    bijective = _is_bijection(shuffle(np.arange(PROBE), PROBE), PROBE)
+    chunks = 10 if quick else 50
+    for num_records in (10**6, 10**10):
+        def vectorised(num_records: int = num_records) -> int:
+            for k in range(chunks):
+                first = (k * CHUNK) % (num_records - CHUNK)
+                shuffle(np.arange(first, first + CHUNK), num_records)
+            return chunks * CHUNK
+
+        rows.append(Row("tf.random.experimental.index_shuffle (chunks of 1e5)",
+                        f"{num_records:.0e}", _best_rate(vectorised, 3), "O(chunk)", bijective))
+
+
+def _grain(rows: list[Row], quick: bool) -> None:
+    try:
+        import grain.python as grain
+    except ImportError:
+        return
+
+    def sampler(num_records: int) -> object:
+        return grain.IndexSampler(num_records, shard_options=grain.NoSharding(), shuffle=True,
+                                  num_epochs=1, seed=0)
+
+    probe = sampler(PROBE)
+    bijective = _is_bijection(np.array([probe[i].record_key for i in range(PROBE)]), PROBE)
+    big = sampler(10**6)
+
+    def one_at_a_time() -> int:
+        count = 5_000 if quick else 20_000
+        for position in range(count):
+            big[position]
+        return count
+
+    rows.append(Row("grain IndexSampler, one index at a time", "1e+06",
+                    _best_rate(one_at_a_time, 2), "O(1)", bijective))
+
+
+def measure(quick: bool = False) -> list[Row]:
+    """Runs every method available here and returns the rows of the table."""
+    rows: list[Row] = []
+    tracemalloc.stop()
+    for part in (_ours, _numpy, _tensorflow, _grain):
+        part(rows, quick)
+    return rows
+
+
+def render(rows: list[Row]) -> str:
+    """The rows as a Markdown table with ratios to resumeloader's vectorised sampler."""
+    reference = next(r.rate for r in rows if r.method.startswith("resumeloader, vectorised"))
+    lines = [
+        "| method | N | indices/s | vs resumeloader vectorised | memory held "
+        "| bijective at 65,537 |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.method} | {r.num_records} | {r.rate:,.0f} | {r.rate / reference:.3f}x | "
+            f"{r.memory} | {r.bijective} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
+    args = parser.parse_args()
+    rows = measure(args.quick)
+    try:
+        from rich.console import Console
+        from rich.markdown import Markdown
+
+        Console().print(Markdown(render(rows)))
+    except ImportError:
+        pass
+    print(render(rows))
+
+
+if __name__ == "__main__":
+    main()
