@@ -8,9 +8,11 @@ from __future__ import annotations
 
 __all__ = [
     "ElasticResumeError",
+    "HarnessError",
     "RecordError",
     "RecordSpecError",
     "ResumeLoaderError",
+    "ResumeMismatchError",
     "StateError",
     "StateMismatchError",
     "WorkerError",
@@ -63,3 +65,14 @@ class RecordSpecError(RecordError, ValueError):
 
 class WorkerError(RecordError):
     """A worker thread or process died while preparing a record."""
+
+
+class ResumeMismatchError(ResumeLoaderError, AssertionError):
+    """A resumed stream differs from the uninterrupted one (raised by `resumeloader.testing`).
+
+    The message names the first differing step, what was expected and what came.
+    """
+
+
+class HarnessError(ResumeLoaderError, RuntimeError):
+    """The kill-and-restart harness could not run the training command to the end."""

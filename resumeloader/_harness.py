@@ -1,0 +1,224 @@
+"""The kill-and-restart runner: SIGKILL a training command at chosen steps, restart it.
+
+The command runs as a subprocess with ``RESUMELOADER_TRACE`` (a fresh trace file
+per process), ``RESUMELOADER_CKPT_DIR`` (one directory shared by the killed and
+restarted processes; the reference run gets its own) and, for a process that is to
+be killed, ``RESUMELOADER_PAUSE_AT``. The recorder stops the process exactly at
+that point and the runner sends it a real SIGKILL. The last process runs to the
+end; `_report` stitches the traces and compares them with an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from resumeloader import _report, _trace, errors
+
+__all__ = ["kill_and_restart"]
+
+_POLL_SECONDS = 0.01
+
+
+@dataclasses.dataclass
+class _Process:
+    """One run of the command and the trace it is writing."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    trace_path: Path
+    log_path: Path
+    pause_at: str | None
+    deadline: float
+    trace: _trace.Trace = dataclasses.field(default_factory=_trace.Trace)
+    killed: bool = False
+    _offset: int = 0
+    _partial: str = ""
+
+    def poll_events(self) -> list[dict[str, Any]]:
+        """The trace events written since the last call (complete lines only)."""
+        try:
+            with open(self.trace_path) as f:
+                f.seek(self._offset)
+                text = f.read()
+                self._offset = f.tell()
+        except FileNotFoundError:
+            return []
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        events = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+        for event in events:
+            self.trace.add(event)
+        return events
+
+    def log_tail(self, num_lines: int = 15) -> str:
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-num_lines:])
+
+    def outcome(self) -> _report.RunOutcome:
+        """What this process did, for the report."""
+        crashed = not self.killed and self.popen.returncode != 0
+        return _report.RunOutcome(
+            name=self.name,
+            trace=self.trace,
+            pause_at=self.pause_at,
+            killed=self.killed,
+            returncode=self.popen.returncode,
+            log_tail=self.log_tail() if crashed else "",
+        )
+
+    def kill(self) -> None:
+        os.kill(self.popen.pid, signal.SIGKILL)
+        self.popen.wait()
+        self.killed = True
+
+
+def _spawn(
+    command: Sequence[str],
+    *,
+    name: str,
+    workdir: Path,
+    ckpt_dir: Path,
+    env: Mapping[str, str] | None,
+    pause_at: str | None,
+    timeout: float,
+) -> _Process:
+    trace_path = workdir / f"{name}.trace.jsonl"
+    log_path = workdir / f"{name}.log"
+    full_env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **(env or {})}
+    full_env[_trace.ENV_TRACE] = str(trace_path)
+    full_env[_trace.ENV_CKPT_DIR] = str(ckpt_dir)
+    full_env.pop(_trace.ENV_PAUSE_AT, None)
+    if pause_at is not None:
+        full_env[_trace.ENV_PAUSE_AT] = pause_at
+    args = [a.replace("{ckpt_dir}", str(ckpt_dir)).replace("{trace}", str(trace_path))
+            for a in command]
+    with open(log_path, "wb") as log:
+        popen = subprocess.Popen(args, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+    return _Process(name, popen, trace_path, log_path, pause_at, time.monotonic() + timeout)
+
+
+def _watch(
+    procs: list[_Process],
+    on_event: Callable[[str, dict[str, Any]], None] | None,
+    *,
+    until: _Process | None = None,
+) -> None:
+    """Polls `procs` until `until` (or every one) ended, killing each at its kill point."""
+    while True:
+        for proc in procs:
+            if proc.killed or proc.popen.returncode is not None:
+                continue
+            for event in proc.poll_events():
+                if on_event is not None:
+                    on_event(proc.name, event)
+                if event.get("event") == "pause" and event.get("point") == proc.pause_at:
+                    proc.kill()
+            if not proc.killed and proc.popen.poll() is not None:
+                proc.poll_events()
+            elif not proc.killed and time.monotonic() > proc.deadline:
+                for other in procs:
+                    if other.popen.poll() is None:
+                        other.kill()
+                msg = (
+                    f"The training command ({proc.name}) did not finish within the timeout. "
+                    f"Last lines of its output ({proc.log_path}):\n{proc.log_tail()}"
+                )
+                raise errors.HarnessError(msg)
+        waited = [until] if until is not None else procs
+        if all(p.killed or p.popen.returncode is not None for p in waited):
+            return
+        time.sleep(_POLL_SECONDS)
+
+
+def _normalise_points(kill_points: Sequence[str | int]) -> list[str]:
+    points = [f"step:{p}" if isinstance(p, int) else str(p) for p in kill_points]
+    parsed = sorted((_trace.parse_point(p)[1], p) for p in points)
+    steps = [step for step, _ in parsed]
+    if len(set(steps)) != len(steps):
+        msg = f"Kill points must be at distinct steps. Received: {points}."
+        raise ValueError(msg)
+    return [p for _, p in parsed]
+
+
+def kill_and_restart(
+    command: Sequence[str],
+    *,
+    kill_points: Sequence[str | int] | None = None,
+    kills: int = 3,
+    seed: int | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600.0,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+) -> _report.ResumeReport:
+    """Runs `command` uninterrupted and killed-and-restarted, and compares the two.
+
+    The command must follow the recorder contract (see `TraceRecorder`): record
+    every step, call ``commit(step)`` after each checkpoint save, and resume from
+    the newest checkpoint of ``RESUMELOADER_CKPT_DIR``. ``{ckpt_dir}`` and
+    ``{trace}`` in `command` are replaced by those paths.
+
+    Args:
+        command: the training command, e.g. ``[sys.executable, "train.py"]``.
+        kill_points: where to kill, in order: ``"step:k"`` (right after step k),
+            ``"commit:k"`` (right after the checkpoint of steps 0..k-1 was saved)
+            or ``"save:k"`` (inside that save, before the manager records it); an
+            int k means ``"step:k"``. Points must lie at distinct steps. When None,
+            `kills` random steps are chosen once the reference run's length is known
+            (the reference then runs first instead of alongside).
+        kills: the number of random kill points when `kill_points` is None.
+        seed: seeds the random kill points.
+        workdir: where traces, logs and checkpoints go (a temporary directory that
+            is kept when None).
+        env: extra environment variables for the command.
+        timeout: seconds each process may run.
+        on_event: called with (process name, trace event) as events arrive, for progress.
+
+    Returns:
+        A `ResumeReport`; ``report.identical`` is True only when the stitched
+        resumed run trained on exactly the reference's batches (record ids and
+        bytes), reached the same final weights digest, and no process crashed.
+
+    Raises:
+        HarnessError: a process exceeded `timeout`.
+    """
+    work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="resume-"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    def start(name: str, ckpt_dir: str, pause_at: str | None) -> _Process:
+        return _spawn(command, name=name, workdir=work, ckpt_dir=work / ckpt_dir, env=env,
+                      pause_at=pause_at, timeout=timeout)
+
+    procs: list[_Process] = []
+    if kill_points is None:
+        procs.append(start("reference", "reference-ckpt", None))
+        _watch(procs, on_event)
+        candidates = range(max(len(procs[0].trace.steps) - 1, 0))
+        kill_points = sorted(random.Random(seed).sample(candidates, min(kills, len(candidates))))
+    points = _normalise_points(kill_points)
+    if not procs:  # the reference runs alongside the killed processes
+        procs.append(start("reference", "reference-ckpt", None))
+    attempts: list[_Process] = []
+    for index in range(len(points) + 1):
+        pause_at = points[index] if index < len(points) else None
+        attempts.append(start(f"attempt-{index}", "resumed-ckpt", pause_at))
+        procs.append(attempts[-1])
+        _watch(procs, on_event, until=attempts[-1])
+        if not attempts[-1].killed:
+            break
+    _watch(procs, on_event)
+    return _report.build(procs[0].outcome(), [a.outcome() for a in attempts])

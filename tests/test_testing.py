@@ -1,0 +1,194 @@
+"""Tests of resumeloader.testing: the in-process resume check and the trace recorder."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import resumeloader
+from resumeloader import testing
+from resumeloader._report import RunOutcome, build
+from resumeloader._trace import Trace
+
+
+def _loader(**kwargs):
+    defaults = dict(batch_size=4, seed=3, num_epochs=3)
+    return resumeloader.ResumableLoader(np.arange(22, dtype=np.int64), **{**defaults, **kwargs})
+
+
+def _noisy(record, rng):
+    return np.float32(record) + rng.normal(size=2).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"map_fn": _noisy, "with_metadata": True},
+        {"drop_remainder": True, "num_epochs": None},
+        {"shard_index": 1, "shard_count": 2, "prefetch": None},
+    ],
+    ids=["plain", "map-metadata", "drop-remainder-endless", "shard"],
+)
+def test_assert_resumes_identically_exact_loader_passes(kwargs):
+    """A ResumableLoader passes at the default break points, finite or endless."""
+    assert testing.assert_resumes_identically(lambda: _loader(**kwargs), num_steps=8) is None
+
+
+def test_assert_resumes_identically_history_dependent_map_fn_fails_naming_step():
+    """A map_fn drawing from one shared RNG stream is caught, naming the break point and step."""
+    shared = np.random.default_rng(0)
+
+    def stateful(record, rng):
+        return np.float32(record) + np.float32(shared.normal())
+
+    with pytest.raises(AssertionError) as info:
+        testing.assert_resumes_identically(
+            lambda: _loader(map_fn=stateful, prefetch=None), num_steps=6, break_points=[2]
+        )
+    assert isinstance(info.value, resumeloader.errors.ResumeMismatchError)
+    assert "break point 2 (via set_state (JSON round trip))" in str(info.value)
+    assert "at step 2. Expected: records" in str(info.value)
+
+
+def test_assert_resumes_identically_stream_past_end_fails():
+    """A factory whose loaders run longer than the reference is reported as an extra batch."""
+    calls = []
+
+    def make():
+        calls.append(None)
+        return _loader(num_epochs=1 if len(calls) == 1 else 2)
+
+    with pytest.raises(resumeloader.errors.ResumeMismatchError) as info:
+        testing.assert_resumes_identically(make, num_steps=2, break_points=[6])
+    assert "Expected: the end of the stream. Received: records" in str(info.value)
+
+
+@pytest.mark.parametrize("num_steps", [0, -1, 2.5, True], ids=["zero", "negative", "float", "bool"])
+def test_assert_resumes_identically_bad_num_steps_raises(num_steps):
+    """`num_steps` must be a positive integer."""
+    with pytest.raises(ValueError) as info:
+        testing.assert_resumes_identically(_loader, num_steps=num_steps)
+    assert f"num_steps={num_steps!r}" in str(info.value)
+
+
+def test_assert_resumes_identically_break_point_out_of_range_raises():
+    """A break point beyond num_steps plus one epoch is rejected with the bounds."""
+    with pytest.raises(ValueError) as info:
+        testing.assert_resumes_identically(_loader, num_steps=2, break_points=[99])
+    assert "[0, 8]" in str(info.value)
+    assert "Received: 99" in str(info.value)
+
+
+def test_recorder_without_env_is_noop(monkeypatch):
+    """Outside the harness the recorder writes nothing and never pauses."""
+    monkeypatch.delenv("RESUMELOADER_TRACE", raising=False)
+    monkeypatch.setenv("RESUMELOADER_PAUSE_AT", "step:0")
+    recorder = testing.TraceRecorder.from_env()
+    recorder.start(0)
+    recorder.step(0, np.zeros(2))
+    recorder.commit(1)
+    assert not recorder.enabled
+
+
+def test_recorder_events_round_trip_through_trace(tmp_path):
+    """Events written by the recorder are read back by Trace, a torn last line ignored."""
+    path = tmp_path / "t.jsonl"
+    recorder = testing.TraceRecorder(path)
+    recorder.start(0)
+    recorder.step(0, {"x": np.ones(3)}, records=np.array([[4, 5]]))
+    recorder.commit(1)
+    recorder.finish(weights=[np.zeros(2)], loss=0.5)
+    recorder.close()
+    with open(path, "a") as f:
+        f.write('{"event":"step","st')
+    trace = Trace.read(path)
+    assert (trace.start, trace.commits, trace.end["loss"]) == (0, [1], 0.5)
+    assert trace.steps[0]["records"] == [4, 5]
+    assert trace.steps[0]["digest"] == testing.digest({"x": np.ones(3)})
+
+
+@pytest.mark.parametrize("point", ["step", "step:", "kill:3", "step:-1"], ids=str)
+def test_recorder_bad_pause_point_raises(tmp_path, point):
+    """A malformed kill point names the accepted forms."""
+    with pytest.raises(ValueError) as info:
+        testing.TraceRecorder(tmp_path / "t.jsonl", pause_at=point)
+    assert "'step:N', 'commit:N' or 'save:N'" in str(info.value)
+
+
+def _outcome(name, events, *, killed=False, pause_at=None, returncode=0):
+    trace = Trace()
+    for event in events:
+        trace.add(event)
+    return RunOutcome(name, trace, pause_at, killed, -9 if killed else returncode)
+
+
+def _steps(ids_by_step, first=0):
+    return [
+        {"event": "step", "step": first + i, "records": ids, "digest": f"d{ids}"}
+        for i, ids in enumerate(ids_by_step)
+    ]
+
+
+def test_report_superseded_steps_are_rerun_not_duplicated():
+    """Uncommitted steps the restarted run repeats count as re-run, not duplicated."""
+    ids = [[0, 1], [2, 3], [4, 5], [6, 7]]
+    end = {"event": "end", "step": 4, "loss": 1.0, "weights": "w"}
+    reference = _outcome("reference", [{"event": "start", "step": 0}, *_steps(ids), end])
+    killed = _outcome(
+        "attempt-0",
+        [{"event": "start", "step": 0}, *_steps(ids[:3]), {"event": "commit", "step": 1}],
+        killed=True,
+        pause_at="step:2",
+    )
+    resumed = _outcome("attempt-1", [{"event": "start", "step": 1}, *_steps(ids[1:], 1), end])
+    report = build(reference, [killed, resumed])
+    assert (report.identical, report.steps_rerun, report.records_duplicated) == (True, 2, 0)
+    assert "IDENTICAL" in str(report)
+
+
+def test_report_lost_checkpoint_and_lost_records_are_reported():
+    """Resuming below a committed step is a problem; records skipped by the resume are lost."""
+    ids = [[0, 1], [2, 3], [4, 5]]
+    reference = _outcome("reference", [{"event": "start", "step": 0}, *_steps(ids)])
+    killed = _outcome(
+        "attempt-0",
+        [{"event": "start", "step": 0}, *_steps(ids[:2]), {"event": "commit", "step": 2}],
+        killed=True,
+        pause_at="commit:2",
+    )
+    resumed = _outcome("attempt-1", [{"event": "start", "step": 1}, *_steps([[4, 5], [9, 9]], 1)])
+    report = build(reference, [killed, resumed])
+    assert not report.identical
+    assert (report.records_lost, report.records_duplicated) == (2, 2)
+    assert any("a durable checkpoint was lost" in p for p in report.problems)
+    assert report.first_difference.startswith("step 1: expected records [2, 3]")
+
+
+def test_report_crashed_process_is_a_problem():
+    """A process that exits non-zero without being killed makes the report fail."""
+    reference = _outcome("reference", [{"event": "start", "step": 0}])
+    crashed = _outcome("attempt-0", [], returncode=1)
+    report = build(reference, [crashed])
+    assert not report.identical
+    assert "attempt-0 exited with code 1" in str(report)
+
+
+def test_digest_differs_for_one_flipped_bit():
+    """The batch digest sees every byte."""
+    a = np.zeros(64, np.uint8)
+    b = a.copy()
+    b[63] = 1
+    assert testing.digest(a) != testing.digest(b)
+
+
+def test_trace_events_are_json_lines(tmp_path):
+    """Each recorder event is one JSON object per line (the documented format)."""
+    recorder = testing.TraceRecorder(os.fspath(tmp_path / "t.jsonl"))
+    recorder.start(3)
+    recorder.close()
+    (line,) = (tmp_path / "t.jsonl").read_text().splitlines()
+    assert json.loads(line) == {"event": "start", "pid": os.getpid(), "step": 3}
