@@ -52,7 +52,7 @@ def _is_columns(source: Any) -> bool:
     if isinstance(source, np.ndarray):
         return True
     if isinstance(source, (dict, tuple)) and source:
-        leaves = optree.tree_leaves(source, none_is_leaf=True)
+        leaves: list[Any] = optree.tree_leaves(source, none_is_leaf=True)  # type: ignore[arg-type]
         return bool(leaves) and all(isinstance(leaf, np.ndarray) for leaf in leaves)
     return False
 
@@ -77,7 +77,7 @@ def _columns(source: Any) -> Adapter:
         return optree.tree_map(lambda a: a[indices], source)
 
     kind = type(source).__name__
-    return Adapter(lengths.pop(), read, read_batch, f"{kind} of arrays")
+    return Adapter(int(leaves[0].shape[0]), read, read_batch, f"{kind} of arrays")
 
 
 def adapt(source: Any) -> Adapter:
