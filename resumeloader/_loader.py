@@ -17,7 +17,16 @@ import numpy as np
 import optree
 import tensorflow as tf
 
-from resumeloader import _batching, _position, _sampler, _source, _state, _validate, errors
+from resumeloader import (
+    _batching,
+    _distribute,
+    _position,
+    _sampler,
+    _source,
+    _state,
+    _validate,
+    errors,
+)
 
 __all__ = ["AUTOTUNE", "ResumableLoader"]
 
@@ -186,13 +195,22 @@ class ResumableLoader(tf.train.experimental.PythonState):
         meta["seed"] = tf.TensorSpec((batch_dim, 2), tf.int64)
         return data, meta
 
-    def dataset(self) -> tf.data.Dataset:
+    def dataset(self, input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
         """A `tf.data.Dataset` of batches that starts at the position current when iterated.
 
         It does not advance the position: call `advance` once per consumed batch, or
         iterate the loader itself. Create the iterator after restoring a checkpoint.
+
+        Args:
+            input_context: for ``strategy.distribute_datasets_from_function``: this
+                input pipeline's per-replica batches (`batch_size` is the global batch
+                of a step). The records of each step, across all replicas, are those
+                of the single-process batch; advance by one batch per step.
         """
-        ds = tf.data.Dataset.from_generator(self._generate, output_signature=self.element_spec)
+        generate, spec = self._generate, self.element_spec
+        if input_context is not None:
+            generate, spec = _distribute.generator(self, input_context)
+        ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
         if self._prefetch:
             ds = ds.prefetch(self._prefetch)
         return ds
@@ -257,6 +275,10 @@ class ResumableLoader(tf.train.experimental.PythonState):
         Call it after the training step that consumed the batch, so that a checkpoint
         saved afterwards resumes with the next batch.
         """
+        if _distribute.in_replica_context():
+            # Each replica calls it for the same step: advance once for all of them.
+            _distribute.merge(lambda: self.advance(num_batches))
+            return
         if tf.inside_function():
             self._advance_in_graph(num_batches)
             return

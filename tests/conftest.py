@@ -9,7 +9,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402  (the environment above must be set first)
 
 _cpus = tf.config.list_physical_devices("CPU")
-if _cpus and len(tf.config.list_logical_devices("CPU")) < 2:
+# Not list_logical_devices: it initialises the runtime, after which the split fails.
+if _cpus and tf.config.get_logical_device_configuration(_cpus[0]) is None:
     try:
         tf.config.set_logical_device_configuration(
             _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
