@@ -19,12 +19,14 @@ import tensorflow as tf
 
 from resumeloader import (
     _batching,
+    _describe,
     _distribute,
     _position,
     _sampler,
     _source,
     _state,
     _validate,
+    _workers,
     errors,
 )
 
@@ -65,6 +67,12 @@ class ResumableLoader(tf.train.experimental.PythonState):
             dimension); inferred from record 0 when None.
         with_metadata: yield ``(batch, metadata)`` where metadata holds, per record,
             ``index``, ``epoch``, ``position`` and a stateless TF ``seed`` pair.
+        num_workers: workers preparing batches in parallel (0: in the generator's
+            thread). Batches are handed out strictly in order whatever the workers, so
+            the stream does not depend on `num_workers` or `worker_type`.
+        worker_type: "thread", or "process" (spawned processes that receive the source
+            and ``map_fn`` pickled once and return batches through shared memory; use
+            it for GIL-bound ``map_fn``). A dead worker raises `WorkerError`.
 
     Example:
         >>> import numpy as np
@@ -92,6 +100,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
         prefetch: int | None = AUTOTUNE,
         output_signature: Any = None,
         with_metadata: bool = False,
+        num_workers: int = 0,
+        worker_type: str = "thread",
     ) -> None:
         batch_size = _validate.integer("batch_size", batch_size, low=1, high=_validate.MAX_COUNT)
         if map_fn is not None and not callable(map_fn):
@@ -125,6 +135,12 @@ class ResumableLoader(tf.train.experimental.PythonState):
             map_fn=map_fn,
             seed=self._sampler.seed,
             spec=None if output_signature is None else _record_spec(output_signature),
+        )
+        self._workers = _workers.WorkerSettings(
+            _validate.integer("num_workers", num_workers, low=0, high=1024),
+            worker_type,
+            source=source,
+            map_fn=map_fn,
         )
         self._failure: errors.RecordError | None = None
         with tf.init_scope():
@@ -179,6 +195,28 @@ class ResumableLoader(tf.train.experimental.PythonState):
             f"epoch={self.epoch}, position={self.position})"
         )
 
+    @property
+    def num_workers(self) -> int:
+        """Workers preparing batches in parallel (0: none)."""
+        return self._workers.num_workers
+
+    @property
+    def worker_type(self) -> str:
+        """"thread" or "process"."""
+        return self._workers.worker_type
+
+    def describe(self, console: Any = None) -> str:
+        """The pipeline as an execution plan: stages, signatures, what is checkpointed.
+
+        Args:
+            console: a `rich.console.Console` to print the plan to, or None.
+
+        Returns:
+            The plan as plain text (92 columns, no colours); it depends only on the
+            configuration and the position.
+        """
+        return _describe.describe(self, console=console)
+
     # -- the pipeline ----------------------------------------------------------------
     @property
     def element_spec(self) -> Any:
@@ -223,21 +261,16 @@ class ResumableLoader(tf.train.experimental.PythonState):
         self, sampler: _sampler.IndexSampler, layout: _position.Layout, position: int
     ) -> Iterator[Any]:
         """Batches of `sampler`'s stream cut by `layout`, from normalised `position` on."""
-        end = layout.end
-        per_epoch = layout.records_per_epoch
-        while end is None or position < end:
-            stop = layout.batch_end(position)
-            epoch, offset = divmod(position, per_epoch)
-            indices = sampler.epoch_indices(epoch, offset, offset + stop - position)
-            try:
-                batch = self._producer.batch(indices, epoch=epoch, position=position)
-            except errors.RecordError as err:
-                self._failure = err
-                raise
-            if self._with_metadata:
-                batch = (batch, self._metadata(indices, epoch, position))
-            yield batch
-            position = layout.normalise(stop)
+        tasks = _tasks(sampler, layout, position)
+        try:
+            for task, batch in self._workers.produce(self._producer, tasks):
+                if self._with_metadata:
+                    yield batch, self._metadata(task.indices, task.epoch, task.position)
+                else:
+                    yield batch
+        except errors.RecordError as err:
+            self._failure = err
+            raise
 
     def _metadata(self, indices: np.ndarray, epoch: int, position: int) -> dict[str, np.ndarray]:
         seeds = np.empty((len(indices), 2), dtype=np.int64)
@@ -353,6 +386,19 @@ class ResumableLoader(tf.train.experimental.PythonState):
         if isinstance(string_value, bytes):
             string_value = string_value.decode()
         self.set_state(string_value)
+
+
+def _tasks(
+    sampler: _sampler.IndexSampler, layout: _position.Layout, position: int
+) -> Iterator[_workers.Task]:
+    end = layout.end
+    per_epoch = layout.records_per_epoch
+    while end is None or position < end:
+        stop = layout.batch_end(position)
+        epoch, offset = divmod(position, per_epoch)
+        indices = sampler.epoch_indices(epoch, offset, offset + stop - position)
+        yield _workers.Task(indices, epoch, position)
+        position = layout.normalise(stop)
 
 
 def _record_spec(output_signature: Any) -> _batching.RecordSpec:

@@ -1,0 +1,67 @@
+"""Module-level user code for worker tests: picklable, and free of TensorFlow on purpose.
+
+Spawned worker processes import this module to unpickle these functions; importing
+TensorFlow here would hide whether the workers themselves import it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+FAILING_INDEX = 7
+
+
+def augment(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Adds keyed noise, so that any change of order or keying changes the output."""
+    return record + rng.normal(size=record.shape).astype(record.dtype)
+
+
+def tensorflow_imported(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """1 when the process running it has imported TensorFlow, else 0."""
+    return np.int64("tensorflow" in sys.modules)
+
+
+def fail_at_index(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Raises ValueError on record FAILING_INDEX."""
+    if int(record[0]) == FAILING_INDEX:
+        msg = f"bad record {FAILING_INDEX}"
+        raise ValueError(msg)
+    return record
+
+
+def kill_self_at_index(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """SIGKILLs its own process on record FAILING_INDEX (a crashed worker)."""
+    if int(record[0]) == FAILING_INDEX:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return record
+
+
+def slow(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Takes a few milliseconds per record, so that a stream stays busy for a while."""
+    time.sleep(0.002)
+    return record
+
+
+class CountingSource:
+    """A source with `read_batch`: records its calls (per process)."""
+
+    def __init__(self, num_records: int) -> None:
+        self.data = np.arange(num_records * 2, dtype=np.int32).reshape(num_records, 2)
+        self.batch_calls: list[list[int]] = []
+        self.item_calls = 0
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        self.item_calls += 1
+        return self.data[index]
+
+    def read_batch(self, indices: np.ndarray) -> np.ndarray:
+        self.batch_calls.append(indices.tolist())
+        return self.data[indices]

@@ -1,0 +1,78 @@
+"""ResumableLoader.describe() and repr: the execution plan, one line of repr."""
+
+from __future__ import annotations
+
+import io
+
+import _worker_fns as fns
+import numpy as np
+import pytest
+from rich.console import Console
+
+import resumeloader
+
+
+def _loader(**kwargs) -> resumeloader.ResumableLoader:
+    options = {"batch_size": 4, "seed": 5, "num_epochs": 3}
+    options.update(kwargs)
+    return resumeloader.ResumableLoader(np.zeros((10, 2, 3), np.uint8), **options)
+
+
+def _stages(text: str) -> list[str]:
+    rows = [line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")]
+    return [row for row in rows[1:] if row]  # drop the header, keep first lines of rows
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "stages"),
+    [
+        ({}, ["position", "sampler", "source", "batch", "from_generator", "prefetch"]),
+        (
+            {"map_fn": fns.augment, "prefetch": None, "num_workers": 2},
+            ["position", "sampler", "source", "map_fn", "batch", "from_generator"],
+        ),
+    ],
+    ids=["arrays", "map_fn-workers-no-prefetch"],
+)
+def test_describe_configuration_lists_stages_in_order(kwargs, stages):
+    """describe() has one row per pipeline stage, from the position to prefetch."""
+    assert _stages(_loader(**kwargs).describe()) == stages
+
+
+def test_describe_states_what_is_checkpointed():
+    """The position is the only checkpointed stage; the sampler is derived from it."""
+    text = _loader().describe()
+    lines = {line.split("│")[1].strip(): line for line in text.splitlines() if line.startswith("│")}
+    assert "CHECKPOINTED" in lines["position"]
+    assert "derived" in lines["sampler"]
+    assert sum(line.endswith("CHECKPOINTED │") for line in text.splitlines()) == 1
+
+
+def test_describe_after_consuming_shows_position_and_epoch():
+    """describe() reports the current epoch, step and position."""
+    loader = _loader()
+    loader.advance(4)  # 3 batches per epoch: epoch 1, step 1
+    assert "epoch 1, step 1, position 14" in " ".join(loader.describe().split())
+
+
+def test_describe_shows_signature_and_workers():
+    """describe() shows the batch signature and the worker plan."""
+    text = " ".join(_loader(num_workers=2, worker_type="process").describe().split())
+    assert "uint8[None,2,3]" in text
+    assert "2 process workers" in text
+    assert "shared memory" in text
+
+
+def test_describe_console_prints_same_plan():
+    """With a plain 92-column console, describe() prints exactly the text it returns."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=92, color_system=None)
+    text = _loader().describe(console=console)
+    assert buffer.getvalue() == text
+
+
+def test_repr_is_one_line():
+    """repr(loader) is a single line naming the configuration and position."""
+    text = repr(_loader(num_workers=1))
+    assert "\n" not in text
+    assert text.startswith("ResumableLoader(num_records=10, batch_size=4, seed=5")
