@@ -124,7 +124,12 @@ def describe(loader: Any, *, console: Console | None = None) -> str:
     for row in _stages(loader):
         table.add_row(*(Text(cell) for cell in row))  # Text: no markup, `[i]` stays
     buffer = io.StringIO()
-    Console(file=buffer, width=_WIDTH, color_system=None, force_terminal=False).print(table)
+    # force_jupyter=False: in a notebook rich would otherwise display the table and
+    # leave the buffer (the returned text) empty.
+    plain = Console(
+        file=buffer, width=_WIDTH, color_system=None, force_terminal=False, force_jupyter=False
+    )
+    plain.print(table)
     if console is not None:
         console.print(table)
     return buffer.getvalue()
