@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["augment", "make_data", "train"]
+__all__ = ["augment", "build_model", "make_data", "train"]
 
 IMAGE_SIZE = 12
 NUM_CLASSES = 4
@@ -56,6 +56,34 @@ def augment(record: Any, rng: np.random.Generator) -> tuple[np.ndarray, np.int32
     return x[..., None].astype(np.float32), np.int32(label)
 
 
+def build_model() -> tuple[Any, Any, Any]:
+    """The demo's Keras CNN, its built Adam optimizer and a compiled training step."""
+    import keras
+    import tensorflow as tf
+
+    model = keras.Sequential(
+        [
+            keras.Input((IMAGE_SIZE, IMAGE_SIZE, 1)),
+            keras.layers.Conv2D(8, 3, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(NUM_CLASSES),
+        ]
+    )
+    optimizer = keras.optimizers.Adam(1e-2)
+    optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply(grads, model.trainable_variables)
+        return loss
+
+    return model, optimizer, train_step
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m resumeloader._demo")
     parser.add_argument("--ckpt-dir", default=os.environ.get("RESUMELOADER_CKPT_DIR"))
@@ -89,30 +117,12 @@ def train(argv: Sequence[str] | None = None) -> None:
         map_fn=augment,
         with_metadata=True,
     )
-    model = keras.Sequential(
-        [
-            keras.Input((IMAGE_SIZE, IMAGE_SIZE, 1)),
-            keras.layers.Conv2D(8, 3, activation="relu"),
-            keras.layers.Flatten(),
-            keras.layers.Dense(NUM_CLASSES),
-        ]
-    )
-    optimizer = keras.optimizers.Adam(1e-2)
-    optimizer.build(model.trainable_variables)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model, optimizer, train_step = build_model()
     step = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, loader=loader, step=step)
     manager = tf.train.CheckpointManager(checkpoint, args.ckpt_dir, max_to_keep=2)
     if manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint).assert_consumed()
-
-    @tf.function
-    def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
-        return loss
 
     recorder.start(int(step.numpy()))
     loss = float("nan")

@@ -123,10 +123,10 @@ def _watch(
             if proc.killed or proc.popen.returncode is not None:
                 continue
             for event in proc.poll_events():
-                if on_event is not None:
-                    on_event(proc.name, event)
                 if event.get("event") == "pause" and event.get("point") == proc.pause_at:
                     proc.kill()
+                if on_event is not None:  # after the kill: a pause event means it is dead
+                    on_event(proc.name, event)
             if not proc.killed and proc.popen.poll() is not None:
                 proc.poll_events()
             elif not proc.killed and time.monotonic() > proc.deadline:
@@ -182,11 +182,14 @@ def kill_and_restart(
             (the reference then runs first instead of alongside).
         kills: the number of random kill points when `kill_points` is None.
         seed: seeds the random kill points.
-        workdir: where traces, logs and checkpoints go (a temporary directory that
-            is kept when None).
+        workdir: where traces (``<name>.trace.jsonl``), logs (``<name>.log``) and
+            checkpoints (``reference-ckpt/``, ``resumed-ckpt/``) go; a new temporary
+            directory, which is kept, when None.
         env: extra environment variables for the command.
         timeout: seconds each process may run.
-        on_event: called with (process name, trace event) as events arrive, for progress.
+        on_event: called with (process name, trace event) as events arrive, e.g. for
+            progress; for a ``pause`` event the process has been killed already.
+            Process names are ``reference`` and ``attempt-0``, ``attempt-1``, ...
 
     Returns:
         A `ResumeReport`; ``report.identical`` is True only when the stitched

@@ -166,12 +166,13 @@ def _print_report(report: _report.ResumeReport, out: Console) -> None:
     for kill in report.kills:
         out.print(
             f"SIGKILL at {kill.point}: last step run {kill.last_step}, last committed "
-            f"checkpoint {kill.last_commit}, resumed at step {kill.resumed_at}"
+            f"checkpoint {kill.last_commit}, resumed at step {kill.resumed_at}",
+            soft_wrap=True,
         )
     if report.first_difference:
-        out.print(f"first difference: {report.first_difference}")
+        out.print(f"first difference: {report.first_difference}", soft_wrap=True)
     for problem in report.problems:
-        out.print(f"problem: {problem}")
+        out.print(f"problem: {problem}", soft_wrap=True)
     verdict = (
         "[green]IDENTICAL[/]: the resumed run trained on exactly the same batches"
         if report.identical
