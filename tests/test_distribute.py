@@ -75,7 +75,9 @@ def test_dataset_mirrored_strategy_replica_batches_are_per_replica_size(strategy
     assert shapes == [(GLOBAL_BATCH // 2,), (GLOBAL_BATCH // 2,)]
 
 
-@pytest.mark.parametrize("steps_before", [0, 3, 8, 16], ids=["start", "mid-epoch", "boundary", "end"])
+@pytest.mark.parametrize(
+    "steps_before", [0, 3, 8, 16], ids=["start", "mid-epoch", "boundary", "end"]
+)
 def test_dataset_mirrored_strategy_restore_into_fresh_loader_continues_exactly(
     strategy, tmp_path, steps_before
 ):
@@ -93,7 +95,7 @@ def test_dataset_mirrored_strategy_restore_into_fresh_loader_continues_exactly(
 @pytest.mark.parametrize("in_scope", [True, False], ids=["created-in-scope", "created-outside"])
 @pytest.mark.parametrize("traced", [True, False], ids=["tf-function", "eager"])
 def test_advance_in_replica_context_advances_one_global_step(strategy, in_scope, traced):
-    """advance() called by every replica inside strategy.run moves one batch, not one per replica."""
+    """advance() called by every replica in strategy.run moves one batch, not one per replica."""
     if in_scope:
         with strategy.scope():
             loader = make_loader()

@@ -1,0 +1,230 @@
+"""resumeloader.keras: a fit interrupted mid-epoch and resumed equals the uninterrupted fit."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import _keras_job as job
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import resumeloader
+import resumeloader.keras
+
+EPOCHS = 3
+# name: (mode, steps_per_execution, loader options, validation)
+VARIANTS = {
+    "epoch-dataset": ("epoch-dataset", 1, {}, False),
+    "epoch-dataset-spe3": ("epoch-dataset", 3, {}, False),
+    "steps-per-epoch": ("steps", 1, {"drop_remainder": True}, False),
+    "steps-per-epoch-spe2": ("steps", 2, {"drop_remainder": True}, False),
+    "validation-data": ("epoch-dataset", 1, {}, True),
+}
+_reference_cache: dict[str, tuple[dict[int, list[int]], list[np.ndarray]]] = {}
+
+
+def reference(tmp_path_factory, variant: str):
+    """The uninterrupted fit of `variant` (cached per test session)."""
+    if variant not in _reference_cache:
+        mode, spe, options, validation = VARIANTS[variant]
+        directory = tmp_path_factory.mktemp(f"reference-{variant}")
+        log, weights, _ = job.fit(
+            str(directory), epochs=EPOCHS, mode=mode, steps_per_execution=spe,
+            loader_options=options, validation=validation,
+        )
+        _reference_cache[variant] = (log, weights)
+    return _reference_cache[variant]
+
+
+def expected_log(**loader_options) -> dict[int, list[int]]:
+    """Record ids of every batch of EPOCHS epochs, from the loader alone."""
+    loader = job.make_loader(num_epochs=EPOCHS, prefetch=None, **loader_options)
+    return {step: (batch[0][:, 0].numpy() * job.ID_SCALE).round().astype(int).tolist()
+            for step, batch in enumerate(loader)}
+
+
+def assert_same_weights(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_fit_uninterrupted_consumes_loader_epochs_as_keras_epochs(tmp_path_factory, variant):
+    """Every optimizer step of an uninterrupted fit gets the loader's next batch."""
+    log, _ = reference(tmp_path_factory, variant)
+    assert log == expected_log(**VARIANTS[variant][2])
+
+
+@pytest.mark.parametrize(
+    ("variant", "interrupt_at"),
+    [
+        ("epoch-dataset", 5),
+        ("epoch-dataset", 7),
+        ("epoch-dataset", 10),
+        ("epoch-dataset-spe3", 5),
+        ("steps-per-epoch", 5),
+        ("steps-per-epoch-spe2", 7),
+        ("validation-data", 10),
+    ],
+    ids=[
+        "mid-first-epoch",
+        "epoch-boundary",
+        "mid-second-epoch",
+        "spe3-mid-epoch",
+        "steps-per-epoch-mid-epoch",
+        "steps-per-epoch-spe2-mid-epoch",
+        "validation-data-mid-epoch",
+    ],
+)
+def test_fit_interrupted_by_exception_resumes_same_batches_and_weights(
+    tmp_path, tmp_path_factory, variant, interrupt_at
+):
+    """A fit crashed by a callback exception, resumed in fresh objects, equals the uninterrupted."""
+    mode, spe, options, validation = VARIANTS[variant]
+    want_log, want_weights = reference(tmp_path_factory, variant)
+    log: dict[int, list[int]] = {}
+    common = dict(mode=mode, steps_per_execution=spe, loader_options=options,
+                  validation=validation, log=log)
+    with pytest.raises(job.Interrupt):
+        job.fit(str(tmp_path), epochs=EPOCHS, interrupt_at=interrupt_at, **common)
+    assert max(log) >= interrupt_at - 1
+    _, weights, loader = job.fit(str(tmp_path), epochs=EPOCHS, **common)
+    assert log == want_log
+    assert_same_weights(weights, want_weights)
+    assert loader.epoch == EPOCHS and loader.step == 0
+
+
+def test_fit_resumed_mid_epoch_starts_in_the_loader_epoch(tmp_path):
+    """A resumed fit starts at the Keras epoch of the loader's epoch, not at epoch 0."""
+    with pytest.raises(job.Interrupt):
+        job.fit(str(tmp_path), epochs=EPOCHS, interrupt_at=10)
+    epochs_begun = []
+    loader = job.make_loader()
+    model = job.make_model({})
+    record = keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs: epochs_begun.append(e))
+    callback = resumeloader.keras.ResumeCallback(loader, str(tmp_path), save_every=2)
+    model.fit(resumeloader.keras.epoch_dataset(loader), epochs=EPOCHS, verbose=0,
+              callbacks=[callback, record])
+    assert epochs_begun == [1, 2]
+
+
+def test_fit_called_again_after_return_continues_with_next_epochs(tmp_path, tmp_path_factory):
+    """fit(epochs=1) then fit(epochs=3) on the same objects equals one fit(epochs=3)."""
+    want_log, want_weights = reference(tmp_path_factory, "epoch-dataset")
+    log: dict[int, list[int]] = {}
+    loader = job.make_loader()
+    model = job.make_model(log)
+    callback = resumeloader.keras.ResumeCallback(loader, str(tmp_path), save_every=None)
+    dataset = resumeloader.keras.epoch_dataset(loader)
+    model.fit(dataset, epochs=1, verbose=0, callbacks=[callback])
+    assert loader.epoch == 1
+    model.fit(dataset, epochs=EPOCHS, verbose=0, callbacks=[callback])
+    assert log == want_log
+    assert_same_weights(model.get_weights(), want_weights)
+
+
+def test_fit_finite_loader_stops_when_exhausted(tmp_path):
+    """fit with more epochs than a finite loader has stops after the loader's last epoch."""
+    log, _, loader = job.fit(str(tmp_path), epochs=5, loader_options={"num_epochs": 2})
+    assert loader.exhausted
+    assert log == {k: v for k, v in expected_log().items() if k < 2 * loader.batches_per_epoch}
+
+
+def test_fit_user_checkpoint_manager_is_used(tmp_path):
+    """With the user's CheckpointManager the callback saves through it and restores from it."""
+    loader = job.make_loader()
+    model = job.make_model({})
+    model.optimizer.build(model.trainable_variables)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, loader=loader)
+    manager = tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=None)
+    callback = resumeloader.keras.ResumeCallback(loader, manager, save_every=3)
+    model.fit(resumeloader.keras.epoch_dataset(loader), epochs=1, verbose=0, callbacks=[callback])
+    # 7 batches: saves after 3 and 6, at the epoch end.
+    assert len(manager.checkpoints) == 3
+    fresh = job.make_loader()
+    tf.train.Checkpoint(loader=fresh).read(manager.checkpoints[0]).expect_partial()
+    assert fresh.position == 3 * 6
+
+
+def test_resume_callback_manager_without_loader_raises(tmp_path):
+    """A CheckpointManager that does not track the loader is refused at construction."""
+    loader = job.make_loader()
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(), str(tmp_path), max_to_keep=1)
+    with pytest.raises(ValueError, match="does not track the loader") as info:
+        resumeloader.keras.ResumeCallback(loader, manager)
+    assert "loader=ResumableLoader(" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"checkpoint": 3}, TypeError, "checkpoint=3"),
+        ({"save_every": 0}, ValueError, "save_every"),
+        ({"loader": "data"}, TypeError, "loader='data'"),
+    ],
+    ids=["bad-checkpoint", "zero-save-every", "not-a-loader"],
+)
+def test_resume_callback_invalid_arguments_raise(tmp_path, kwargs, error, match):
+    """Invalid constructor arguments raise errors naming the argument and value."""
+    arguments = {"loader": job.make_loader(), "checkpoint": str(tmp_path), **kwargs}
+    with pytest.raises(error) as info:
+        resumeloader.keras.ResumeCallback(**arguments)
+    assert match in str(info.value)
+
+
+def test_fit_steps_per_epoch_not_an_epoch_raises(tmp_path):
+    """steps_per_epoch other than the loader's batches per epoch is refused before training."""
+    loader = job.make_loader()
+    model = job.make_model({})
+    callback = resumeloader.keras.ResumeCallback(loader, str(tmp_path))
+    with pytest.raises(ValueError, match="steps_per_epoch=5") as info:
+        model.fit(loader.dataset(), steps_per_epoch=5, epochs=1, verbose=0, callbacks=[callback])
+    assert "loader.batches_per_epoch=7" in str(info.value)
+    assert loader.position == 0
+
+
+def test_fit_initial_epoch_not_the_loader_epoch_raises(tmp_path):
+    """An initial_epoch that is not the loader's epoch is refused before any step."""
+    loader = job.make_loader()
+    model = job.make_model({})
+    callback = resumeloader.keras.ResumeCallback(loader, str(tmp_path))
+    with pytest.raises(ValueError, match="Keras epoch 2 does not match the loader's epoch 0"):
+        model.fit(resumeloader.keras.epoch_dataset(loader), initial_epoch=2, epochs=3,
+                  verbose=0, callbacks=[callback])
+    assert int(model.optimizer.iterations.numpy()) == 0
+
+
+def test_epoch_dataset_not_a_loader_raises():
+    """epoch_dataset refuses anything but a ResumableLoader."""
+    with pytest.raises(TypeError, match="loader=") as info:
+        resumeloader.keras.epoch_dataset([1, 2])
+    assert "[1, 2]" in str(info.value)
+
+
+@pytest.mark.slow
+def test_fit_killed_by_sigkill_resumes_same_batches_and_weights(tmp_path, tmp_path_factory):
+    """A fit SIGKILLed mid-epoch in a subprocess and restarted equals the uninterrupted fit."""
+    want_log, want_weights = reference(tmp_path_factory, "epoch-dataset")
+    script = Path(job.__file__)
+    root = script.parent.parent
+    ckpt, output = tmp_path / "ckpt", tmp_path / "result.json"
+    command = [sys.executable, str(script), str(ckpt), str(output), str(EPOCHS)]
+    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    killed = subprocess.run([*command, "10"], cwd=root, env=env, capture_output=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    assert not output.exists()
+    resumed = subprocess.run(command, cwd=root, env=env, capture_output=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
+    result = json.loads(output.read_text())
+    log = {int(k): v for k, v in result["log"].items()}
+    first = min(log)
+    assert first == 9  # saves at steps 2, 4, 6, 7 (epoch end), 9: killed at 10, mid-epoch 1
+    assert log == {k: v for k, v in want_log.items() if k >= first}
+    assert_same_weights([np.asarray(w, np.float32) for w in result["weights"]], want_weights)
