@@ -21,9 +21,11 @@ from resumeloader._source import RandomAccessSource
 from resumeloader._version import __version__
 from resumeloader.errors import (
     ElasticResumeError,
+    HarnessError,
     RecordError,
     RecordSpecError,
     ResumeLoaderError,
+    ResumeMismatchError,
     StateError,
     StateMismatchError,
     WorkerError,
@@ -41,12 +43,14 @@ _LAZY = {
 __all__ = [
     "AUTOTUNE",
     "ElasticResumeError",
+    "HarnessError",
     "IndexSampler",
     "RandomAccessSource",
     "RecordError",
     "RecordSpecError",
     "ResumableLoader",
     "ResumeLoaderError",
+    "ResumeMismatchError",
     "StateError",
     "StateMismatchError",
     "WorkerError",

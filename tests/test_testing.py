@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -192,3 +195,17 @@ def test_trace_events_are_json_lines(tmp_path):
     recorder.close()
     (line,) = (tmp_path / "t.jsonl").read_text().splitlines()
     assert json.loads(line) == {"event": "start", "pid": os.getpid(), "step": 3}
+
+
+def test_testing_modules_do_not_import_pytest():
+    """resumeloader.testing and the modules it uses never import pytest (users' code may not)."""
+    for name in ["testing", "_harness", "_report", "_trace"]:
+        module = importlib.import_module(f"resumeloader.{name}")
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported.add((node.module or "").split(".")[0])
+        assert "pytest" not in imported, name
