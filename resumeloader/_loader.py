@@ -244,6 +244,10 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 input pipeline's per-replica batches (`batch_size` is the global batch
                 of a step). The records of each step, across all replicas, are those
                 of the single-process batch; advance by one batch per step.
+
+        The generator reads the position when the first batch is produced: in a
+        ``tf.function`` that also calls `advance`, make the advance depend on the
+        batch (``tf.control_dependencies``), or the two may race on the first step.
         """
         generate, spec = self._generate, self.element_spec
         if input_context is not None:

@@ -4,7 +4,15 @@ records of the single-process batch, across checkpoints and restores into fresh 
 from __future__ import annotations
 
 import collections
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
+import _mwms_worker
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -92,6 +100,31 @@ def test_dataset_mirrored_strategy_restore_into_fresh_loader_continues_exactly(
     assert first + distributed_steps(strategy, fresh) == reference_steps()
 
 
+def test_dataset_mirrored_strategy_advance_in_replica_fn_steps_equal_single_process(strategy):
+    """Advancing inside strategy.run of a tf.function step, after the batch, keeps exact steps."""
+    with strategy.scope():
+        loader = make_loader()
+    iterator = iter(
+        strategy.distribute_datasets_from_function(lambda ctx: loader.dataset(input_context=ctx))
+    )
+
+    def replica_fn(data, meta):
+        # The generator reads the position when it starts: advance after the batch exists.
+        with tf.control_dependencies([meta["index"]]):
+            loader.advance()
+        return meta["index"]
+
+    @tf.function
+    def train_step():
+        return strategy.run(replica_fn, args=next(iterator))
+
+    steps = []
+    while not loader.exhausted:
+        parts = strategy.experimental_local_results(train_step())
+        steps.append(sorted(np.concatenate([p.numpy() for p in parts]).tolist()))
+    assert steps == reference_steps()
+
+
 @pytest.mark.parametrize("in_scope", [True, False], ids=["created-in-scope", "created-outside"])
 @pytest.mark.parametrize("traced", [True, False], ids=["tf-function", "eager"])
 def test_advance_in_replica_context_advances_one_global_step(strategy, in_scope, traced):
@@ -174,3 +207,74 @@ def test_dataset_input_context_position_not_divisible_by_pipelines_raises():
     with pytest.raises(resumeloader.ElasticResumeError, match="offset=6") as info:
         loader.dataset(input_context=tf.distribute.InputContext(4, 0, 4))
     assert "num_input_pipelines=4" in str(info.value)
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def run_workers(workdir: Path, kill_at: int) -> list[subprocess.CompletedProcess]:
+    """Runs the 2 MultiWorkerMirroredStrategy workers on loopback until they end or die."""
+    script = Path(_mwms_worker.__file__)
+    ports = json.dumps(free_ports(2))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TF_CPP_MIN_LOG_LEVEL": "3",
+           "CUDA_VISIBLE_DEVICES": ""}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(i), ports, str(workdir), str(kill_at)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        for i in range(2)
+    ]
+    results = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return results
+
+
+@pytest.mark.slow
+def test_dataset_multi_worker_killed_and_restarted_steps_equal_single_process(tmp_path):
+    """2 MWMS worker processes, SIGKILLed mid-epoch and restarted, see the single-process steps."""
+    kill_at = 9  # checkpoints after steps 3 and 7: steps 8 and 9 are run twice
+    killed = run_workers(tmp_path, kill_at)
+    for proc in killed:
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-3000:]
+    resumed = run_workers(tmp_path, -1)
+    for proc in resumed:
+        assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+
+    reference = make_loader_like_worker()
+    want = [sorted(meta["index"].numpy().tolist()) for _, meta in reference]
+    steps: dict[int, list[int]] = collections.defaultdict(list)
+    first_resumed_step = []
+    for index in range(2):
+        lines = [json.loads(line) for line in (tmp_path / f"log-{index}.jsonl").open()]
+        last_run = [line for line in lines if line["pid"] == lines[-1]["pid"]]
+        first_resumed_step.append(last_run[0]["step"])
+        latest = {line["step"]: line["records"] for line in lines}  # later runs overwrite
+        for step, records in latest.items():
+            steps[step].extend(records)
+    assert first_resumed_step == [8, 8]
+    assert [sorted(steps[t]) for t in range(len(steps))] == want
+    for index in range(2):
+        result = json.loads((tmp_path / f"result-{index}.json").read_text())
+        assert result["state"] == reference.get_state()
+        assert result["weight"] == -float(sum(sum(batch) for batch in want))
+
+
+def make_loader_like_worker() -> resumeloader.ResumableLoader:
+    loader = _mwms_worker.make_loader()
+    assert loader.position == 0
+    return loader
