@@ -91,34 +91,37 @@ def naive_pipeline(index_iterator):
     (
         "md",
         """\
-Train for `CRASH_AFTER` batches, save the checkpoint, and let the process die:""",
+A job that trains for `CRASH_AFTER` batches, saves the checkpoint and dies; then the
+restarted job: a fresh index iterator restored from the checkpoint, the same pipeline on
+top of it, trained to the end of the epoch:""",
     ),
     (
         "code",
         """\
-index_iterator = iter(index_dataset())
-checkpoint = tf.train.Checkpoint(index_iterator=index_iterator)
-naive_before = []
-batches = iter(naive_pipeline(index_iterator))
-for _ in range(CRASH_AFTER):
-    naive_before.append(next(batches).numpy().tolist())  # a training step consumes it ...
-    time.sleep(STEP_SECONDS)  # ... and takes a while
-naive_path = checkpoint.save(os.path.join(WORKDIR, "naive", "ckpt"))
-del batches  # the crash""",
+def naive_job():
+    index_iterator = iter(index_dataset())
+    checkpoint = tf.train.Checkpoint(index_iterator=index_iterator)
+    before, batches = [], iter(naive_pipeline(index_iterator))
+    for _ in range(CRASH_AFTER):
+        before.append(next(batches).numpy().tolist())  # a training step consumes it ...
+        time.sleep(STEP_SECONDS)  # ... and takes a while
+    path = checkpoint.save(os.path.join(WORKDIR, "naive", "ckpt"))
+    del batches  # the crash
+
+    restored_iterator = iter(index_dataset())  # the restarted job
+    tf.train.Checkpoint(index_iterator=restored_iterator).restore(path)
+    after = [b.numpy().tolist() for b in naive_pipeline(restored_iterator)]
+    return before, after""",
     ),
     (
         "md",
         """\
-Restart: a fresh index iterator restored from the checkpoint, the same pipeline on top
-of it, trained to the end of the epoch. Compare with the order of an uninterrupted run:""",
+Run it, and compare with the order of an uninterrupted run:""",
     ),
     (
         "code",
         """\
-restored_iterator = iter(index_dataset())
-tf.train.Checkpoint(index_iterator=restored_iterator).restore(naive_path)
-naive_after = [b.numpy().tolist() for b in naive_pipeline(restored_iterator)]
-
+naive_before, naive_after = naive_job()
 uninterrupted = [int(i) for i in index_dataset()]
 naive_stream = [i for batch in naive_before + naive_after for i in batch]
 lost = [i for i in uninterrupted if i not in naive_stream]
@@ -129,8 +132,7 @@ print(f"naive pipeline: {len(lost)} of {NUM_RECORDS} records lost at the restore
     (
         "md",
         """\
-No error, no warning: the restored run simply never trains on those records (and in a
-multi-epoch job, every restore loses a different few).
+No error, no warning: the restored run simply never trains on those records.
 
 ## 2. Why: the producer's position is not the consumer's
 
@@ -165,7 +167,7 @@ for name, value in rows:
 How much is read ahead depends on thread timing, so the loss varies from run to run.
 `tf.config.experimental.enable_op_determinism()` hides it by running this pipeline
 with no read-ahead at all (and it cannot be turned off again), which is why this
-notebook enables it only in part 4.
+notebook enables it only in part 4, where you can see that.
 
 ## 3. The same job with resumeloader
 
@@ -281,6 +283,21 @@ def make_model():
     model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=False,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model""",
+    ),
+    (
+        "md",
+        """\
+Op determinism also hides the loss of part 1 — by taking away the read-ahead: with it
+on, tf.data runs the same naive job without reading a record before it is consumed:""",
+    ),
+    (
+        "code",
+        """\
+before, after = naive_job()
+stream = [i for batch in before + after for i in batch]
+lost_deterministic = [i for i in uninterrupted if i not in stream]
+print(f"naive pipeline with op determinism: {len(lost_deterministic)} of {NUM_RECORDS} "
+      "records lost")""",
     ),
     (
         "md",

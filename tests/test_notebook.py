@@ -90,6 +90,12 @@ def test_notebook_naive_pipeline_loses_records(stdout: str) -> None:
     assert lost > 0
 
 
+def test_notebook_naive_pipeline_with_op_determinism_loses_nothing(stdout: str) -> None:
+    """With op determinism on, the same naive job loses nothing, as the notebook says."""
+    lost = int(_number(r"naive pipeline with op determinism: (\d+) of 64 records lost", stdout))
+    assert lost == 0
+
+
 def test_notebook_resumeloader_stream_identical(stdout: str) -> None:
     """The restored resumeloader stream equals the uninterrupted one, ids and augmentation."""
     summary = _number(r"resumeloader: (\d+ records before .*)", stdout)
