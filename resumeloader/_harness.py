@@ -40,6 +40,7 @@ class _Process:
     log_path: Path
     pause_at: str | None
     deadline: float
+    wait_for_pause: bool = True
     trace: _trace.Trace = dataclasses.field(default_factory=_trace.Trace)
     killed: bool = False
     _offset: int = 0
@@ -68,6 +69,16 @@ class _Process:
         lines = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(lines[-num_lines:])
 
+    def kill_when(self, event: dict[str, Any]) -> bool:
+        """True when `event` shows the process reached its kill point."""
+        if self.pause_at is None:
+            return False
+        if self.wait_for_pause:
+            return event.get("event") == "pause" and event.get("point") == self.pause_at
+        return event.get("event") == "step" and event["step"] >= _trace.parse_point(
+            self.pause_at
+        )[1]
+
     def outcome(self) -> _report.RunOutcome:
         """What this process did, for the report."""
         crashed = not self.killed and self.popen.returncode != 0
@@ -95,6 +106,7 @@ def _spawn(
     env: Mapping[str, str] | None,
     pause_at: str | None,
     timeout: float,
+    pause: bool,
 ) -> _Process:
     trace_path = workdir / f"{name}.trace.jsonl"
     log_path = workdir / f"{name}.log"
@@ -102,13 +114,19 @@ def _spawn(
     full_env[_trace.ENV_TRACE] = str(trace_path)
     full_env[_trace.ENV_CKPT_DIR] = str(ckpt_dir)
     full_env.pop(_trace.ENV_PAUSE_AT, None)
-    if pause_at is not None:
+    if pause_at is not None and pause:
         full_env[_trace.ENV_PAUSE_AT] = pause_at
     args = [a.replace("{ckpt_dir}", str(ckpt_dir)).replace("{trace}", str(trace_path))
             for a in command]
     with open(log_path, "wb") as log:
-        popen = subprocess.Popen(args, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-    return _Process(name, popen, trace_path, log_path, pause_at, time.monotonic() + timeout)
+        try:
+            popen = subprocess.Popen(args, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+        except OSError as err:
+            msg = f"Cannot start the training command {args!r}: {err}"
+            raise errors.HarnessError(msg) from err
+    return _Process(
+        name, popen, trace_path, log_path, pause_at, time.monotonic() + timeout, pause
+    )
 
 
 def _watch(
@@ -123,7 +141,7 @@ def _watch(
             if proc.killed or proc.popen.returncode is not None:
                 continue
             for event in proc.poll_events():
-                if event.get("event") == "pause" and event.get("point") == proc.pause_at:
+                if not proc.killed and proc.kill_when(event):
                     proc.kill()
                 if on_event is not None:  # after the kill: a pause event means it is dead
                     on_event(proc.name, event)
@@ -163,6 +181,7 @@ def kill_and_restart(
     workdir: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = 600.0,
+    pause: bool = True,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> _report.ResumeReport:
     """Runs `command` uninterrupted and killed-and-restarted, and compares the two.
@@ -187,6 +206,11 @@ def kill_and_restart(
             directory, which is kept, when None.
         env: extra environment variables for the command.
         timeout: seconds each process may run.
+        pause: True (exact): the recorder stops the process at its kill point and it
+            is killed there. False: the process runs on and is killed as soon as the
+            harness sees the trace reach the point's step (only ``step:k`` is
+            meaningful; the kill lands a little later, wherever the process is, e.g.
+            inside a save).
         on_event: called with (process name, trace event) as events arrive, e.g. for
             progress; for a ``pause`` event the process has been killed already.
             Process names are ``reference`` and ``attempt-0``, ``attempt-1``, ...
@@ -199,12 +223,23 @@ def kill_and_restart(
     Raises:
         HarnessError: a process exceeded `timeout`.
     """
+    if kill_points is not None:
+        _normalise_points(kill_points)  # fail before anything is created
+    if kills < 0:
+        msg = f"`kills` must be >= 0. Received: kills={kills!r}."
+        raise ValueError(msg)
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="resume-"))
     work.mkdir(parents=True, exist_ok=True)
+    if any(work.iterdir()):
+        msg = (
+            f"The harness needs an empty work directory: checkpoints or traces left in it "
+            f"would be resumed from. Received: workdir={os.fspath(work)!r} (not empty)."
+        )
+        raise ValueError(msg)
 
     def start(name: str, ckpt_dir: str, pause_at: str | None) -> _Process:
         return _spawn(command, name=name, workdir=work, ckpt_dir=work / ckpt_dir, env=env,
-                      pause_at=pause_at, timeout=timeout)
+                      pause_at=pause_at, timeout=timeout, pause=pause)
 
     procs: list[_Process] = []
     if kill_points is None:

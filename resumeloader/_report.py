@@ -139,7 +139,7 @@ def _stitch(
     kills: list[Kill] = []
     for i, run in enumerate(attempts):
         trace = run.trace
-        start = trace.start
+        start = trace.start if trace.start is not None else min(trace.steps, default=None)
         if i > 0:
             prev = attempts[i - 1]
             kills.append(Kill(str(prev.pause_at), prev.trace.last_step, committed, start))

@@ -143,9 +143,14 @@ class TraceRecorder:
         """
         import tensorflow as tf
 
-        return tf.train.CheckpointOptions(experimental_write_callbacks=[self._on_write])
+        return tf.train.CheckpointOptions(experimental_write_callbacks=[self.save_point])
 
-    def _on_write(self) -> None:
+    def save_point(self) -> None:
+        """The ``save:k`` pause point, for checkpointing code other than a CheckpointManager.
+
+        Call it inside your save, after the checkpoint's files are written and before
+        they are made the current checkpoint; k is the number of steps recorded.
+        """
         self._maybe_pause("save", self._steps_done)
 
     def finish(self, *, weights: Any = None, loss: float | None = None) -> None:

@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="POINT",
         help="kill at step:N, commit:N or save:N instead (repeatable)",
     )
+    verify.add_argument(
+        "--no-pause",
+        action="store_true",
+        help="do not stop the job at its kill point: SIGKILL it as soon as the trace "
+        "reaches the step, wherever it is by then",
+    )
     verify.add_argument("--seed", type=int, default=None, help="seeds the random kill steps")
     verify.add_argument("--workdir", help="keep checkpoints, traces and logs here")
     verify.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
@@ -116,6 +122,7 @@ def _verify(args: argparse.Namespace, out: Console, err: Console) -> int:
         seed=args.seed,
         workdir=args.workdir,
         timeout=args.timeout,
+        pause=not args.no_pause,
     )
     _print_report(report, out)
     return 0 if report.identical else 1

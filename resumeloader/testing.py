@@ -10,8 +10,8 @@
   steps with a `TraceRecorder`; the contract is in the README section "Proving it
   on your own job" and in `TraceRecorder`.
 
-Nothing here imports pytest; failures raise `ResumeMismatchError`, an
-`AssertionError`.
+Nothing here imports pytest, and TensorFlow only once `assert_resumes_identically`
+runs; failures raise `ResumeMismatchError`, an `AssertionError`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,15 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
+import optree
 
-from resumeloader import _harness, _loader, _report, _trace, errors
+from resumeloader import _harness, _report, _trace, errors
+
+if TYPE_CHECKING:
+    from resumeloader import _loader
 
 __all__ = [
     "ResumeMismatchError",
@@ -67,7 +71,7 @@ def _stream(loader: _loader.ResumableLoader, limit: int) -> Iterator[_Item]:
             ids = np.asarray(meta["index"]).tolist()
         else:
             data = batch
-            size = len(tf.nest.flatten(data)[0])
+            size = len(optree.tree_leaves(data, none_is_leaf=True)[0])
             ids = loader.sampler.epoch_indices(epoch, offset, offset + size).tolist()
         yield ids, _trace.digest(data)
 
@@ -125,6 +129,8 @@ def assert_resumes_identically(
         ...     num_steps=4,
         ... )
     """
+    import tensorflow as tf
+
     if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 1:
         msg = f"`num_steps` must be an integer >= 1. Received: num_steps={num_steps!r}."
         raise ValueError(msg)

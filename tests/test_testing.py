@@ -6,6 +6,7 @@ import ast
 import importlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -209,3 +210,90 @@ def test_testing_modules_do_not_import_pytest():
             elif isinstance(node, ast.ImportFrom):
                 imported.add((node.module or "").split(".")[0])
         assert "pytest" not in imported, name
+
+
+COUNTER = [sys.executable, str(Path(__file__).parent / "scripts" / "train_counter.py")]
+
+
+def test_kill_and_restart_exact_points_counter_job_identical(tmp_path):
+    """Kills right after a step, after a commit and inside a save all resume exactly."""
+    report = testing.kill_and_restart(
+        COUNTER, kill_points=["step:5", "commit:12", "save:16"], workdir=tmp_path
+    )
+    assert report.identical, str(report)
+    assert [(k.last_commit, k.resumed_at) for k in report.kills] == [(4, 4), (12, 12), (12, 12)]
+    assert report.steps_rerun == 2 + 0 + 4
+    assert report.weights_identical is True
+
+
+def test_kill_and_restart_async_kills_land_after_their_step(tmp_path):
+    """Without pausing, each kill lands at or after its step while the job runs on."""
+    report = testing.kill_and_restart(
+        [*COUNTER, "--sleep", "0.02"], kill_points=[5, 13], workdir=tmp_path, pause=False
+    )
+    assert report.identical, str(report)
+    assert [k.last_step >= step for k, step in zip(report.kills, [5, 13], strict=True)] == [
+        True,
+        True,
+    ]
+
+
+def test_kill_and_restart_random_kills_seeded(tmp_path):
+    """Random kill points are drawn from the reference's steps, reproducibly for a seed."""
+    report = testing.kill_and_restart(COUNTER, kills=2, seed=4, workdir=tmp_path / "a")
+    again = testing.kill_and_restart(COUNTER, kills=2, seed=4, workdir=tmp_path / "b")
+    assert report.identical, str(report)
+    assert len(report.kills) == 2
+    assert [k.point for k in report.kills] == [k.point for k in again.kills]
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("crash", "attempt-1 exited with code 3"),
+        ("lose", "resumed at step 0 although step 8 was committed"),
+    ],
+    ids=["crash", "lost-checkpoint"],
+)
+def test_kill_and_restart_broken_job_reports_problem(tmp_path, mode, expected):
+    """A crash or a restart that ignores its checkpoint fails the check and is named."""
+    report = testing.kill_and_restart(
+        [*COUNTER, "--mode", mode, "--at", "10"], kill_points=["step:10"], workdir=tmp_path
+    )
+    assert not report.identical
+    assert any(expected in problem for problem in report.problems), report.problems
+
+
+def test_kill_and_restart_data_ahead_of_checkpoint_reports_lost_records(tmp_path):
+    """A restart whose data runs one batch ahead loses that batch's records."""
+    report = testing.kill_and_restart(
+        [*COUNTER, "--mode", "skip"], kill_points=["step:10"], workdir=tmp_path
+    )
+    assert not report.identical
+    assert (report.records_lost, report.records_duplicated) == (4, 4)
+    assert report.first_difference.startswith("step 8: expected records [32, 33, 34, 35]")
+    assert "DIFFERENT" in str(report)
+
+
+def test_kill_and_restart_nonempty_workdir_raises(tmp_path):
+    """A work directory with leftovers is refused: they would be resumed from."""
+    (tmp_path / "old").mkdir()
+    with pytest.raises(ValueError) as info:
+        testing.kill_and_restart(COUNTER, kill_points=[3], workdir=tmp_path)
+    assert "(not empty)" in str(info.value)
+
+
+def test_kill_and_restart_missing_command_raises(tmp_path):
+    """A command that cannot start raises HarnessError naming it."""
+    with pytest.raises(resumeloader.HarnessError) as info:
+        testing.kill_and_restart([str(tmp_path / "nope")], kill_points=[3], workdir=tmp_path)
+    assert "Cannot start the training command" in str(info.value)
+
+
+def test_kill_and_restart_timeout_raises(tmp_path):
+    """A process running past the timeout is killed and reported with its output."""
+    with pytest.raises(resumeloader.HarnessError) as info:
+        testing.kill_and_restart(
+            [*COUNTER, "--sleep", "0.5"], kill_points=[20], workdir=tmp_path, timeout=1.0
+        )
+    assert "did not finish within the timeout" in str(info.value)
