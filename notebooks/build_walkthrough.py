@@ -91,9 +91,25 @@ def naive_pipeline(index_iterator):
     (
         "md",
         """\
-A job that trains for `CRASH_AFTER` batches, saves the checkpoint and dies; then the
-restarted job: a fresh index iterator restored from the checkpoint, the same pipeline on
-top of it, trained to the end of the epoch:""",
+Checkpointing the iterator of the whole pipeline instead fails:""",
+    ),
+    (
+        "code",
+        """\
+whole_pipeline = iter(naive_pipeline(iter(index_dataset())))
+try:
+    tf.train.Checkpoint(iterator=whole_pipeline).save(os.path.join(WORKDIR, "whole", "ckpt"))
+except tf.errors.OpError as err:
+    print(f"checkpointing the whole pipeline: {type(err).__name__}: "
+          f"{err.message.split('}} ')[-1].split(' [Op')[0]}")
+del whole_pipeline""",
+    ),
+    (
+        "md",
+        """\
+So only the order is checkpointed. A job that trains for `CRASH_AFTER` batches, saves
+the checkpoint and dies; then the restarted job: a fresh index iterator restored from
+the checkpoint, the same pipeline on top of it, trained to the end of the epoch:""",
     ),
     (
         "code",
@@ -259,7 +275,7 @@ print(f"resumeloader: identical to the uninterrupted run (ids and augmentation):
 ## 4. Keras: interrupted mid-epoch, resumed with identical weights
 
 For bit-identical weights, the whole computation must be deterministic: enable op
-determinism and seed Keras (this is the only cell that changes TensorFlow globally).""",
+determinism (once; it cannot be turned off) and seed Keras before building each model.""",
     ),
     (
         "code",

@@ -84,6 +84,12 @@ def test_notebook_every_code_cell_executed(executed: Any) -> None:
     assert errors == []
 
 
+def test_notebook_whole_pipeline_checkpoint_fails(stdout: str) -> None:
+    """Checkpointing the iterator of the whole from_generator pipeline raises a TF error."""
+    error = _number(r"checkpointing the whole pipeline: (\w+):", stdout)
+    assert error == "FailedPreconditionError"
+
+
 def test_notebook_naive_pipeline_loses_records(stdout: str) -> None:
     """The split tf.data pipeline, interrupted and restored, loses at least one record."""
     lost = int(_number(r"naive pipeline: (\d+) of 64 records lost", stdout))
