@@ -92,7 +92,9 @@ class _Process:
         )
 
     def kill(self) -> None:
-        os.kill(self.popen.pid, signal.SIGKILL)
+        # The whole process group: a wrapper script's children die with it, as on preemption.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
         self.popen.wait()
         self.killed = True
 
@@ -116,11 +118,14 @@ def _spawn(
     full_env.pop(_trace.ENV_PAUSE_AT, None)
     if pause_at is not None and pause:
         full_env[_trace.ENV_PAUSE_AT] = pause_at
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
     args = [a.replace("{ckpt_dir}", str(ckpt_dir)).replace("{trace}", str(trace_path))
             for a in command]
     with open(log_path, "wb") as log:
         try:
-            popen = subprocess.Popen(args, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+            popen = subprocess.Popen(
+                args, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         except OSError as err:
             msg = f"Cannot start the training command {args!r}: {err}"
             raise errors.HarnessError(msg) from err
@@ -135,31 +140,41 @@ def _watch(
     *,
     until: _Process | None = None,
 ) -> None:
-    """Polls `procs` until `until` (or every one) ended, killing each at its kill point."""
-    while True:
+    """Polls `procs` until `until` (or every one) ended, killing each at its kill point.
+
+    On any error (a timeout, an exception in `on_event`, Ctrl-C) every process still
+    running is killed: they run in their own sessions and would outlive the harness.
+    """
+    try:
+        while True:
+            for proc in procs:
+                _poll(proc, on_event)
+            waited = [until] if until is not None else procs
+            if all(p.killed or p.popen.returncode is not None for p in waited):
+                return
+            time.sleep(_POLL_SECONDS)
+    except BaseException:
         for proc in procs:
-            if proc.killed or proc.popen.returncode is not None:
-                continue
-            for event in proc.poll_events():
-                if not proc.killed and proc.kill_when(event):
-                    proc.kill()
-                if on_event is not None:  # after the kill: a pause event means it is dead
-                    on_event(proc.name, event)
-            if not proc.killed and proc.popen.poll() is not None:
-                proc.poll_events()
-            elif not proc.killed and time.monotonic() > proc.deadline:
-                for other in procs:
-                    if other.popen.poll() is None:
-                        other.kill()
-                msg = (
-                    f"The training command ({proc.name}) did not finish within the timeout. "
-                    f"Last lines of its output ({proc.log_path}):\n{proc.log_tail()}"
-                )
-                raise errors.HarnessError(msg)
-        waited = [until] if until is not None else procs
-        if all(p.killed or p.popen.returncode is not None for p in waited):
-            return
-        time.sleep(_POLL_SECONDS)
+            if proc.popen.poll() is None:
+                proc.kill()
+        raise
+
+
+def _poll(proc: _Process, on_event: Callable[[str, dict[str, Any]], None] | None) -> None:
+    if proc.killed or proc.popen.returncode is not None:
+        return
+    exited = proc.popen.poll() is not None  # before reading: the read then gets every event
+    for event in proc.poll_events():
+        if not proc.killed and not exited and proc.kill_when(event):
+            proc.kill()
+        if on_event is not None:  # after the kill: a pause event means it is dead
+            on_event(proc.name, event)
+    if not (proc.killed or exited) and time.monotonic() > proc.deadline:
+        msg = (
+            f"The training command ({proc.name}) did not finish within the timeout. "
+            f"Last lines of its output ({proc.log_path}):\n{proc.log_tail()}"
+        )
+        raise errors.HarnessError(msg)
 
 
 def _normalise_points(kill_points: Sequence[str | int]) -> list[str]:

@@ -297,3 +297,14 @@ def test_kill_and_restart_timeout_raises(tmp_path):
             [*COUNTER, "--sleep", "0.5"], kill_points=[20], workdir=tmp_path, timeout=1.0
         )
     assert "did not finish within the timeout" in str(info.value)
+
+
+def test_kill_and_restart_wrapper_script_child_is_killed_too(tmp_path):
+    """SIGKILL reaches the whole process group: a wrapper's child does not outlive the kill."""
+    wrapped = ["sh", "-c", " ".join(COUNTER) + "; exit $?"]
+    report = testing.kill_and_restart(wrapped, kill_points=[5], workdir=tmp_path)
+    assert report.identical, str(report)
+    (start, *_) = (tmp_path / "attempt-0.trace.jsonl").read_text().splitlines()
+    stat = Path(f"/proc/{json.loads(start)['pid']}/stat")
+    # Gone, or a zombie waiting for a reaper (the killed wrapper was its parent).
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
