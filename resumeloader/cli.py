@@ -28,6 +28,18 @@ from resumeloader import _harness, _report, _version, errors
 
 __all__ = ["main"]
 
+_CONTRACT = """\
+the contract your training script follows (README: "Proving it on your own job"):
+  recorder = resumeloader.testing.TraceRecorder.from_env()   # no-op outside verify
+  restore the newest checkpoint of $RESUMELOADER_CKPT_DIR (or {ckpt_dir} in CMD)
+  recorder.start(steps_done)                     # once, after restoring
+  recorder.step(step, batch, records=ids)        # after every training step
+  manager.save(..., options=recorder.checkpoint_options())
+  recorder.commit(steps_done)                    # after every save returned
+  recorder.finish(weights=model.weights, loss=loss)
+environment set for each process: RESUMELOADER_TRACE, RESUMELOADER_CKPT_DIR,
+RESUMELOADER_PAUSE_AT (kill point), TF_CPP_MIN_LOG_LEVEL=2 unless set.
+"""
 _DEMO_RECORDS = 512
 _DEMO_BATCH = 32
 
@@ -45,7 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--workdir", help="keep checkpoints, traces and logs here")
     inspect = sub.add_parser("inspect", help="print the loader state stored in a checkpoint")
     inspect.add_argument("checkpoint", help="a checkpoint directory or prefix")
-    verify = sub.add_parser("verify", help="kill and restart YOUR training command, compare")
+    verify = sub.add_parser(
+        "verify",
+        help="kill and restart YOUR training command, compare",
+        description="Runs the command uninterrupted and SIGKILLed-and-restarted; exits 0 "
+        "only when the resumed run trained on identical batches (1: different, 2: error).",
+        epilog=_CONTRACT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     verify.add_argument("--kills", type=int, default=3, help="SIGKILLs at random steps (3)")
     verify.add_argument(
         "--kill-at",
