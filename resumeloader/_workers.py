@@ -53,7 +53,7 @@ class Task:
 
 class _NullWriter:
     def write(self, data: bytes) -> int:
-        return len(data)
+        return memoryview(data).nbytes
 
 
 def _check_picklable(name: str, value: Any) -> None:

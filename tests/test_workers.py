@@ -97,6 +97,15 @@ def test_restore_with_other_workers_continues_exactly(reference, before, after):
         np.testing.assert_array_equal(got, want)
 
 
+def test_process_workers_large_array_source_streams_exactly():
+    """A source too large for one pickle frame reaches process workers intact."""
+    source = np.random.default_rng(0).random((12, 8192), dtype=np.float32)  # 384 KiB
+    stream = _drain(_loader(1, "process", source=source, map_fn=None, num_epochs=1))
+    serial = _drain(_loader(0, source=source, map_fn=None, num_epochs=1))
+    for got, want in zip(stream, serial, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_process_worker_does_not_import_tensorflow():
     """Worker processes run the producer without importing TensorFlow."""
     loader = _loader(1, "process", map_fn=fns.tensorflow_imported, num_epochs=1)
