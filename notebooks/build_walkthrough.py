@@ -52,7 +52,8 @@ import tensorflow as tf
 import resumeloader
 
 %matplotlib inline
-WORKDIR = tempfile.mkdtemp(prefix="resume_walkthrough_")  # checkpoints go here
+CHECKPOINTS = tempfile.TemporaryDirectory(prefix="walkthrough_")  # removed at exit
+WORKDIR = CHECKPOINTS.name
 NUM_RECORDS, BATCH_SIZE, SEED = 64, 4, 7
 CRASH_AFTER = 5      # batches trained before the last checkpoint, then the process dies
 STEP_SECONDS = 0.02  # how long a training step takes; the input pipeline works meanwhile""",
