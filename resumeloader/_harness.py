@@ -274,4 +274,6 @@ def kill_and_restart(
         if not attempts[-1].killed:
             break
     _watch(procs, on_event)
-    return _report.build(procs[0].outcome(), [a.outcome() for a in attempts])
+    return _report.build(
+        procs[0].outcome(), [a.outcome() for a in attempts], workdir=os.fspath(work)
+    )

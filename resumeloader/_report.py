@@ -67,6 +67,7 @@ class ResumeReport:
     resumed_weights: str | None
     first_difference: str | None
     problems: tuple[str, ...]
+    workdir: str = ""
 
     @property
     def weights_identical(self) -> bool | None:
@@ -119,6 +120,8 @@ class ResumeReport:
         if self.first_difference:
             lines.append(f"  first difference: {self.first_difference}")
         lines += [f"  problem: {p}" for p in self.problems]
+        if self.workdir:
+            lines.append(f"  traces, logs and checkpoints: {self.workdir}")
         return "\n".join(lines)
 
 
@@ -178,7 +181,7 @@ def _check_run(run: RunOutcome, problems: list[str], *, final: bool) -> None:
         problems.append(f"{run.name} ended without recording the end of training.")
 
 
-def build(reference: RunOutcome, attempts: list[RunOutcome]) -> ResumeReport:
+def build(reference: RunOutcome, attempts: list[RunOutcome], *, workdir: str = "") -> ResumeReport:
     """Stitches the attempts' traces and compares them with the reference's."""
     problems: list[str] = []
     _check_run(reference, problems, final=True)
@@ -223,4 +226,5 @@ def build(reference: RunOutcome, attempts: list[RunOutcome]) -> ResumeReport:
         resumed_weights=res_end.get("weights"),
         first_difference=first,
         problems=tuple(problems),
+        workdir=workdir,
     )

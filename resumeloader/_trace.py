@@ -119,10 +119,12 @@ class TraceRecorder:
         self._write({"event": "start", "pid": os.getpid(), "step": int(step)})
 
     def step(self, step: int, batch: Any, *, records: Any = None) -> None:
-        """Records that step `step` trained on `batch` (record ids `records`, if known).
+        """Records that step `step` (0-based) trained on `batch` with record ids `records`.
 
         Call it after the training step and before any checkpoint save that
-        includes it.
+        includes it. `batch` is any structure of arrays or tensors; only its digest
+        is stored. Without `records` (ids in any array-like) the harness can still
+        compare batch bytes but cannot count lost or duplicated records.
         """
         ids = [] if records is None else np.asarray(records).reshape(-1).tolist()
         self._steps_done = int(step) + 1

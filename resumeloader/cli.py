@@ -166,6 +166,9 @@ def _run(command: list[str], err: Console, *, total: int | None = None, **kwargs
             nonlocal kills
             task = tasks["reference" if name == "reference" else "resumed"]
             kind = event.get("event")
+            if kind == "end" and name == "reference" and total is None:
+                for each in tasks.values():
+                    progress.update(each, total=event["step"])
             if kind == "step":
                 progress.update(task, completed=event["step"] + 1)
             elif kind == "pause":
@@ -199,6 +202,7 @@ def _print_report(report: _report.ResumeReport, out: Console) -> None:
         out.print(f"first difference: {report.first_difference}", soft_wrap=True)
     for problem in report.problems:
         out.print(f"problem: {problem}", soft_wrap=True)
+    out.print(f"traces, logs and checkpoints: {report.workdir}", soft_wrap=True)
     verdict = (
         "[green]IDENTICAL[/]: the resumed run trained on exactly the same batches"
         if report.identical
