@@ -5,7 +5,11 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 
 import _worker_fns as fns
 import numpy as np
@@ -276,3 +280,52 @@ def test_metadata_seed_stateless_tf_augmentation_resumes_exactly():
     for image, index in full:
         epochs_of_record.setdefault(index, set()).add(image)
     assert all(len(images) == 2 for images in epochs_of_record.values())  # seeds vary by epoch
+
+
+_PARENT = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, sys.argv[1])
+    import multiprocessing, numpy as np, _worker_fns as fns, resumeloader
+    if __name__ == "__main__":
+        loader = resumeloader.ResumableLoader(
+            np.zeros((40, 3), np.float32), batch_size=4, seed=0, map_fn=fns.slow,
+            num_workers=2, worker_type="process")
+        batches = iter(loader)
+        next(batches)
+        pids = [p.pid for p in multiprocessing.active_children()]
+        print(" ".join(map(str, pids)), flush=True)
+        sys.stdin.read()  # wait to be killed
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+@pytest.mark.slow
+def test_parent_killed_workers_exit_and_free_memory():
+    """SIGKILL of the training process: its workers exit and their segments are freed."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, os.path.dirname(__file__)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    workers = [int(pid) for pid in parent.stdout.readline().split()]
+    prefix = f"rl{parent.pid}_"
+    assert len(workers) == 2
+    assert any(name.startswith(prefix) for name in os.listdir("/dev/shm"))
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30  # a bound on waiting, not a performance assertion
+    while time.monotonic() < deadline and (
+        any(map(_alive, workers)) or any(n.startswith(prefix) for n in os.listdir("/dev/shm"))
+    ):
+        time.sleep(0.1)
+    assert [pid for pid in workers if _alive(pid)] == []
+    assert [n for n in os.listdir("/dev/shm") if n.startswith(prefix)] == []
