@@ -89,7 +89,7 @@ class ResumeReport:
 
     def rows(self) -> list[tuple[str, str, str]]:
         """(quantity, uninterrupted, killed and resumed) rows of the table."""
-        weights = {True: " (bit-identical)", False: " (DIFFERENT)", None: ""}
+        same = {True: "yes", False: "NO", None: "-"}
         return [
             ("processes", "1", str(self.processes)),
             ("SIGKILLs", "-", str(len(self.kills))),
@@ -100,11 +100,8 @@ class ResumeReport:
             ("batches with other records", "-", str(self.batches_differing)),
             ("batches with other bytes", "-", str(self.digests_differing)),
             ("final loss", _fmt(self.reference_loss), _fmt(self.resumed_loss)),
-            (
-                "final weights digest",
-                self.reference_weights or "-",
-                (self.resumed_weights or "-") + weights[self.weights_identical],
-            ),
+            ("final weights digest", self.reference_weights or "-", self.resumed_weights or "-"),
+            ("final weights bit-identical", "-", same[self.weights_identical]),
         ]
 
     def __str__(self) -> str:

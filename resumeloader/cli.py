@@ -116,7 +116,8 @@ def _demo(args: argparse.Namespace, out: Console, err: Console) -> int:
         f"Training a small Keras CNN on {_DEMO_RECORDS} generated images for {args.epochs} "
         f"epochs ({total} steps, batch {_DEMO_BATCH}, random augmentation in map_fn, "
         f"prefetch, checkpoint every 5 steps), op determinism on.\n"
-        f"Run 1 uninterrupted; run 2 killed with SIGKILL after steps {steps} and resumed."
+        f"Run 1 uninterrupted; run 2 killed with SIGKILL after steps {steps} and resumed.",
+        soft_wrap=True,
     )
     report = _run(command, err, kill_points=steps, total=total, workdir=args.workdir)
     _print_report(report, out)
@@ -203,9 +204,10 @@ def _print_report(report: _report.ResumeReport, out: Console) -> None:
     for problem in report.problems:
         out.print(f"problem: {problem}", soft_wrap=True)
     out.print(f"traces, logs and checkpoints: {report.workdir}", soft_wrap=True)
-    verdict = (
-        "[green]IDENTICAL[/]: the resumed run trained on exactly the same batches"
-        if report.identical
-        else "[red]DIFFERENT[/]: the resumed run did not see the same batches"
-    )
+    if not report.identical:
+        verdict = "[red]DIFFERENT[/]: the resumed run is not the uninterrupted one (see above)"
+    elif report.weights_identical:
+        verdict = "[green]IDENTICAL[/]: same batches, same order, same bytes, same final weights"
+    else:
+        verdict = "[green]IDENTICAL[/]: same batches, same order, same bytes"
     out.print(verdict, markup=True)
