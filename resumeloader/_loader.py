@@ -72,7 +72,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
             the stream does not depend on `num_workers` or `worker_type`.
         worker_type: "thread", or "process" (spawned processes that receive the source
             and ``map_fn`` pickled once and return batches through shared memory; use
-            it for GIL-bound ``map_fn``). A dead worker raises `WorkerError`.
+            it for GIL-bound ``map_fn``). A dead worker raises `WorkerError`. The
+            pool lives for one iteration (process start-up costs about a second), so
+            prefer one long iteration (``num_epochs=None``) to a loop per epoch.
 
     Example:
         >>> import numpy as np

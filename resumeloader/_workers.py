@@ -7,8 +7,10 @@ any number and kind of workers, and restoring with another ``num_workers`` is ex
 
 Process workers (``spawn`` context) receive the source, ``map_fn`` and spec once,
 pickled at start, and return each batch through a shared-memory block that they
-reuse (only small metadata is pickled). This module imports no TensorFlow, so the
-worker processes stay light: keep it that way.
+reuse (only small metadata is pickled). A pool lives as long as one iteration of
+the loader (one generator): it starts with the first batch (for processes, about a
+second) and is shut down when the iteration ends, fails or is garbage collected.
+This module imports no TensorFlow, so the worker processes stay light: keep it so.
 """
 
 from __future__ import annotations
@@ -369,9 +371,13 @@ def _failure(task: Task, worker: int, kind: str, body: dict[str, Any]) -> errors
             body["message"], record_index=index, epoch=task.epoch, position=body["position"]
         )
     else:
-        stage = "setting up" if kind == "setup_error" else "preparing"
+        stage = (
+            "could not rebuild the source and map_fn it was sent, so could not prepare"
+            if kind == "setup_error"
+            else "failed preparing"
+        )
         msg = (
-            f"Worker process {worker} failed {stage} the batch at position {task.position} "
+            f"Worker process {worker} {stage} the batch at position {task.position} "
             f"(epoch {task.epoch}, first record index {first}): {body['type']}: {body['message']}"
         )
         error = errors.WorkerError(

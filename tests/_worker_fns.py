@@ -65,3 +65,19 @@ class CountingSource:
     def read_batch(self, indices: np.ndarray) -> np.ndarray:
         self.batch_calls.append(indices.tolist())
         return self.data[indices]
+
+
+def _rebuild_only_in_parent(data: np.ndarray) -> np.ndarray:
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        msg = "this source cannot be opened in a worker"
+        raise RuntimeError(msg)
+    return data
+
+
+class ParentOnlySource(CountingSource):
+    """Pickles fine, but unpickling it in a worker process raises RuntimeError."""
+
+    def __reduce__(self) -> tuple[object, tuple[np.ndarray]]:
+        return _rebuild_only_in_parent, (self.data,)

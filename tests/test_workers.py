@@ -173,6 +173,16 @@ def test_worker_arguments_invalid_raise(kwargs, error):
     assert "Received:" in str(excinfo.value)
 
 
+def test_source_failing_to_unpickle_in_worker_raises_worker_error():
+    """A source that cannot be rebuilt in the worker is a WorkerError naming the cause."""
+    loader = _loader(1, "process", source=fns.ParentOnlySource(10), map_fn=None)
+    with pytest.raises(WorkerError) as excinfo:
+        _drain(loader)
+    assert "could not rebuild the source and map_fn" in str(excinfo.value)
+    assert "RuntimeError: this source cannot be opened in a worker" in str(excinfo.value)
+    assert isinstance(excinfo.value.__cause__, RuntimeError)
+
+
 def test_worker_killing_itself_raises_worker_error():
     """A worker process that dies mid-batch is a WorkerError naming that batch."""
     loader = _loader(2, "process", map_fn=fns.kill_self_at_index, shuffle=False, num_epochs=1)
