@@ -174,6 +174,11 @@ def _check_run(run: RunOutcome, problems: list[str], *, final: bool) -> None:
         )
     elif run.pause_at is not None and not run.killed:
         problems.append(f"{run.name} never reached its kill point {run.pause_at}.")
+    elif final and run.trace.start is None and not run.trace.steps:
+        problems.append(
+            f"{run.name} wrote no trace: does it record with TraceRecorder.from_env() "
+            "(see the contract in the README, 'Proving it on your own job')?"
+        )
     elif final and run.trace.end is None:
         problems.append(f"{run.name} ended without recording the end of training.")
 

@@ -308,3 +308,10 @@ def test_kill_and_restart_wrapper_script_child_is_killed_too(tmp_path):
     stat = Path(f"/proc/{json.loads(start)['pid']}/stat")
     # Gone, or a zombie waiting for a reaper (the killed wrapper was its parent).
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_kill_and_restart_command_without_recorder_reports_no_trace(tmp_path):
+    """A command that never records is reported as such instead of passing vacuously."""
+    report = testing.kill_and_restart([sys.executable, "-c", "pass"], workdir=tmp_path)
+    assert not report.identical
+    assert "reference wrote no trace" in report.problems[0]
