@@ -236,7 +236,9 @@ def kill_and_restart(
         bytes), reached the same final weights digest, and no process crashed.
 
     Raises:
-        HarnessError: a process exceeded `timeout`.
+        ValueError: malformed kill points, ``kills < 0`` or a non-empty `workdir`.
+        HarnessError: the command cannot be started, or a process exceeded `timeout`
+            (every process still running is killed first).
     """
     if kill_points is not None:
         _normalise_points(kill_points)  # fail before anything is created
