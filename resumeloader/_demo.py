@@ -6,6 +6,14 @@ trains with a custom loop on a `ResumableLoader` (random augmentation in
 ``map_fn``, batch, prefetch), saves every few steps with a `CheckpointManager`,
 and records every step with a `TraceRecorder`. Op determinism is enabled, so two
 runs that see the same batches end with bit-identical weights.
+
+``--pipeline naive`` trains the same model on the common workaround of DESIGN.md
+instead: a checkpointed iterator over a TF index dataset fed through
+``from_generator`` + ``map(py_function)`` + ``batch`` + ``prefetch``, with the
+augmentation drawing from one NumPy generator. It loses records on restore (the
+generator reads ahead of the saved iterator), which ``resumeloader demo --naive``
+and the tests show. It runs without op determinism: with it, tf.data does not read
+ahead and the loss disappears (at a cost to every op).
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["augment", "build_model", "make_data", "train"]
+
+PIPELINES = ("resumeloader", "naive")
 
 IMAGE_SIZE = 12
 NUM_CLASSES = 4
@@ -87,12 +97,55 @@ def build_model() -> tuple[Any, Any, Any]:
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m resumeloader._demo")
     parser.add_argument("--ckpt-dir", default=os.environ.get("RESUMELOADER_CKPT_DIR"))
+    parser.add_argument("--pipeline", choices=PIPELINES, default="resumeloader")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--records", type=int, default=512)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--save-every", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
+
+
+def _resumeloader_pipeline(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(batches of ((x, y), record ids), trackable to checkpoint, after-step hook)."""
+    from resumeloader import _loader
+
+    loader = _loader.ResumableLoader(
+        make_data(args.records, seed=args.seed),
+        batch_size=args.batch_size,
+        seed=args.seed,
+        num_epochs=args.epochs,
+        map_fn=augment,
+        with_metadata=True,
+    )
+    batches = (((x, y), meta["index"]) for (x, y), meta in loader.dataset())
+    return batches, loader, loader.advance
+
+
+def _naive_pipeline(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """The same, as the common workaround: the generator reads ahead of the saved iterator."""
+    import tensorflow as tf
+
+    images, labels = make_data(args.records, seed=args.seed)
+    shared_rng = np.random.default_rng(args.seed)  # Python state: never checkpointed
+
+    def load(index: Any) -> tuple[np.ndarray, np.int32, Any]:
+        i = int(index)
+        x, y = augment((images[i], labels[i]), shared_rng)
+        return x, y, index
+
+    indices = tf.data.Dataset.range(args.records).shuffle(args.records, seed=args.seed)
+    iterator = iter(indices.repeat(args.epochs))
+    ds = (
+        tf.data.Dataset.from_generator(
+            lambda: (yield from iterator), output_signature=tf.TensorSpec((), tf.int64)
+        )
+        .map(lambda i: tf.py_function(load, [i], (tf.float32, tf.int32, tf.int64)))
+        .map(lambda x, y, i: ((tf.ensure_shape(x, (IMAGE_SIZE, IMAGE_SIZE, 1)), y), i))
+        .batch(args.batch_size)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    return iter(ds), iterator, lambda: None
 
 
 def train(argv: Sequence[str] | None = None) -> None:
@@ -104,33 +157,28 @@ def train(argv: Sequence[str] | None = None) -> None:
     import keras
     import tensorflow as tf
 
-    from resumeloader import _loader, _trace
+    from resumeloader import _trace
 
-    tf.config.experimental.enable_op_determinism()
+    if args.pipeline == "resumeloader":
+        tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(args.seed)
     recorder = _trace.TraceRecorder.from_env()
-    loader = _loader.ResumableLoader(
-        make_data(args.records, seed=args.seed),
-        batch_size=args.batch_size,
-        seed=args.seed,
-        num_epochs=args.epochs,
-        map_fn=augment,
-        with_metadata=True,
-    )
+    make = _resumeloader_pipeline if args.pipeline == "resumeloader" else _naive_pipeline
+    batches, data_state, after_step = make(args)
     model, optimizer, train_step = build_model()
     step = tf.Variable(0, dtype=tf.int64, trainable=False)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, loader=loader, step=step)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, data=data_state, step=step)
     manager = tf.train.CheckpointManager(checkpoint, args.ckpt_dir, max_to_keep=2)
     if manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint).assert_consumed()
 
     recorder.start(int(step.numpy()))
     loss = float("nan")
-    for (x, y), meta in loader.dataset():
+    for (x, y), ids in batches:
         loss = float(train_step(x, y))
-        loader.advance()
+        after_step()
         done = int(step.assign_add(1).numpy())
-        recorder.step(done - 1, (x, y), records=meta["index"])
+        recorder.step(done - 1, (x, y), records=ids)
         if done % args.save_every == 0:
             manager.save(checkpoint_number=done, options=recorder.checkpoint_options())
             recorder.commit(done)

@@ -55,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="seeds the data, model and kills (0)")
     demo.add_argument("--epochs", type=int, default=2, help="epochs of 16 steps (2)")
     demo.add_argument("--workdir", help="keep checkpoints, traces and logs here")
+    demo.add_argument(
+        "--naive",
+        action="store_true",
+        help="then kill the same job on the common workaround (checkpointed index "
+        "iterator + from_generator) at the same steps, for comparison",
+    )
     inspect = sub.add_parser("inspect", help="print the loader state stored in a checkpoint")
     inspect.add_argument("checkpoint", help="a checkpoint directory or prefix")
     verify = sub.add_parser(
@@ -120,7 +126,18 @@ def _demo(args: argparse.Namespace, out: Console, err: Console) -> int:
         soft_wrap=True,
     )
     report = _run(command, err, kill_points=steps, total=total, workdir=args.workdir)
-    _print_report(report, out)
+    _print_report(report, out, "resumeloader: uninterrupted vs. killed and resumed")
+    if args.naive:
+        out.print(
+            "\nThe same job on the common workaround: a checkpointed iterator over a TF "
+            "index dataset + from_generator + map(py_function) + batch + prefetch "
+            "(op determinism off), killed at the same steps:",
+            soft_wrap=True,
+        )
+        workdir = None if args.workdir is None else f"{args.workdir}/naive"
+        naive = _run([*command, "--pipeline", "naive"], err, kill_points=steps, total=total,
+                     workdir=workdir)
+        _print_report(naive, out, "common workaround: uninterrupted vs. killed and resumed")
     return 0 if report.identical else 1
 
 
@@ -185,8 +202,10 @@ def _run(command: list[str], err: Console, *, total: int | None = None, **kwargs
     return report
 
 
-def _print_report(report: _report.ResumeReport, out: Console) -> None:
-    table = Table(title="uninterrupted vs. killed and resumed")
+def _print_report(
+    report: _report.ResumeReport, out: Console, title: str = "uninterrupted vs. killed and resumed"
+) -> None:
+    table = Table(title=title)
     table.add_column("")
     table.add_column("uninterrupted", justify="right")
     table.add_column("killed + resumed", justify="right")
