@@ -70,7 +70,7 @@ def _stages(loader: Any) -> list[tuple[str, str, str, str]]:
     else:
         plan = "in the generator thread (num_workers=0)"
     batch = _spec_text(loader.element_spec)
-    rows.append(("batch", plan, batch, "recomputed"))
+    rows.append(("workers", plan, batch, "recomputed"))
     rows.append(("from_generator", "Dataset.from_generator", batch, "recomputed"))
     prefetch = loader._prefetch
     if prefetch:
@@ -99,7 +99,7 @@ def describe(loader: Any, *, console: Console | None = None) -> str:
         │ sampler        │ IndexSampler: shuffled, seed 0, 1      │ record index    │ derived      │
         │                │ epochs, shard 0/1                      │                 │              │
         │ source         │ ndarray of arrays: read_batch(indices) │ float32[3]      │ re-read      │
-        │ batch          │ in the generator thread                │ float32[None,3] │ recomputed   │
+        │ workers        │ in the generator thread                │ float32[None,3] │ recomputed   │
         │                │ (num_workers=0)                        │                 │              │
         │ from_generator │ Dataset.from_generator                 │ float32[None,3] │ recomputed   │
         │ prefetch       │ prefetch(AUTOTUNE)                     │ float32[None,3] │ recomputed   │

@@ -26,10 +26,10 @@ def _stages(text: str) -> list[str]:
 @pytest.mark.parametrize(
     ("kwargs", "stages"),
     [
-        ({}, ["position", "sampler", "source", "batch", "from_generator", "prefetch"]),
+        ({}, ["position", "sampler", "source", "workers", "from_generator", "prefetch"]),
         (
             {"map_fn": fns.augment, "prefetch": None, "num_workers": 2},
-            ["position", "sampler", "source", "map_fn", "batch", "from_generator"],
+            ["position", "sampler", "source", "map_fn", "workers", "from_generator"],
         ),
     ],
     ids=["arrays", "map_fn-workers-no-prefetch"],
