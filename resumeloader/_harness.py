@@ -44,18 +44,18 @@ class _Process:
     trace: _trace.Trace = dataclasses.field(default_factory=_trace.Trace)
     killed: bool = False
     _offset: int = 0
-    _partial: str = ""
+    _partial: bytes = b""
 
     def poll_events(self) -> list[dict[str, Any]]:
         """The trace events written since the last call (complete lines only)."""
         try:
-            with open(self.trace_path) as f:
+            with open(self.trace_path, "rb") as f:
                 f.seek(self._offset)
-                text = f.read()
-                self._offset = f.tell()
+                data = f.read()
         except FileNotFoundError:
             return []
-        lines = (self._partial + text).split("\n")
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
         events = []
         for line in lines:
