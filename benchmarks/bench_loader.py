@@ -1,6 +1,6 @@
 """ResumableLoader against the pipelines people use today, side by side in one run.
 
-    python benchmarks/bench_loader.py [--quick] [--repeats 3]
+    python benchmarks/bench_loader.py [--quick] [--repeats 3] [--replay-epoch 5]
 
 Prints three tables (rich):
 
@@ -10,14 +10,17 @@ Prints three tables (rich):
     tf.data (``from_tensor_slices.shuffle(N).batch(128).prefetch(AUTOTUNE)``), the
     naive split pipeline of DESIGN.md, grain 0.2.18 (``MapDataset`` and ``DataLoader``
     with 0 workers) and a NumPy permutation + fancy-index reference. Each contender is
-    timed over the whole epoch (the slow per-record pipelines over their first
-    `--slow-records`), the best of `--repeats` rounds, the rounds interleaved so that
+    timed over the whole epoch (the slow per-record pipelines, the naive split and
+    grain's DataLoader, over their first 20,000 records), the best of `--repeats`
+    rounds, the rounds interleaved so that
     the machine's load hits every contender alike. The consumer only touches each
     batch, so the input pipeline is all that is measured.
-(b) Restore to first batch at epoch 50 of 10**6 records, for several positions in
-    the epoch: ``set_state`` and ``tf.train.Checkpoint.read`` + first batch, against
-    re-running ``random.Random(seed).shuffle`` epoch + 1 times and
-    ``Dataset.skip(k)`` on a shuffled, repeated tf.data pipeline.
+(b) Restore to first batch at epoch 50 of 10**6 records, for several positions (and
+    at epochs 1,000 and 10**6): ``set_state`` or ``tf.train.Checkpoint.read``, then
+    the first batch of ``for batch in loader``; median and fastest of 9 interleaved
+    rounds. Against the O(k) replays, one run each at `--replay-epoch` (default 5,
+    as 50 takes minutes): re-running ``random.Random(seed).shuffle`` epoch + 1 times
+    and ``Dataset.skip(k)`` on a shuffled, repeated tf.data pipeline.
 (c) Checkpoint size on disk: a loader checkpoint vs a tf.data iterator checkpoint of
     ``range(10**6).shuffle(10**6)``.
 
@@ -206,66 +209,78 @@ def throughput(num_records: int, slow_records: int, repeats: int) -> list[tuple[
 
 # -- (b) restore to first batch --------------------------------------------------------
 
-
-def _first_batch_after(restore: Callable[[], Any], loader: resumeloader.ResumableLoader) -> float:
-    """Seconds from calling `restore` to holding the first batch (median of 5)."""
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        restore()
-        next(iter(loader))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+RestoreRow = tuple[str, float, float]  # (method, median seconds, fastest seconds)
 
 
-def restore_times(num_records: int, epoch: int, workdir: Path) -> list[tuple[str, float]]:
-    """Restore-to-first-batch seconds for resumeloader at several positions, and replays."""
-    rows = []
+def _timed(work: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def restore_times(num_records: int, epoch: int, workdir: Path, rounds: int) -> list[RestoreRow]:
+    """Seconds from restoring to holding the first batch, at several positions.
+
+    The positions are measured in interleaved rounds (load spikes hit all alike);
+    each row gives the median and the fastest of `rounds`.
+    """
     source = np.arange(num_records, dtype=np.int64)
     loader = resumeloader.ResumableLoader(source, batch_size=BATCH, seed=SEED)
-    next(iter(loader))  # warm up tf.data and the sampler's caches
-    offsets = {"start": 0, "middle": num_records // 2, "last batch": num_records - BATCH}
-    for label, offset in offsets.items():
-        loader.set_state(dict(loader.get_state(), epoch=epoch, offset=offset))
-        state = loader.get_state()
-        seconds = _first_batch_after(lambda state=state: loader.set_state(state), loader)
-        rows.append((f"resumeloader set_state, epoch {epoch}, {label} of epoch", seconds))
-    for far_epoch in (epoch * 20, 10**6):
-        loader.set_state(dict(loader.get_state(), epoch=far_epoch, offset=num_records // 2))
-        state = loader.get_state()
-        seconds = _first_batch_after(lambda state=state: loader.set_state(state), loader)
-        rows.append((f"resumeloader set_state, epoch {far_epoch:,}, middle of epoch", seconds))
-    loader.set_state(dict(loader.get_state(), epoch=epoch, offset=num_records // 2))
+    next(iter(loader))  # warm up tf.data
+    state = loader.get_state()
+    middle = num_records // 2
+    positions = {
+        f"set_state, epoch {epoch}, start of epoch": (epoch, 0),
+        f"set_state, epoch {epoch}, middle of epoch": (epoch, middle),
+        f"set_state, epoch {epoch}, last batch of epoch": (epoch, num_records - BATCH),
+        f"set_state, epoch {epoch * 20:,}, middle of epoch": (epoch * 20, middle),
+        f"set_state, epoch {10**6:,}, middle of epoch": (10**6, middle),
+    }
+    work: dict[str, Callable[[], Any]] = {}
+    for label, (at_epoch, offset) in positions.items():
+        target = dict(state, epoch=at_epoch, offset=offset)
+        work[label] = lambda target=target: (loader.set_state(target), next(iter(loader)))
+    loader.set_state(dict(state, epoch=epoch, offset=middle))
     checkpoint = tf.train.Checkpoint(loader=loader)
     path = checkpoint.write(str(workdir / "restore"))
-    seconds = _first_batch_after(lambda: checkpoint.read(path), loader)
-    rows.append((f"resumeloader tf.train.Checkpoint.read, epoch {epoch}, middle", seconds))
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        fresh = resumeloader.ResumableLoader(source, batch_size=BATCH, seed=SEED)
-        tf.train.Checkpoint(loader=fresh).read(path)
-        next(iter(fresh))
-        times.append(time.perf_counter() - start)
-    rows.append(
-        (f"new ResumableLoader + Checkpoint.read, epoch {epoch}, middle", statistics.median(times))
+    work[f"tf.train.Checkpoint.read, epoch {epoch}, middle"] = lambda: (
+        checkpoint.read(path),
+        next(iter(loader)),
     )
 
-    start = time.perf_counter()
-    rng = random.Random(SEED)
-    order = list(range(num_records))
-    for _ in range(epoch + 1):
-        rng.shuffle(order)
-    first = order[num_records // 2 : num_records // 2 + BATCH]
-    rows.append((f"random.Random(seed).shuffle x{epoch + 1}, middle", time.perf_counter() - start))
-    assert len(first) == BATCH
+    def fresh() -> None:
+        new = resumeloader.ResumableLoader(source, batch_size=BATCH, seed=SEED)
+        tf.train.Checkpoint(loader=new).read(path)
+        next(iter(new))
 
-    start = time.perf_counter()
+    work[f"new loader + Checkpoint.read, epoch {epoch}, middle"] = fresh
+    times: dict[str, list[float]] = {label: [] for label in work}
+    for _ in range(rounds):
+        for label, run in work.items():
+            times[label].append(_timed(run))
+    return [(f"resumeloader {label}", statistics.median(t), min(t)) for label, t in times.items()]
+
+
+def replay_times(num_records: int, epoch: int) -> list[RestoreRow]:
+    """The first batch in the middle of `epoch` by replaying the order (one run each)."""
+
+    def shuffle_replay() -> None:
+        rng = random.Random(SEED)
+        order = list(range(num_records))
+        for _ in range(epoch + 1):
+            rng.shuffle(order)
+        assert len(order[num_records // 2 : num_records // 2 + BATCH]) == BATCH
+
     ds = tf.data.Dataset.range(num_records).shuffle(num_records, seed=SEED).repeat()
     skip = (epoch * num_records + num_records // 2) // BATCH
-    next(iter(ds.batch(BATCH).skip(skip)))
+    rows = []
+    seconds = _timed(shuffle_replay)
     rows.append(
-        (f"tf.data shuffle(N).repeat().batch().skip({skip:,}), middle", time.perf_counter() - start)
+        (f"random.Random(seed).shuffle x{epoch + 1}, epoch {epoch}, middle", seconds, seconds)
+    )
+    seconds = _timed(lambda: next(iter(ds.batch(BATCH).skip(skip))))
+    rows.append(
+        (f"tf.data shuffle(N).repeat().batch().skip({skip:,}), epoch {epoch}", seconds, seconds)
     )
     return rows
 
@@ -312,17 +327,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.1f} ms"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, one round")
-    parser.add_argument("--repeats", type=int, default=3, help="throughput rounds (best kept)")
-    args = parser.parse_args(argv)
-    records, slow, repeats, epoch = 100_000, 20_000, args.repeats, 50
-    if args.quick:
-        records, slow, repeats, epoch = 20_000, 5_000, 1, 5
-    console = Console()
-    workdir = Path(tempfile.mkdtemp(prefix="bench_loader_"))
-
+def _print_throughput(console: Console, records: int, slow: int, repeats: int) -> None:
     rates = dict(throughput(records, slow, repeats))
     plain = rates["plain tf.data: from_tensor_slices.shuffle(N).batch"]
     grain_best = max(v for k, v in rates.items() if k.startswith("grain"))
@@ -336,31 +341,60 @@ def main(argv: list[str] | None = None) -> None:
         table.add_row(name, f"{rate:,.0f}", f"{rate / plain:.2f}x", f"{rate / grain_best:.2f}x")
     console.print(table)
 
+
+def _print_restore(console: Console, rounds: int, replay_epoch: int, workdir: Path) -> None:
     table = Table(title=f"(b) restore to first batch, {10**6:,} records, batch {BATCH}")
     table.add_column("method")
-    table.add_column("time", justify="right")
-    table.add_column("vs resumeloader set_state (epoch 50, middle)", justify="right")
-    rows = restore_times(10**6, epoch, workdir)
-    ours = next(s for name, s in rows if "set_state" in name and "middle" in name)
-    for name, seconds in rows:
-        table.add_row(name, _ms(seconds), f"{seconds / ours:,.1f}x")
+    table.add_column(f"median of {rounds}", justify="right")
+    table.add_column("fastest", justify="right")
+    table.add_column("median vs set_state epoch 50 middle", justify="right")
+    rows = restore_times(10**6, 50, workdir, rounds)
+    if replay_epoch >= 0:
+        rows += replay_times(10**6, replay_epoch)
+    ours = rows[1][1]
+    for name, median, fastest in rows:
+        table.add_row(name, _ms(median), _ms(fastest), f"{median / ours:,.1f}x")
     console.print(table)
 
+
+def _print_sizes(console: Console, workdir: Path) -> None:
     table = Table(title="(c) checkpoint size on disk")
     for column in ("what", "bytes", "save time", "vs resumeloader checkpoint"):
         table.add_column(column, justify="left" if column == "what" else "right")
-    rows_c = checkpoint_sizes(10**6, workdir)
-    ours_bytes = rows_c[0][1]
-    for name, size, seconds in rows_c:
-        table.add_row(
-            name, f"{size:,}", _ms(seconds) if seconds else "-", f"{size / ours_bytes:,.1f}x"
-        )
+    rows = checkpoint_sizes(10**6, workdir)
+    ours = rows[0][1]
+    for name, size, seconds in rows:
+        table.add_row(name, f"{size:,}", _ms(seconds) if seconds else "-", f"{size / ours:,.1f}x")
     console.print(table)
-    console.print(
-        json.dumps(
-            {"tensorflow": tf.__version__, "cpus": os.cpu_count(), "load": os.getloadavg()[0]}
-        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, one round")
+    parser.add_argument("--repeats", type=int, default=3, help="throughput rounds (best kept)")
+    parser.add_argument(
+        "--replay-epoch",
+        type=int,
+        default=5,
+        help="epoch the O(k) replays run to (one run each; 50 takes minutes; -1 skips them)",
     )
+    parser.add_argument("--sections", default="abc", help="which tables to produce, e.g. 'b'")
+    args = parser.parse_args(argv)
+    records, slow, repeats, rounds = 100_000, 20_000, args.repeats, 9
+    if args.quick:
+        records, slow, repeats, rounds = 20_000, 5_000, 1, 3
+    console = Console()
+    workdir = Path(tempfile.mkdtemp(prefix="bench_loader_"))
+    load = os.getloadavg()[0]
+    if "a" in args.sections:
+        _print_throughput(console, records, slow, repeats)
+    if "b" in args.sections:
+        _print_restore(console, rounds, args.replay_epoch, workdir)
+    if "c" in args.sections:
+        _print_sizes(console, workdir)
+    machine = {"tensorflow": tf.__version__, "cpus": os.cpu_count()}
+    machine["load average, start and end"] = [round(load, 1), round(os.getloadavg()[0], 1)]
+    console.print(json.dumps(machine))
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def test_naive_split_pipeline_loses_records_on_restore(tmp_path):
     """The split workaround's checkpoint resumes past records training never consumed."""
     lost = [
         _pipelines.naive_records_lost(
-            tmp_path / str(seed), batch_size=4, steps=3, seed=seed, step_seconds=0.01
+            tmp_path / str(seed), batch_size=4, steps=3, seed=seed, step_seconds=0.02
         )
         for seed in range(3)
     ]
