@@ -88,3 +88,12 @@ def test_demo_one_kill_prints_zero_lost_identical_weights(tmp_path, capsys):
     assert _row(out, "records duplicated") == ("-", "0")
     assert _row(out, "SIGKILLs") == ("-", "1")
     assert _row(out, "final weights bit-identical") == ("-", "yes")
+
+
+def test_cli_and_testing_import_without_tensorflow():
+    """The command's own process stays light: TF loads only in the training subprocesses."""
+    import subprocess
+
+    code = "import resumeloader.cli, resumeloader.testing, sys; print('tensorflow' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr
