@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 
 import numpy as np
@@ -92,8 +93,6 @@ def test_demo_one_kill_prints_zero_lost_identical_weights(tmp_path, capsys):
 
 def test_cli_and_testing_import_without_tensorflow():
     """The command's own process stays light: TF loads only in the training subprocesses."""
-    import subprocess
-
     code = "import resumeloader.cli, resumeloader.testing, sys; print('tensorflow' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
