@@ -147,7 +147,6 @@ class ResumeCallback(keras.callbacks.Callback):
 
     # -- fit begin / end ---------------------------------------------------------------
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        self._check_fit_arguments()
         optimizer = self.model.optimizer
         if optimizer is not None and not optimizer.built:
             # Built now, its slots are restored immediately instead of never.
@@ -164,7 +163,9 @@ class ResumeCallback(keras.callbacks.Callback):
             self._manager.checkpoint.restore(latest).assert_existing_objects_matched()
         self._saved_position = self._loader.position
         self._since_save = 0
-        # Read by fit after on_train_begin, like BackupAndRestore does; 0 is "not set".
+        self._check_fit_arguments()
+        # Read by fit right after on_train_begin, as for BackupAndRestore (0 reads as
+        # unset); cleared again in on_epoch_begin so that it cannot leak to later fits.
         self.model._initial_epoch = self._loader.epoch or None
 
     def _check_fit_arguments(self) -> None:
@@ -180,12 +181,14 @@ class ResumeCallback(keras.callbacks.Callback):
                 f"steps_per_epoch={steps}, loader.batches_per_epoch={per_epoch}."
             )
             raise ValueError(msg)
-        if per_epoch % per_execution:
+        left = _batches_left(self._loader)
+        if per_epoch % per_execution or left % per_execution:
             msg = (
                 "With `steps_per_epoch` given, `steps_per_execution` must divide the batches "
-                f"of an epoch, or an execution would cross into the next epoch. Received: "
-                f"steps_per_execution={per_execution}, batches per epoch={per_epoch}. Pass "
-                "epoch_dataset(loader) without steps_per_epoch instead."
+                f"of an epoch and those left in the current one, or an execution would cross "
+                f"into the next epoch. Received: steps_per_execution={per_execution}, "
+                f"batches per epoch={per_epoch}, left in epoch {self._loader.epoch}={left}. "
+                "Pass epoch_dataset(loader) without steps_per_epoch instead."
             )
             raise ValueError(msg)
 
@@ -195,6 +198,7 @@ class ResumeCallback(keras.callbacks.Callback):
 
     # -- epochs ------------------------------------------------------------------------
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.model._initial_epoch = None
         if epoch != self._loader.epoch:
             msg = (
                 f"Keras epoch {epoch} does not match the loader's epoch {self._loader.epoch}: "

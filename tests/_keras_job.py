@@ -127,6 +127,8 @@ def fit(
     kwargs: dict[str, Any] = {}
     if mode == "epoch-dataset":
         kwargs["x"] = resumeloader.keras.epoch_dataset(loader)
+    elif mode == "dataset":
+        kwargs["x"] = loader.dataset()  # endless, no steps_per_epoch: the callback ends epochs
     else:
         kwargs["x"] = loader.dataset()
         kwargs["steps_per_epoch"] = loader.batches_per_epoch

@@ -25,6 +25,7 @@ VARIANTS = {
     "steps-per-epoch": ("steps", 1, {"drop_remainder": True}, False),
     "steps-per-epoch-spe2": ("steps", 2, {"drop_remainder": True}, False),
     "validation-data": ("epoch-dataset", 1, {}, True),
+    "endless-dataset": ("dataset", 1, {}, False),
 }
 _reference_cache: dict[str, tuple[dict[int, list[int]], list[np.ndarray]]] = {}
 
@@ -72,6 +73,7 @@ def test_fit_uninterrupted_consumes_loader_epochs_as_keras_epochs(tmp_path_facto
         ("steps-per-epoch", 5),
         ("steps-per-epoch-spe2", 7),
         ("validation-data", 10),
+        ("endless-dataset", 5),
     ],
     ids=[
         "mid-first-epoch",
@@ -81,6 +83,7 @@ def test_fit_uninterrupted_consumes_loader_epochs_as_keras_epochs(tmp_path_facto
         "steps-per-epoch-mid-epoch",
         "steps-per-epoch-spe2-mid-epoch",
         "validation-data-mid-epoch",
+        "endless-dataset-mid-epoch",
     ],
 )
 def test_fit_interrupted_by_exception_resumes_same_batches_and_weights(
@@ -96,7 +99,7 @@ def test_fit_interrupted_by_exception_resumes_same_batches_and_weights(
         job.fit(str(tmp_path), epochs=EPOCHS, interrupt_at=interrupt_at, **common)
     assert max(log) >= interrupt_at - 1
     _, weights, loader = job.fit(str(tmp_path), epochs=EPOCHS, **common)
-    assert log == want_log
+    assert log == want_log == expected_log(**options)
     assert_same_weights(weights, want_weights)
     assert loader.epoch == EPOCHS and loader.step == 0
 
@@ -190,6 +193,30 @@ def test_fit_steps_per_epoch_not_an_epoch_raises(tmp_path):
     assert loader.position == 0
 
 
+def test_fit_steps_per_execution_not_dividing_epoch_with_steps_raises(tmp_path):
+    """With steps_per_epoch, a steps_per_execution that would cross epochs is refused."""
+    loader = job.make_loader()
+    model = job.make_model({}, steps_per_execution=2)
+    callback = resumeloader.keras.ResumeCallback(loader, str(tmp_path))
+    with pytest.raises(ValueError, match="steps_per_execution=2") as info:
+        model.fit(loader.dataset(), steps_per_epoch=7, epochs=1, verbose=0, callbacks=[callback])
+    assert "batches per epoch=7" in str(info.value)
+
+
+def test_fit_after_resumed_fit_without_callback_starts_at_its_initial_epoch(tmp_path):
+    """The initial epoch set for a resumed fit does not leak into a later plain fit."""
+    loader = job.make_loader()
+    model = job.make_model({})
+    callback = resumeloader.keras.ResumeCallback(loader, str(tmp_path))
+    dataset = resumeloader.keras.epoch_dataset(loader)
+    model.fit(dataset, epochs=1, verbose=0, callbacks=[callback])
+    resumed = model.fit(dataset, epochs=2, verbose=0, callbacks=[callback])
+    assert resumed.epoch == [1]
+    data = job.source()
+    history = model.fit(data["x"], data["y"], epochs=1, verbose=0)
+    assert history.epoch == [0]
+
+
 def test_fit_initial_epoch_not_the_loader_epoch_raises(tmp_path):
     """An initial_epoch that is not the loader's epoch is refused before any step."""
     loader = job.make_loader()
@@ -228,3 +255,39 @@ def test_fit_killed_by_sigkill_resumes_same_batches_and_weights(tmp_path, tmp_pa
     assert first == 9  # saves at steps 2, 4, 6, 7 (epoch end), 9: killed at 10, mid-epoch 1
     assert log == {k: v for k, v in want_log.items() if k >= first}
     assert_same_weights([np.asarray(w, np.float32) for w in result["weights"]], want_weights)
+
+
+def mirrored_fit(directory, strategy, *, mode, interrupt_at=None):
+    """A plain model trained under `strategy` from a loader created in its scope."""
+    with strategy.scope():
+        loader = job.make_loader(batch_size=8, drop_remainder=True)
+        model = keras.Sequential([
+            keras.Input((job.FEATURES,)),
+            keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(3)),
+        ])
+        model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    callbacks = [resumeloader.keras.ResumeCallback(loader, str(directory), save_every=2)]
+    if interrupt_at is not None:
+        callbacks.append(job.InterruptAt(interrupt_at))
+    if mode == "input-context":
+        x = strategy.distribute_datasets_from_function(
+            lambda ctx: loader.dataset(input_context=ctx)
+        )
+        kwargs = {"steps_per_epoch": loader.batches_per_epoch}
+    else:
+        x, kwargs = resumeloader.keras.epoch_dataset(loader), {}
+    model.fit(x, epochs=EPOCHS, callbacks=callbacks, verbose=0, shuffle=False, **kwargs)
+    return model.get_weights(), loader
+
+
+@pytest.mark.parametrize("mode", ["epoch-dataset", "input-context"])
+def test_fit_mirrored_strategy_interrupted_resumes_same_weights(tmp_path, mode):
+    """Under MirroredStrategy (2 replicas) a fit resumed mid-epoch equals the uninterrupted one."""
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    strategy = tf.distribute.MirroredStrategy(devices)
+    want, _ = mirrored_fit(tmp_path / "reference", strategy, mode=mode)
+    with pytest.raises(job.Interrupt):
+        mirrored_fit(tmp_path / "run", strategy, mode=mode, interrupt_at=7)
+    got, loader = mirrored_fit(tmp_path / "run", strategy, mode=mode)
+    assert_same_weights(got, want)
+    assert (loader.epoch, loader.step) == (EPOCHS, 0)
