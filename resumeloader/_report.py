@@ -59,6 +59,7 @@ class ResumeReport:
     steps_rerun: int
     records_lost: int
     records_duplicated: int
+    records_moved: int
     batches_differing: int
     digests_differing: int
     reference_loss: float | None
@@ -82,7 +83,7 @@ class ResumeReport:
         return (
             not self.problems
             and self.reference_steps == self.resumed_steps
-            and self.records_lost == self.records_duplicated == 0
+            and self.records_lost == self.records_duplicated == self.records_moved == 0
             and self.batches_differing == self.digests_differing == 0
             and self.weights_identical is not False
         )
@@ -97,6 +98,7 @@ class ResumeReport:
             ("steps re-run after a kill", "-", str(self.steps_rerun)),
             ("records lost", "-", str(self.records_lost)),
             ("records duplicated", "-", str(self.records_duplicated)),
+            ("records moved to another step", "-", str(self.records_moved)),
             ("batches with other records", "-", str(self.batches_differing)),
             ("batches with other bytes", "-", str(self.digests_differing)),
             ("final loss", _fmt(self.reference_loss), _fmt(self.resumed_loss)),
@@ -194,11 +196,13 @@ def build(reference: RunOutcome, attempts: list[RunOutcome], *, workdir: str = "
     received = [stitched[k] for k in sorted(stitched)]
     want = collections.Counter(r for e in expected for r in e["records"])
     got = collections.Counter(r for e in received for r in e["records"])
-    differing = digests = 0
+    differing = digests = misplaced = 0
     first = None
     for step in range(max(len(expected), len(received))):
         a = reference.trace.steps.get(step)
         b = stitched.get(step)
+        here = collections.Counter(b["records"] if b else [])
+        misplaced += sum((here - collections.Counter(a["records"] if a else [])).values())
         same_ids = a is not None and b is not None and a["records"] == b["records"]
         same_bytes = a is not None and b is not None and a["digest"] == b["digest"]
         differing += not same_ids
@@ -220,6 +224,8 @@ def build(reference: RunOutcome, attempts: list[RunOutcome], *, workdir: str = "
         steps_rerun=rerun,
         records_lost=sum((want - got).values()),
         records_duplicated=sum((got - want).values()),
+        # Records at a step where the reference did not have them, beyond the extra copies.
+        records_moved=misplaced - sum((got - want).values()),
         batches_differing=differing,
         digests_differing=digests,
         reference_loss=ref_end.get("loss"),

@@ -87,6 +87,7 @@ def test_demo_one_kill_prints_zero_lost_identical_weights(tmp_path, capsys):
     out = capsys.readouterr().out
     assert _row(out, "records lost") == ("-", "0")
     assert _row(out, "records duplicated") == ("-", "0")
+    assert _row(out, "records moved to another step") == ("-", "0")
     assert _row(out, "SIGKILLs") == ("-", "1")
     assert _row(out, "final weights bit-identical") == ("-", "yes")
 

@@ -315,3 +315,14 @@ def test_kill_and_restart_command_without_recorder_reports_no_trace(tmp_path):
     report = testing.kill_and_restart([sys.executable, "-c", "pass"], workdir=tmp_path)
     assert not report.identical
     assert "reference wrote no trace" in report.problems[0]
+
+
+def test_report_swapped_steps_count_as_moved_not_lost():
+    """Records trained at the wrong step are counted as moved, with nothing lost."""
+    ids = [[0, 1], [2, 3], [4, 5]]
+    reference = _outcome("reference", [{"event": "start", "step": 0}, *_steps(ids)])
+    order = [ids[0], ids[2], ids[1]]
+    swapped = _outcome("attempt-0", [{"event": "start", "step": 0}, *_steps(order)])
+    report = build(reference, [swapped])
+    assert (report.records_lost, report.records_duplicated, report.records_moved) == (0, 0, 4)
+    assert not report.identical
