@@ -177,7 +177,8 @@ def _poll(proc: _Process, on_event: Callable[[str, dict[str, Any]], None] | None
         raise errors.HarnessError(msg)
 
 
-def _normalise_points(kill_points: Sequence[str | int]) -> list[str]:
+def check_points(kill_points: Sequence[str | int]) -> list[str]:
+    """The kill points as ``kind:step`` strings sorted by step; ValueError if malformed."""
     points = [f"step:{p}" if isinstance(p, int) else str(p) for p in kill_points]
     parsed = sorted((_trace.parse_point(p)[1], p) for p in points)
     steps = [step for step, _ in parsed]
@@ -241,7 +242,7 @@ def kill_and_restart(
             (every process still running is killed first).
     """
     if kill_points is not None:
-        _normalise_points(kill_points)  # fail before anything is created
+        check_points(kill_points)  # fail before anything is created
     if kills < 0:
         msg = f"`kills` must be >= 0. Received: kills={kills!r}."
         raise ValueError(msg)
@@ -264,7 +265,7 @@ def kill_and_restart(
         _watch(procs, on_event)
         candidates = range(max(len(procs[0].trace.steps) - 1, 0))
         kill_points = sorted(random.Random(seed).sample(candidates, min(kills, len(candidates))))
-    points = _normalise_points(kill_points)
+    points = check_points(kill_points)
     if not procs:  # the reference runs alongside the killed processes
         procs.append(start("reference", "reference-ckpt", None))
     attempts: list[_Process] = []

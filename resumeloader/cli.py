@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rich import markup
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -94,8 +95,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status."""
     args = _parser().parse_args(argv)
-    out = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    # No markup by default: messages and log tails may contain [brackets].
+    out = Console(highlight=False, markup=False)
+    err = Console(stderr=True, highlight=False, markup=False)
     try:
         if args.action == "inspect":
             from resumeloader import _inspect
@@ -105,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _demo(args, out, err)
         return _verify(args, out, err)
     except (ValueError, errors.HarnessError) as error:
-        err.print(f"[red]error:[/] {error}", markup=True)
+        err.print(f"[red]error:[/] {markup.escape(str(error))}", markup=True)
         return 2
 
 
@@ -151,6 +153,8 @@ def _verify(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.kills < 0:
         msg = f"--kills must be >= 0. Received: {args.kills}."
         raise ValueError(msg)
+    if args.kill_at:
+        _harness.check_points(args.kill_at)  # before the progress display starts
     report = _run(
         command,
         err,
