@@ -407,16 +407,26 @@ class ResumableLoader(tf.train.experimental.PythonState):
         self.set_state(string_value)
 
 
+# Indices computed per sampler call: amortises its per-call cost (~0.15 ms) over many
+# batches instead of paying it for each one.
+_INDEX_CHUNK = 8192
+
+
 def _tasks(
     sampler: _sampler.IndexSampler, layout: _position.Layout, position: int
 ) -> Iterator[_workers.Task]:
     end = layout.end
     per_epoch = layout.records_per_epoch
+    chunk, chunk_epoch, chunk_start = np.empty(0, np.int64), -1, 0
     while end is None or position < end:
         stop = layout.batch_end(position)
         epoch, offset = divmod(position, per_epoch)
-        indices = sampler.epoch_indices(epoch, offset, offset + stop - position)
-        yield _workers.Task(indices, epoch, position)
+        first, last = offset - chunk_start, offset - chunk_start + stop - position
+        if epoch != chunk_epoch or first < 0 or last > len(chunk):
+            chunk_stop = min(per_epoch, offset + max(stop - position, _INDEX_CHUNK))
+            chunk = sampler.epoch_indices(epoch, offset, chunk_stop)
+            chunk_epoch, chunk_start, first, last = epoch, offset, 0, stop - position
+        yield _workers.Task(chunk[first:last], epoch, position)
         position = layout.normalise(stop)
 
 
