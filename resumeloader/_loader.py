@@ -241,16 +241,15 @@ class ResumableLoader(tf.train.experimental.PythonState):
 
         It does not advance the position: call `advance` once per consumed batch, or
         iterate the loader itself. Create the iterator after restoring a checkpoint.
+        The generator reads the position when the first batch is produced: in a
+        ``tf.function`` that also calls `advance`, make the advance depend on the
+        batch (``tf.control_dependencies``), or the two may race on the first step.
 
         Args:
             input_context: for ``strategy.distribute_datasets_from_function``: this
                 input pipeline's per-replica batches (`batch_size` is the global batch
                 of a step). The records of each step, across all replicas, are those
                 of the single-process batch; advance by one batch per step.
-
-        The generator reads the position when the first batch is produced: in a
-        ``tf.function`` that also calls `advance`, make the advance depend on the
-        batch (``tf.control_dependencies``), or the two may race on the first step.
         """
         # Building a from_generator dataset costs ~15 ms; it reads the position only when
         # iterated, so one eager dataset serves every iteration (restore -> first batch).
