@@ -133,6 +133,24 @@ def test_fit_called_again_after_return_continues_with_next_epochs(tmp_path, tmp_
     assert_same_weights(model.get_weights(), want_weights)
 
 
+def test_fit_again_on_same_objects_after_exception_rolls_back_to_checkpoint(
+    tmp_path, tmp_path_factory
+):
+    """Re-running fit in the same process after a crash (e.g. a notebook) equals no crash."""
+    want_log, want_weights = reference(tmp_path_factory, "epoch-dataset")
+    log: dict[int, list[int]] = {}
+    loader = job.make_loader()
+    model = job.make_model(log)
+    callback = resumeloader.keras.ResumeCallback(loader, str(tmp_path), save_every=2)
+    dataset = resumeloader.keras.epoch_dataset(loader)
+    with pytest.raises(job.Interrupt):
+        model.fit(dataset, epochs=EPOCHS, verbose=0, callbacks=[callback, job.InterruptAt(10)])
+    assert loader.position == 40 + 3 * 6  # step 10 ran; the last save was after step 9
+    model.fit(dataset, epochs=EPOCHS, verbose=0, callbacks=[callback])
+    assert log == want_log
+    assert_same_weights(model.get_weights(), want_weights)
+
+
 def test_fit_finite_loader_stops_when_exhausted(tmp_path):
     """fit with more epochs than a finite loader has stops after the loader's last epoch."""
     log, _, loader = job.fit(str(tmp_path), epochs=5, loader_options={"num_epochs": 2})
