@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -257,6 +258,42 @@ def test_iter_stopped_early_resumes_at_next_batch():
     rest = _ids(loader)
 
     assert head + rest == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+
+
+@pytest.mark.parametrize("prefetch", [None, 1, tf.data.AUTOTUNE], ids=["none", "1", "auto"])
+def test_iter_stream_equals_dataset_stream(prefetch):
+    """`for batch in loader` (eager prefetch thread) yields exactly dataset()'s batches."""
+
+    def build():
+        return ResumableLoader(
+            np.arange(23),
+            batch_size=4,
+            seed=12,
+            num_epochs=2,
+            map_fn=_noise,
+            prefetch=prefetch,
+            with_metadata=True,
+        )
+
+    via_iter = [(d.numpy().tolist(), m["position"].numpy().tolist()) for d, m in build()]
+    via_dataset = [
+        (d.numpy().tolist(), m["position"].numpy().tolist()) for d, m in build().dataset()
+    ]
+
+    assert via_iter == via_dataset
+
+
+@pytest.mark.parametrize("prefetch", [None, tf.data.AUTOTUNE], ids=["none", "auto"])
+def test_iter_stopped_early_leaves_no_prefetch_thread(prefetch):
+    """Breaking out of `for batch in loader` stops its prefetch thread before returning."""
+    loader = ResumableLoader(np.arange(100), batch_size=2, seed=0, prefetch=prefetch)
+
+    for _ in itertools.islice(loader, 3):
+        pass
+
+    names = [t.name for t in threading.enumerate()]
+    assert "resumeloader-prefetch" not in names
+    assert loader.position == 6
 
 
 def test_dataset_with_advance_in_tf_function_consumes_every_batch():
@@ -624,10 +661,11 @@ def _epoch_of_7() -> tuple[int, int]:
     return 0, position
 
 
+@pytest.mark.parametrize("prefetch", [None, tf.data.AUTOTUNE], ids=["no-prefetch", "prefetch"])
 @pytest.mark.parametrize("where", ["map_fn", "source"])
-def test_iter_user_error_raises_record_error_with_epoch_and_index(where):
+def test_iter_user_error_raises_record_error_with_epoch_and_index(where, prefetch):
     """A raising map_fn or source surfaces as RecordError naming record and epoch, chained."""
-    loader = _failing_loader(where)
+    loader = _failing_loader(where, prefetch=prefetch)
     epoch, position = _epoch_of_7()
 
     with pytest.raises(resumeloader.RecordError) as info:

@@ -1,0 +1,96 @@
+"""Eager prefetching for ``for batch in loader``: a Python thread ahead of the consumer.
+
+In eager mode a ``for`` loop over the loader does not need tf.data: a background
+thread runs the batch generator and converts each batch to tensors, at most `depth`
+batches ahead. This skips ``from_generator``'s per-batch ``py_func`` round trip and
+its iterator start-up (the first batch after a restore arrives in a few ms instead
+of ~20 ms). What is produced never depends on timing: the thread only reads ahead of
+the same deterministic stream, and the consumer advances the position.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import tensorflow as tf
+
+__all__ = ["prefetched", "to_tensors"]
+
+_POLL_SECONDS = 0.1
+
+
+class _End:
+    """Marks the end of the stream in the queue."""
+
+
+class _Failure:
+    """Carries an exception raised by the producer to the consumer."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def to_tensors(batch: Any) -> Any:
+    """The batch with every NumPy leaf converted to an eager tensor."""
+    return tf.nest.map_structure(tf.convert_to_tensor, batch)
+
+
+def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
+    """Yields the tensors of ``make_batches()``'s batches, produced up to `depth` ahead.
+
+    With `depth` 0 the batches are produced in the caller's thread. An exception of
+    the producer is raised in the consumer, unchanged (its ``__cause__`` kept), after
+    the batches before it. Closing the returned generator stops the producer and
+    waits until it has closed the batch generator (so worker pools are shut down).
+    """
+    if depth <= 0:
+        for batch in make_batches():
+            yield to_tensors(batch)
+        return
+    slots: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def offer(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=_POLL_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        batches = make_batches()
+        try:
+            for batch in batches:
+                if not offer(to_tensors(batch)) or stop.is_set():
+                    return
+            offer(_End())
+        except BaseException as err:  # handed to the consumer, never swallowed
+            offer(_Failure(err))
+        finally:
+            batches.close()  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=produce, name="resumeloader-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = slots.get()
+            if isinstance(item, _End):
+                return
+            if isinstance(item, _Failure):
+                raise item.error
+            yield item
+    finally:
+        # Stopped early, failed or done: free a blocked producer and wait for it to
+        # close the batch generator, so that worker pools are gone when this returns.
+        stop.set()
+        while True:
+            try:
+                slots.get_nowait()
+            except queue.Empty:
+                break
+        thread.join()
