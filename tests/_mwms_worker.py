@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 NUM_RECORDS = 100
 GLOBAL_BATCH = 8
@@ -84,10 +85,21 @@ def main(index: int, ports: list[int], workdir: str, kill_at: int) -> None:
             if (step + 1) % SAVE_EVERY == 0:
                 manager.save()
             if step == kill_at:
+                # Both workers finish step KILL_AT first: a collective must not lose a peer.
+                wait_for_peer(workdir, index, f"killed-at-{step}")
                 os.kill(os.getpid(), signal.SIGKILL)
     result = {"weight": float(weight.numpy()), "state": loader.get_state()}
     with open(os.path.join(workdir, f"result-{index}.json"), "w") as f:
         json.dump(result, f)
+    wait_for_peer(workdir, index, "done")
+
+
+def wait_for_peer(workdir: str, index: int, name: str) -> None:
+    """A file barrier between the 2 workers (outside TensorFlow, whose peers may be gone)."""
+    with open(os.path.join(workdir, f"{name}-{index}"), "w"):
+        pass
+    while not os.path.exists(os.path.join(workdir, f"{name}-{1 - index}")):
+        time.sleep(0.01)
 
 
 if __name__ == "__main__":
