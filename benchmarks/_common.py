@@ -58,3 +58,14 @@ class ArraySource:
 
     def __getitem__(self, index: int) -> np.ndarray:
         return self.array[index]
+
+
+def burn_for(count: int) -> float:
+    """Runs `burn_python` `count` times; returns the wall time it took."""
+    import time
+
+    record = np.zeros(16, np.float32)
+    start = time.perf_counter()
+    for _ in range(count):
+        burn_python(record)
+    return time.perf_counter() - start

@@ -61,8 +61,9 @@ def _length(batch: Any) -> int:
     return int(np.shape(batch)[0])
 
 
-def rate(make: Callable[[], Iterable[Any]]) -> float:
-    """Records/s of one fresh iteration after its first WARMUP batches.
+def rate(make: Callable[[], Iterable[Any]]) -> tuple[float, float]:
+    """Records/s of one fresh iteration after its first WARMUP batches, and the CPU
+    time of this process (all its threads, not worker processes) per record in us.
 
     Stops after BUDGET_SECONDS, so that slow alternatives do not dominate the run.
     """
@@ -70,24 +71,27 @@ def rate(make: Callable[[], Iterable[Any]]) -> float:
     for _ in range(WARMUP):  # until every worker (ours or grain's) has started
         next(iterator)
     count = 0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for batch in iterator:
         count += _length(batch)
         if time.perf_counter() - start > BUDGET_SECONDS:
             break
-    return count / (time.perf_counter() - start)
+    cpu_us = (time.process_time() - cpu) / count * 1e6
+    return count / (time.perf_counter() - start), cpu_us
 
 
-def _interleaved(
-    workload: str, configs: list[tuple[str, Any]], repeats: int
-) -> list[tuple[str, str, float]]:
+Row = tuple[str, str, float, float]  # workload, pipeline, records/s, CPU us per record
+
+
+def _interleaved(workload: str, configs: list[tuple[str, Any]], repeats: int) -> list[Row]:
     """Best rate of each config over `repeats` rounds; a round runs every config once,
     so a burst of load on the shared machine hits all alternatives alike."""
-    best = dict.fromkeys((name for name, _ in configs), 0.0)
+    best = dict.fromkeys((name for name, _ in configs), (0.0, float("inf")))
     for _ in range(repeats):
         for name, make in configs:
-            best[name] = max(best[name], rate(make))
-    rows = [(workload, name, value) for name, value in best.items()]
+            (old_rate, old_cpu), (new_rate, new_cpu) = best[name], rate(make)
+            best[name] = max(old_rate, new_rate), min(old_cpu, new_cpu)
+    rows = [(workload, name, value, cpu) for name, (value, cpu) in best.items()]
     for row in rows:
         print(row, flush=True)
     return rows
@@ -163,6 +167,20 @@ def grain_loader(array: np.ndarray, op: str | None = None, workers: int = 0) -> 
 # -- sections ---------------------------------------------------------------------------
 
 
+def parallel_capacity(count: int = 4_000) -> float:
+    """How many CPUs' worth of Python work two processes get right now (2.0 on an idle
+    2-core machine): the ceiling for any 2-worker speed-up measured in this run."""
+    import multiprocessing
+
+    alone = _common.burn_for(count)
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        pool.map(_common.burn_for, [10, 10])  # start-up outside the measurement
+        start = time.perf_counter()
+        pool.map(_common.burn_for, [count, count])
+        together = time.perf_counter() - start
+    return 2 * alone / together
+
+
 def _per_record_us(fn: Callable[[np.ndarray], Any], record: np.ndarray) -> float:
     start = time.perf_counter()
     for _ in range(500):
@@ -170,9 +188,9 @@ def _per_record_us(fn: Callable[[np.ndarray], Any], record: np.ndarray) -> float
     return (time.perf_counter() - start) / 500 * 1e6
 
 
-def throughput(sizes: Sizes) -> list[tuple[str, str, float]]:
+def throughput(sizes: Sizes) -> list[Row]:
     """Rows (workload, pipeline, records/s)."""
-    rows: list[tuple[str, str, float]] = []
+    rows: list[Row] = []
     r = sizes.repeats
     images = np.random.default_rng(0).integers(0, 255, (sizes.in_memory, 32, 32, 3), np.uint8)
     workload = "(i) in-memory uint8 32x32x3"
@@ -354,11 +372,12 @@ def checkpoint_bytes() -> list[tuple[str, int, str]]:
 # -- report -----------------------------------------------------------------------------
 
 
-def _find(rows: list[tuple[str, str, float]], workload: str, name: str) -> float:
-    return next(r for w, n, r in rows if w.startswith(workload) and n == name)
+def _find(rows: list[Row], workload: str, name: str, column: int = 2) -> float:
+    row = next(row for row in rows if row[0].startswith(workload) and row[1] == name)
+    return float(row[column])
 
 
-def targets(rows: list[tuple[str, str, float]], restore: list[tuple[str, list[str]]]) -> list[str]:
+def targets(rows: list[Row], restore: list[tuple[str, list[str]]]) -> list[str]:
     ii, iii = "(ii)", "(iii)"
     lines = []
 
@@ -372,13 +391,16 @@ def targets(rows: list[tuple[str, str, float]], restore: list[tuple[str, list[st
     check("in-memory: resumeloader / plain tf.data",
           _find(rows, "(i)", "resumeloader, loader.dataset()")
           / _find(rows, "(i)", "plain tf.data"), 0.9)
+    check("in-memory, CPU per record: plain tf.data / resumeloader (load-robust view)",
+          _find(rows, "(i)", "plain tf.data", 3)
+          / _find(rows, "(i)", "resumeloader, loader.dataset()", 3), 0.9)
     for workload, workers in [(ii, 0), (ii, 1), (ii, 2), (iii, 0), (iii, 2)]:
         suffix = f"{workers} worker" + ("" if workers == 1 else "s")
         grain_rate = _find(rows, workload, f"grain DataLoader, {suffix}")
         for kind in ("thread", "process") if workers else ("",):
             name = "resumeloader, 0 workers" if not workers else (
                 f"resumeloader, {workers} {kind} worker" + ("" if workers == 1 else "s"))
-            if not any(n == name for w, n, _ in rows if w.startswith(workload)):
+            if not any(row[1] == name for row in rows if row[0].startswith(workload)):
                 continue
             check(f"{workload} {name.split(', ')[1]} / grain {suffix}",
                   _find(rows, workload, name) / grain_rate, 2.0)
@@ -387,7 +409,7 @@ def targets(rows: list[tuple[str, str, float]], restore: list[tuple[str, list[st
     return lines
 
 
-def render(sampler_table: str, rows: list[tuple[str, str, float]], repeats: int,
+def render(sampler_table: str, rows: list[Row], repeats: int, capacity: float,
            restore: list[tuple[str, list[str]]], checkpoints: list[tuple[str, int, str]],
            seconds: float, quick: bool) -> str:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -397,7 +419,10 @@ def render(sampler_table: str, rows: list[tuple[str, str, float]], repeats: int,
         f"Generated by `python benchmarks/run_all.py{' --quick' if quick else ''}` in "
         f"{seconds:.0f} s on {platform.machine()} with {os.cpu_count()} CPUs (load average "
         f"{load} at the end), Python {platform.python_version()}. Batch size {BATCH}. "
-        "Numbers are noisy on a shared machine; the ratios within one run are the result.",
+        "Numbers are noisy on a shared machine; the ratios within one run are the result. "
+        f"Parallel capacity (CPUs' worth of Python work two processes got, mean of a check "
+        f"before and after the throughput runs; 2.0 on an idle 2-core machine): "
+        f"{capacity:.2f}. No 2-worker speed-up can exceed it.",
         "",
         "## Targets",
         "",
@@ -407,13 +432,14 @@ def render(sampler_table: str, rows: list[tuple[str, str, float]], repeats: int,
         "",
         f"## Throughput (records/s after the first {WARMUP} batches, best of {repeats})",
         "",
-        "| workload | pipeline | records/s | vs first row of workload |",
-        "|---|---|---:|---:|",
+        "| workload | pipeline | records/s | vs first row of workload "
+        "| CPU us/record (main process) |",
+        "|---|---|---:|---:|---:|",
     ]
     first: dict[str, float] = {}
-    for workload, name, value in rows:
+    for workload, name, value, cpu in rows:
         base = first.setdefault(workload, value)
-        out.append(f"| {workload} | {name} | {value:,.0f} | {value / base:.2f}x |")
+        out.append(f"| {workload} | {name} | {value:,.0f} | {value / base:.2f}x | {cpu:.1f} |")
     out += [
         "",
         "## Restore latency: ms from restoring to the first batch (best of 5), by position",
@@ -440,10 +466,13 @@ def main() -> None:
     import bench_sampler
 
     sampler_table = bench_sampler.render(bench_sampler.measure(quick=True))
+    capacity = parallel_capacity()
+    print(f"parallel capacity: {capacity:.2f} CPUs", flush=True)
     rows = throughput(sizes)
+    capacity = (capacity + parallel_capacity()) / 2
     restore = restore_latency(args.quick)
     checkpoints = checkpoint_bytes()
-    report = render(sampler_table, rows, sizes.repeats, restore, checkpoints,
+    report = render(sampler_table, rows, sizes.repeats, capacity, restore, checkpoints,
                     time.perf_counter() - start, args.quick)
     Path(args.output).write_text(report)
     print(report)
