@@ -192,11 +192,16 @@ class ResumableLoader(tf.train.experimental.PythonState):
         return end is not None and self.position >= end
 
     def __repr__(self) -> str:
+        # Inside a tf.function the position is symbolic, and repr must not raise
+        # (TensorFlow's own warnings format bound methods of the loader).
+        if tf.executing_eagerly():
+            where = f"epoch={self.epoch}, position={self.position}"
+        else:
+            where = "position=<symbolic>"
         return (
             f"ResumableLoader(num_records={self.num_records}, batch_size={self.batch_size}, "
             f"seed={self.seed}, shuffle={self._sampler.shuffle}, num_epochs={self.num_epochs}, "
-            f"shard={self._sampler.shard_index}/{self._sampler.shard_count}, "
-            f"epoch={self.epoch}, position={self.position})"
+            f"shard={self._sampler.shard_index}/{self._sampler.shard_count}, {where})"
         )
 
     @property
@@ -332,6 +337,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             yield batch
 
     # -- advancing ---------------------------------------------------------------------
+    @tf.autograph.experimental.do_not_convert  # plain Python branching on Python values
     def advance(self, num_batches: int = 1) -> None:
         """Marks `num_batches` batches as consumed; works eagerly and in a `tf.function`.
 

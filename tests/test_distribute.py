@@ -126,6 +126,20 @@ def test_dataset_mirrored_strategy_advance_in_replica_fn_steps_equal_single_proc
 
 
 @pytest.mark.parametrize("in_scope", [True, False], ids=["created-in-scope", "created-outside"])
+def test_loader_repr_inside_tf_function_does_not_raise(strategy, in_scope):
+    """repr() of a loader in a traced function (TF's warnings format it) names no value."""
+    if in_scope:
+        with strategy.scope():
+            loader = make_loader()
+    else:
+        loader = make_loader()
+    texts = []
+    tf.function(lambda: texts.append(repr(loader)))()
+    assert texts[0].endswith("position=<symbolic>)")
+    assert repr(loader).endswith("epoch=0, position=0)")
+
+
+@pytest.mark.parametrize("in_scope", [True, False], ids=["created-in-scope", "created-outside"])
 @pytest.mark.parametrize("traced", [True, False], ids=["tf-function", "eager"])
 def test_advance_in_replica_context_advances_one_global_step(strategy, in_scope, traced):
     """advance() called by every replica in strategy.run moves one batch, not one per replica."""
