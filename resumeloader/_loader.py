@@ -63,7 +63,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
         drop_remainder: drop each epoch's last batch when it is short.
         shard_index: this shard, in [0, shard_count).
         shard_count: shards splitting each epoch's global order (strided).
-        prefetch: batches to prefetch after the generator; None or 0 for none.
+        prefetch: batches prepared ahead of the consumer (by `dataset`'s
+            ``prefetch``, or a thread for ``for batch in loader``); None or 0 for none.
         output_signature: the per-record structure of `tf.TensorSpec` (no batch
             dimension); inferred from record 0 when None.
         with_metadata: yield ``(batch, metadata)`` where metadata holds, per record,
@@ -304,7 +305,13 @@ class ResumableLoader(tf.train.experimental.PythonState):
         }
 
     def __iter__(self) -> Iterator[Any]:
-        """Yields batches from the current position, advancing it as each is handed out."""
+        """Yields batches from the current position, advancing it as each is handed out.
+
+        Eagerly, a Python thread prepares up to `prefetch` batches ahead (2 for
+        ``AUTOTUNE``, none for None or 0) and the batches are handed out as tensors
+        without tf.data; inside a ``tf.function`` it iterates `dataset`. Both yield
+        the same stream. Leaving the loop early stops the thread before it returns.
+        """
         self._failure = None
         # The stream starts here and moves one batch per batch, so the position is
         # tracked in Python and only written (a read + assign per batch cost ~3x more).
