@@ -2,9 +2,10 @@
 
 * `expected_batches`: the uninterrupted stream of record ids, computed from the
   `IndexSampler` alone (no TensorFlow), the reference every resumed run must equal.
-* `train_and_crash` / `resume`: a consumer loop over ``loader.dataset()`` followed by
-  a TF ``map`` that advances the loader after each step and writes a
-  ``tf.train.Checkpoint`` every `checkpoint_every` steps, like a real training job.
+* `run_case`: a consumer loop over ``loader.dataset()`` followed by a TF ``map`` (or
+  over ``for batch in loader``) that advances the loader after each step and writes a
+  ``tf.train.Checkpoint`` every `checkpoint_every` steps, crashes, restores from the
+  last checkpoint and finishes, like a real training job.
 * `NaiveSplitPipeline`: the common workaround from DESIGN.md (a checkpointed
   iterator over a pure-TF index dataset fed through ``from_generator`` + ``map``
   (``py_function``) + ``batch`` + ``prefetch``), which loses records on restore.
@@ -63,14 +64,18 @@ class GridCase:
     num_records: int = 23
     num_epochs: int = 2
     seed: int = 2024
+    # "dataset": dataset() + TF map + advance(); "for-loop": `for batch in loader`
+    # (its own prefetch thread; parallel_calls unused).
+    consumer: str = "dataset"
 
     @property
     def id(self) -> str:
         prefetch = {None: "none", AUTOTUNE: "auto"}.get(self.prefetch, str(self.prefetch))
         calls = "auto" if self.parallel_calls == AUTOTUNE else str(self.parallel_calls)
         target = "fresh" if self.fresh_loader else "same"
+        how = f"map_{calls}" if self.consumer == "dataset" else "for-loop"
         return (
-            f"bs{self.batch_size}-prefetch_{prefetch}-map_{calls}-ckpt_{self.checkpoint_every}"
+            f"bs{self.batch_size}-prefetch_{prefetch}-{how}-ckpt_{self.checkpoint_every}"
             f"-{self.interruption}-{target}"
         )
 
@@ -109,6 +114,16 @@ def grid(
     return cases
 
 
+def loop_grid() -> list[GridCase]:
+    """`for batch in loader` (eager prefetch thread) at every prefetch and interruption."""
+    return [
+        GridCase(4, prefetch, 1, every, interruption, fresh, consumer="for-loop")
+        for prefetch in (None, 1, 2, AUTOTUNE)
+        for interruption in INTERRUPTIONS
+        for every, fresh in [(1, prefetch in (None, 2)), (3, prefetch in (1, AUTOTUNE))]
+    ]
+
+
 def _ids_dataset(loader: resumeloader.ResumableLoader, parallel_calls: int) -> tf.data.Dataset:
     # A TF map after the loader, as a real pipeline would have (parse, cast, augment).
     return loader.dataset().map(
@@ -130,12 +145,17 @@ def _train(
     """Consumes `steps` batches (all when None), checkpointing every `checkpoint_every`."""
     seen: list[list[int]] = []
     saved = None
-    batches: Iterator[Any] = iter(_ids_dataset(loader, case.parallel_calls))
+    batches: Iterator[Any]
+    if case.consumer == "for-loop":
+        batches = (meta["index"] for _, meta in loader)  # advances as it hands out
+    else:
+        batches = iter(_ids_dataset(loader, case.parallel_calls))
     if steps is not None:
         batches = itertools.islice(batches, steps)
     for step, ids in enumerate(batches, start=first_step + 1):
         seen.append(ids.numpy().tolist())
-        loader.advance()
+        if case.consumer == "dataset":
+            loader.advance()
         if checkpoint_every and step % checkpoint_every == 0:
             saved = checkpoint.write(str(path / f"ckpt-{step}"))
     return seen, saved

@@ -3,7 +3,9 @@
 A run trains, checkpoints (every step or every 3 steps), crashes, restores from its
 last checkpoint into the same or a fresh loader and finishes; the stream of record
 ids it saw must equal the uninterrupted stream exactly, including the epoch after the
-resumed one. Beside it, the naive split pipeline of DESIGN.md is shown losing records.
+resumed one. The grid consumes ``loader.dataset()`` through a TF map and calls
+``advance()``; a second grid consumes ``for batch in loader`` (its prefetch thread).
+Beside them, the naive split pipeline of DESIGN.md is shown losing records.
 """
 
 from __future__ import annotations
@@ -29,6 +31,17 @@ GRID = _pipelines.grid()
 @pytest.mark.parametrize("case", GRID, ids=[case.id for case in GRID])
 def test_resume_after_crash_equals_uninterrupted_stream(case, tmp_path):
     """The resumed stream of record ids equals the uninterrupted one, batch for batch."""
+    expected, observed = _pipelines.run_case(case, tmp_path)
+
+    assert observed == expected
+
+
+LOOP_GRID = _pipelines.loop_grid()
+
+
+@pytest.mark.parametrize("case", LOOP_GRID, ids=[case.id for case in LOOP_GRID])
+def test_resume_of_for_loop_after_crash_equals_uninterrupted_stream(case, tmp_path):
+    """`for batch in loader` with its prefetch thread resumes to the uninterrupted stream."""
     expected, observed = _pipelines.run_case(case, tmp_path)
 
     assert observed == expected
