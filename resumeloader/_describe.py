@@ -21,7 +21,8 @@ __all__ = ["describe"]
 _WIDTH = 92  # fits a docstring line
 _CAPTION = (
     "CHECKPOINTED: saved (with the order fingerprint). derived: a pure function of it. "
-    "re-read, recomputed: redone after a restore, so read-ahead is never lost."
+    "re-read, recomputed: redone after a restore, so read-ahead is never lost. "
+    "constant: the data itself."
 )
 
 
@@ -64,14 +65,20 @@ def _stages(loader: Any) -> list[tuple[str, str, str, str]]:
         name = getattr(map_fn, "__qualname__", type(map_fn).__name__)
         rows.append(("map_fn", f"{name}(record, rng)", record, "derived"))
     workers = loader.num_workers
-    if workers:
-        plan = f"{workers} {loader.worker_type} workers, <= {loader._workers.in_flight} in flight"
-        plan += ", in order" + (", shared memory" if loader.worker_type == "process" else "")
-    else:
-        plan = "in the generator thread (num_workers=0)"
     batch = _spec_text(loader.element_spec)
-    rows.append(("workers", plan, batch, "recomputed"))
-    rows.append(("from_generator", "Dataset.from_generator", batch, "recomputed"))
+    if loader._gatherer is not None:  # arrays, no map_fn: no Python per record
+        rows[-1] = ("source", f"{adapter.description}, as constant tensors", record, "constant")
+        rows.append(("from_generator", "index array of each batch", "int64[None]", "recomputed"))
+        rows.append(("map", "tf.gather(source, indices)", batch, "recomputed"))
+    else:
+        if workers:
+            plan = f"{workers} {loader.worker_type} workers, <= {loader._workers.in_flight}"
+            plan += " in flight, in order"
+            plan += ", shared memory" if loader.worker_type == "process" else ""
+        else:
+            plan = "in the generator thread (num_workers=0)"
+        rows.append(("workers", plan, batch, "recomputed"))
+        rows.append(("from_generator", "Dataset.from_generator", batch, "recomputed"))
     prefetch = loader._prefetch
     if prefetch:
         size = "AUTOTUNE" if prefetch == -1 else str(prefetch)
@@ -98,14 +105,13 @@ def describe(loader: Any, *, console: Console | None = None) -> str:
         │                │ consumer                               │                 │              │
         │ sampler        │ IndexSampler: shuffled, seed 0, 1      │ record index    │ derived      │
         │                │ epochs, shard 0/1                      │                 │              │
-        │ source         │ ndarray of arrays: read_batch(indices) │ float32[3]      │ re-read      │
-        │ workers        │ in the generator thread                │ float32[None,3] │ recomputed   │
-        │                │ (num_workers=0)                        │                 │              │
-        │ from_generator │ Dataset.from_generator                 │ float32[None,3] │ recomputed   │
+        │ source         │ ndarray of arrays, as constant tensors │ float32[3]      │ constant     │
+        │ from_generator │ index array of each batch              │ int64[None]     │ recomputed   │
+        │ map            │ tf.gather(source, indices)             │ float32[None,3] │ recomputed   │
         │ prefetch       │ prefetch(AUTOTUNE)                     │ float32[None,3] │ recomputed   │
         └────────────────┴────────────────────────────────────────┴─────────────────┴──────────────┘
         CHECKPOINTED: saved (with the order fingerprint). derived: a pure function of it. re-read,
-        recomputed: redone after a restore, so read-ahead is never lost.
+        recomputed: redone after a restore, so read-ahead is never lost. constant: the data itself.
     """
     table = Table(
         title=(

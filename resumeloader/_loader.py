@@ -21,6 +21,7 @@ from resumeloader import (
     _batching,
     _describe,
     _distribute,
+    _gather,
     _position,
     _prefetch,
     _sampler,
@@ -146,6 +147,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
             source=source,
             map_fn=map_fn,
         )
+        self._gatherer = _gather.Gatherer.create(
+            source, map_fn=map_fn, num_workers=self.num_workers, spec=self._producer.spec
+        )
         self._failure: errors.RecordError | None = None
         self._dataset: tf.data.Dataset | None = None
         with tf.init_scope():
@@ -266,7 +270,10 @@ class ResumableLoader(tf.train.experimental.PythonState):
         generate, spec = self._generate, self.element_spec
         if input_context is not None:
             generate, spec = _distribute.generator(self, input_context)
-        ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
+        if input_context is None and self._gatherer is not None:
+            ds = self._gatherer.dataset(self._indices, spec, with_metadata=self._with_metadata)
+        else:
+            ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
         if self._prefetch:
             ds = ds.prefetch(self._prefetch)
         if reusable:
@@ -276,6 +283,15 @@ class ResumableLoader(tf.train.experimental.PythonState):
     def _generate(self) -> Iterator[Any]:
         start = int(self._position.numpy())
         yield from self._batches(self._sampler, self._layout, self._layout.normalise(start))
+
+    def _indices(self) -> Iterator[Any]:
+        """The index array of each batch (with its metadata), for `_gather`."""
+        start = self._layout.normalise(int(self._position.numpy()))
+        for task in _tasks(self._sampler, self._layout, start):
+            if self._with_metadata:
+                yield task.indices, self._metadata(task.indices, task.epoch, task.position)
+            else:
+                yield task.indices
 
     def _batches(
         self, sampler: _sampler.IndexSampler, layout: _position.Layout, position: int

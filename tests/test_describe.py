@@ -26,13 +26,17 @@ def _stages(text: str) -> list[str]:
 @pytest.mark.parametrize(
     ("kwargs", "stages"),
     [
-        ({}, ["position", "sampler", "source", "workers", "from_generator", "prefetch"]),
+        ({}, ["position", "sampler", "source", "from_generator", "map", "prefetch"]),
+        (
+            {"num_workers": 1, "prefetch": 2},
+            ["position", "sampler", "source", "workers", "from_generator", "prefetch"],
+        ),
         (
             {"map_fn": fns.augment, "prefetch": None, "num_workers": 2},
             ["position", "sampler", "source", "map_fn", "workers", "from_generator"],
         ),
     ],
-    ids=["arrays", "map_fn-workers-no-prefetch"],
+    ids=["arrays-gathered", "arrays-1-worker", "map_fn-workers-no-prefetch"],
 )
 def test_describe_configuration_lists_stages_in_order(kwargs, stages):
     """describe() has one row per pipeline stage, from the position to prefetch."""
