@@ -16,6 +16,8 @@ import _mwms_worker
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import resumeloader
 
@@ -292,3 +294,36 @@ def make_loader_like_worker() -> resumeloader.ResumableLoader:
     loader = _mwms_worker.make_loader()
     assert loader.position == 0
     return loader
+
+
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_dataset_input_pipelines_any_layout_continue_single_process_batches(data):
+    """For any pipelines/replicas/shards layout and start, each step is the single-process batch."""
+    num_pipelines = data.draw(st.integers(1, 3), label="num_pipelines")
+    num_replicas = num_pipelines * data.draw(st.integers(1, 2), label="replicas_per_pipeline")
+    batch_size = num_replicas * data.draw(st.integers(1, 3), label="per_replica_batch")
+    shard_count = data.draw(st.integers(1, 2), label="shard_count")
+    shard_index = data.draw(st.integers(0, shard_count - 1), label="shard_index")
+    num_records = data.draw(st.integers(shard_count * batch_size, 40), label="num_records")
+    options = dict(
+        batch_size=batch_size,
+        seed=data.draw(st.integers(0, 2**64 - 1), label="seed"),
+        num_epochs=2,
+        drop_remainder=True,
+        shard_index=shard_index,
+        shard_count=shard_count,
+        prefetch=None,
+        with_metadata=True,
+    )
+    loader = resumeloader.ResumableLoader(np.arange(num_records), **options)
+    loader.advance(data.draw(st.integers(0, 2 * loader.batches_per_epoch), label="start"))
+    reference = resumeloader.ResumableLoader(np.arange(num_records), **options)
+    reference.set_state(loader.get_state())
+    want = [sorted(meta["index"].numpy().tolist()) for _, meta in reference]
+    steps = collections.defaultdict(list)
+    for pipeline_id in range(num_pipelines):
+        ctx = tf.distribute.InputContext(num_pipelines, pipeline_id, num_replicas)
+        for i, (_, meta) in enumerate(loader.dataset(input_context=ctx)):
+            steps[i // (num_replicas // num_pipelines)].extend(meta["index"].numpy().tolist())
+    assert [sorted(steps[t]) for t in range(len(steps))] == want
