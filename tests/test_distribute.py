@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
+import _cluster
 import _mwms_worker
 import numpy as np
 import pytest
@@ -225,49 +222,15 @@ def test_dataset_input_context_position_not_divisible_by_pipelines_raises():
     assert "num_input_pipelines=4" in str(info.value)
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def run_workers(workdir: Path, kill_at: int) -> list[subprocess.CompletedProcess]:
-    """Runs the 2 MultiWorkerMirroredStrategy workers on loopback until they end or die."""
-    script = Path(_mwms_worker.__file__)
-    ports = json.dumps(free_ports(2))
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TF_CPP_MIN_LOG_LEVEL": "3",
-           "CUDA_VISIBLE_DEVICES": ""}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(i), ports, str(workdir), str(kill_at)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
-        for i in range(2)
-    ]
-    results = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise
-        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    return results
-
-
 @pytest.mark.slow
 def test_dataset_multi_worker_killed_and_restarted_steps_equal_single_process(tmp_path):
     """2 MWMS worker processes, SIGKILLed mid-epoch and restarted, see the single-process steps."""
     kill_at = 9  # checkpoints after steps 3 and 7: steps 8 and 9 are run twice
-    killed = run_workers(tmp_path, kill_at)
+    script = Path(_mwms_worker.__file__)
+    killed = _cluster.run_workers(script, str(tmp_path), str(kill_at))
     for proc in killed:
         assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-3000:]
-    resumed = run_workers(tmp_path, -1)
+    resumed = _cluster.run_workers(script, str(tmp_path), "-1")
     for proc in resumed:
         assert proc.returncode == 0, proc.stderr.decode()[-3000:]
 
