@@ -1,9 +1,10 @@
 """In-memory array sources without a ``map_fn``: batches gathered inside tf.data.
 
-For such sources Python only computes each batch's record indices; the records are
-gathered from constant tensors by ``tf.gather`` in TensorFlow's threads, which costs
-much less per batch than converting a NumPy batch in ``from_generator``. The stream
-is identical to the generic path: the same tasks, cut the same way.
+For such sources Python only computes the record indices, CHUNK batches per
+``from_generator`` element; tf.data splits them into batches and gathers the records
+from constant tensors with ``tf.gather`` in its own threads, which costs much less
+than converting a NumPy batch per ``from_generator`` call. The stream is identical
+to the generic path: the same tasks, cut the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ __all__ = ["Gatherer"]
 # whole source is not worth the per-batch saving, and the generic path is used.
 MAX_BYTES = 1 << 30
 _KINDS = "biuf"  # bool, signed, unsigned, float
+# Batches whose index arrays travel through from_generator together.
+CHUNK = 16
 
 
 def _is_spec(x: Any) -> bool:
@@ -87,7 +90,44 @@ class Gatherer:
             ]
             return optree.tree_unflatten(treespec, batch)
 
-        ds = tf.data.Dataset.from_generator(indices, output_signature=signature)
+        def rows(flat: Any, lengths: tf.Tensor) -> tf.data.Dataset:
+            split = tf.nest.map_structure(
+                lambda values: tf.RaggedTensor.from_row_lengths(values, lengths), flat
+            )
+            return tf.data.Dataset.from_tensor_slices(split)
+
+        def shaped(spec: Any, value: Any) -> Any:
+            return tf.nest.map_structure(lambda s, v: tf.ensure_shape(v, s.shape), spec, value)
+
+        chunk_spec = tf.nest.map_structure(
+            lambda s: tf.TensorSpec((None, *s.shape[1:]), s.dtype), signature
+        )
+        ds = tf.data.Dataset.from_generator(
+            lambda: _chunks(indices(), with_metadata=with_metadata),
+            output_signature=(chunk_spec, tf.TensorSpec((None,), tf.int64)),
+        ).flat_map(rows)
         if with_metadata:
-            return ds.map(lambda index, meta: (gather(index), meta))
+            return ds.map(lambda index, meta: (gather(index), shaped(element_spec[1], meta)))
         return ds.map(gather)
+
+
+def _chunks(batches: Iterator[Any], *, with_metadata: bool) -> Iterator[Any]:
+    """Groups CHUNK batches' index arrays (and metadata) into one generator element with
+    their lengths, so Python and from_generator run once per CHUNK batches."""
+    group: list[Any] = []
+    for item in batches:
+        group.append(item)
+        if len(group) == CHUNK:
+            yield _pack(group, with_metadata)
+            group = []
+    if group:
+        yield _pack(group, with_metadata)
+
+
+def _pack(group: list[Any], with_metadata: bool) -> tuple[Any, np.ndarray]:
+    if with_metadata:
+        index = np.concatenate([indices for indices, _ in group])
+        meta = {key: np.concatenate([m[key] for _, m in group]) for key in group[0][1]}
+        lengths = np.array([len(indices) for indices, _ in group], np.int64)
+        return (index, meta), lengths
+    return np.concatenate(group), np.array([len(indices) for indices in group], np.int64)

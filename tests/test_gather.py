@@ -31,6 +31,8 @@ CASES = {
     "dict-metadata": (_COLUMNS, {"with_metadata": True}),
     "drop-remainder-shard": (_X, {"drop_remainder": True, "shard_index": 1, "shard_count": 2}),
     "no-shuffle-uint8": (np.arange(23 * 2, dtype=np.uint8).reshape(23, 2), {"shuffle": False}),
+    # 250 records in batches of 3: several 16-batch chunks, one spanning the epoch boundary.
+    "chunks-across-epochs": (np.arange(250, dtype=np.int32), {"batch_size": 3}),
 }
 
 
@@ -53,7 +55,7 @@ def test_array_source_stream_equals_generic_path(case):
     kwargs = {"batch_size": 4, "seed": 9, "num_epochs": 2, **options}
     gathered = resumeloader.ResumableLoader(source, **kwargs)
     generic = resumeloader.ResumableLoader(_Records(source), **kwargs)
-    assert gathered.element_spec == generic.element_spec
+    assert gathered.dataset().element_spec == generic.element_spec == gathered.element_spec
     got, want = _stream(gathered), _stream(generic)
     assert len(got) == len(want) > 0
     for a, b in zip(got, want, strict=True):
