@@ -51,6 +51,19 @@ def expected_batches(
     return batches
 
 
+class _Records:
+    """A random-access source that is not an array: read record by record."""
+
+    def __init__(self, records: np.ndarray) -> None:
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return self.records[index]
+
+
 @dataclasses.dataclass(frozen=True)
 class GridCase:
     """One point of the restore grid."""
@@ -67,6 +80,9 @@ class GridCase:
     # "dataset": dataset() + TF map + advance(); "for-loop": `for batch in loader`
     # (its own prefetch thread; parallel_calls unused).
     consumer: str = "dataset"
+    # "records": a plain random-access source (the generic from_generator path);
+    # "array": a NumPy array (in-memory arrays are gathered inside tf.data).
+    source: str = "records"
 
     @property
     def id(self) -> str:
@@ -75,13 +91,14 @@ class GridCase:
         target = "fresh" if self.fresh_loader else "same"
         how = f"map_{calls}" if self.consumer == "dataset" else "for-loop"
         return (
-            f"bs{self.batch_size}-prefetch_{prefetch}-{how}-ckpt_{self.checkpoint_every}"
-            f"-{self.interruption}-{target}"
+            f"{self.source}-bs{self.batch_size}-prefetch_{prefetch}-{how}"
+            f"-ckpt_{self.checkpoint_every}-{self.interruption}-{target}"
         )
 
     def loader(self) -> resumeloader.ResumableLoader:
+        records = np.arange(self.num_records, dtype=np.int32)
         return resumeloader.ResumableLoader(
-            np.arange(self.num_records, dtype=np.int32),
+            records if self.source == "array" else _Records(records),
             batch_size=self.batch_size,
             seed=self.seed,
             num_epochs=self.num_epochs,
@@ -96,22 +113,52 @@ def grid(
     parallel_calls: tuple[int, ...] = (1, AUTOTUNE),
     interruptions: tuple[str, ...] = tuple(INTERRUPTIONS),
     checkpoint_every: tuple[int, ...] = (1, 3),
+    points_per_pipeline: int = 2,
 ) -> list[GridCase]:
-    """Every (batch size, prefetch, parallel calls, interruption) combination.
+    """Every (batch size, prefetch, parallel calls) pipeline, each interrupted at
+    `points_per_pipeline` of the interruption points.
 
-    The two cheaper axes, checkpoint cadence and restore target (same or fresh
-    loader), rotate like a Latin square over the pipeline configurations and the
-    interruption points, so every pair of values of any two axes is covered
-    without the full product's cost.
+    The interruption points, the checkpoint cadence and the restore target (same or
+    fresh loader) rotate like a Latin square over the pipelines, so every pair of
+    values of any two axes occurs (checked by a test) without the full product's cost.
     """
     targets = list(itertools.product(checkpoint_every, (False, True)))
     pipelines = list(itertools.product(batch_sizes, prefetches, parallel_calls))
+    step = max(1, len(interruptions) // points_per_pipeline)
     cases = []
     for p, (batch_size, prefetch, calls) in enumerate(pipelines):
-        for i, interruption in enumerate(interruptions):
-            every, fresh = targets[(p + i) % len(targets)]
-            cases.append(GridCase(batch_size, prefetch, calls, every, interruption, fresh))
+        for k in range(points_per_pipeline):
+            # p // 2 shifts the points between the two parallel_calls of a pipeline.
+            i = (p + p // 2 + k * step) % len(interruptions)
+            every, fresh = targets[(p + k) % len(targets)]
+            case = GridCase(batch_size, prefetch, calls, every, interruptions[i], fresh)
+            cases.append(case)
     return cases
+
+
+def array_grid() -> list[GridCase]:
+    """An array source (batches gathered inside tf.data) at every interruption point.
+
+    Building that pipeline costs ~0.5 s, so it gets 8 cases: a two-level orthogonal
+    array over prefetch (none, AUTOTUNE), downstream map (1, AUTOTUNE), cadence (1, 3)
+    and restore target (same, fresh), then its complement; every pair of values of
+    any two axes, interruption point included, occurs.
+    """
+    base = [(0, 0, 0, 0), (0, 1, 1, 0), (1, 0, 1, 0), (1, 1, 0, 0)]
+    rows = base + [tuple(1 - level for level in row) for row in base]
+    interruptions = list(INTERRUPTIONS)
+    return [
+        GridCase(
+            7,
+            (None, AUTOTUNE)[prefetch],
+            (1, AUTOTUNE)[calls],
+            (1, 3)[every],
+            interruptions[k % 4],
+            bool(fresh),
+            source="array",
+        )
+        for k, (prefetch, calls, every, fresh) in enumerate(rows)
+    ]
 
 
 def loop_grid() -> list[GridCase]:

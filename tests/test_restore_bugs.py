@@ -36,6 +36,17 @@ def test_resume_after_crash_equals_uninterrupted_stream(case, tmp_path):
     assert observed == expected
 
 
+ARRAY_GRID = _pipelines.array_grid()
+
+
+@pytest.mark.parametrize("case", ARRAY_GRID, ids=[case.id for case in ARRAY_GRID])
+def test_resume_of_array_source_after_crash_equals_uninterrupted_stream(case, tmp_path):
+    """An array source, whose batches tf.data gathers, resumes to the uninterrupted stream."""
+    expected, observed = _pipelines.run_case(case, tmp_path)
+
+    assert observed == expected
+
+
 LOOP_GRID = _pipelines.loop_grid()
 
 
@@ -47,23 +58,32 @@ def test_resume_of_for_loop_after_crash_equals_uninterrupted_stream(case, tmp_pa
     assert observed == expected
 
 
-def test_grid_covers_every_pair_of_axis_values():
+@pytest.mark.parametrize("cases", [GRID, ARRAY_GRID], ids=["records-grid", "array-grid"])
+def test_grid_covers_every_pair_of_axis_values(cases):
     """Every pair of values of any two grid axes occurs in at least one case."""
     axes = ("batch_size", "prefetch", "parallel_calls", "checkpoint_every", "interruption")
     axes += ("fresh_loader",)
-    values = {axis: {getattr(case, axis) for case in GRID} for axis in axes}
+    values = {axis: {getattr(case, axis) for case in cases} for axis in axes}
     missing = [
         (a, x, b, y)
         for i, a in enumerate(axes)
         for b in axes[i + 1 :]
         for x in values[a]
         for y in values[b]
-        if not any(getattr(c, a) == x and getattr(c, b) == y for c in GRID)
+        if not any(getattr(c, a) == x and getattr(c, b) == y for c in cases)
     ]
 
     assert missing == []
-    assert values["batch_size"] == {1, 4, 7}
-    assert values["prefetch"] == {None, 1, 2, tf.data.AUTOTUNE}
+    assert values["interruption"] == set(_pipelines.INTERRUPTIONS)
+    assert values["fresh_loader"] == {False, True}
+
+
+def test_grid_spans_the_required_batch_sizes_and_prefetches():
+    """The main grid runs batch sizes 1, 4, 7 and prefetch none, 1, 2 and AUTOTUNE."""
+    assert {case.batch_size for case in GRID} == {1, 4, 7}
+    assert {case.prefetch for case in GRID} == {None, 1, 2, tf.data.AUTOTUNE}
+    assert {case.parallel_calls for case in GRID} == {1, tf.data.AUTOTUNE}
+    assert {case.checkpoint_every for case in GRID} == {1, 3}
 
 
 _DETERMINISM_SCRIPT = textwrap.dedent(
@@ -74,6 +94,7 @@ _DETERMINISM_SCRIPT = textwrap.dedent(
     tf.config.experimental.enable_op_determinism()
     import _pipelines
     cases = _pipelines.grid(batch_sizes=(7,), prefetches=(None, _pipelines.AUTOTUNE))
+    cases += _pipelines.array_grid()[:4]
     failures = []
     for case in cases:
         expected, observed = _pipelines.run_case(case, Path(tempfile.mkdtemp()))
@@ -102,7 +123,7 @@ def test_resume_with_op_determinism_equals_uninterrupted_stream():
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["failures"] == []
-    assert report["cases"] == 2 * 2 * 4
+    assert report["cases"] == 2 * 2 * 2 + 4
 
 
 def test_naive_split_pipeline_loses_records_on_restore(tmp_path):
