@@ -24,7 +24,17 @@ class RandomAccessSource(Protocol):
 
     ``source[i]`` must return the same record every time it is called with the same
     ``i`` (the loader re-reads records after a restore); it may be called from a
-    thread that is not the main thread.
+    thread that is not the main thread, and with ``worker_type="process"`` from a
+    worker process that received the source pickled once.
+
+    Batched access (optional): a source may also define ``read_batch(indices)``,
+    taking an int64 NumPy array of record indices and returning those records
+    stacked, with a leading dimension of ``len(indices)`` on every leaf and the
+    same structure as one record (e.g. one database query or one ``pread`` per
+    batch). The loader calls it once per batch instead of ``source[i]`` per record
+    whenever there is no ``map_fn``, and checks the result against the element
+    spec. NumPy arrays and dicts or tuples of equal-length arrays are read this way
+    already.
     """
 
     def __len__(self) -> int: ...
