@@ -20,7 +20,9 @@ Prints three tables (rich):
     the first batch of ``for batch in loader``; median and fastest of 9 interleaved
     rounds. Against the O(k) replays, one run each at `--replay-epoch` (default 5,
     as 50 takes minutes): re-running ``random.Random(seed).shuffle`` epoch + 1 times
-    and ``Dataset.skip(k)`` on a shuffled, repeated tf.data pipeline.
+    and ``Dataset.skip(k)`` on a shuffled, repeated tf.data pipeline. One row restores
+    a new loader and takes the first batch of ``loader.dataset()`` (what Keras does),
+    which includes building the tf.data pipeline.
 (c) Checkpoint size on disk: a loader checkpoint vs a tf.data iterator checkpoint of
     ``range(10**6).shuffle(10**6)``.
 
@@ -254,6 +256,13 @@ def restore_times(num_records: int, epoch: int, workdir: Path, rounds: int) -> l
         next(iter(new))
 
     work[f"new loader + Checkpoint.read, epoch {epoch}, middle"] = fresh
+
+    def fresh_dataset() -> None:
+        new = resumeloader.ResumableLoader(source, batch_size=BATCH, seed=SEED)
+        tf.train.Checkpoint(loader=new).read(path)
+        next(iter(new.dataset()))
+
+    work[f"new loader + Checkpoint.read, first batch of dataset(), epoch {epoch}"] = fresh_dataset
     times: dict[str, list[float]] = {label: [] for label in work}
     for _ in range(rounds):
         for label, run in work.items():
