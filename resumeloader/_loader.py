@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import optree
 import tensorflow as tf
 
 from resumeloader import (
@@ -22,11 +21,13 @@ from resumeloader import (
     _describe,
     _distribute,
     _gather,
+    _graph,
     _position,
     _prefetch,
     _sampler,
     _source,
     _state,
+    _stream,
     _validate,
     _workers,
     errors,
@@ -139,7 +140,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             self._adapter,
             map_fn=map_fn,
             seed=self._sampler.seed,
-            spec=None if output_signature is None else _record_spec(output_signature),
+            spec=None if output_signature is None else _graph.record_spec(output_signature),
         )
         self._workers = _workers.WorkerSettings(
             _validate.integer("num_workers", num_workers, low=0, high=1024),
@@ -236,16 +237,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
     def element_spec(self) -> Any:
         """The structure of `tf.TensorSpec` of one batch."""
         batch_dim = self.batch_size if self._drop_remainder else None
-        specs = [
-            tf.TensorSpec((batch_dim, *leaf.shape), tf.as_dtype(leaf.dtype))
-            for leaf in self._producer.spec.leaves
-        ]
-        data = optree.tree_unflatten(self._producer.spec.treespec, specs)
-        if not self._with_metadata:
-            return data
-        meta = {k: tf.TensorSpec((batch_dim,), tf.int64) for k in ("index", "epoch", "position")}
-        meta["seed"] = tf.TensorSpec((batch_dim, 2), tf.int64)
-        return data, meta
+        return _graph.element_spec(self._producer.spec, batch_dim, self._with_metadata)
 
     def dataset(self, input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
         """A `tf.data.Dataset` of batches that starts at the position current when iterated.
@@ -287,9 +279,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
     def _indices(self) -> Iterator[Any]:
         """The index array of each batch (with its metadata), for `_gather`."""
         start = self._layout.normalise(int(self._position.numpy()))
-        for task in _tasks(self._sampler, self._layout, start):
+        for task in _stream.tasks(self._sampler, self._layout, start):
             if self._with_metadata:
-                yield task.indices, self._metadata(task.indices, task.epoch, task.position)
+                yield task.indices, _stream.metadata(self.seed, task)
             else:
                 yield task.indices
 
@@ -297,28 +289,16 @@ class ResumableLoader(tf.train.experimental.PythonState):
         self, sampler: _sampler.IndexSampler, layout: _position.Layout, position: int
     ) -> Iterator[Any]:
         """Batches of `sampler`'s stream cut by `layout`, from normalised `position` on."""
-        tasks = _tasks(sampler, layout, position)
+        tasks = _stream.tasks(sampler, layout, position)
         try:
             for task, batch in self._workers.produce(self._producer, tasks):
                 if self._with_metadata:
-                    yield batch, self._metadata(task.indices, task.epoch, task.position)
+                    yield batch, _stream.metadata(self.seed, task)
                 else:
                     yield batch
         except errors.RecordError as err:
             self._failure = err
             raise
-
-    def _metadata(self, indices: np.ndarray, epoch: int, position: int) -> dict[str, np.ndarray]:
-        seeds = np.empty((len(indices), 2), dtype=np.int64)
-        base = _sampler.epoch_hash(self.seed ^ 0x7F5EED, epoch)
-        seeds[:, 0] = np.int64(base >> 1)
-        seeds[:, 1] = indices
-        return {
-            "index": indices,
-            "epoch": np.full(len(indices), epoch, dtype=np.int64),
-            "position": np.arange(position, position + len(indices), dtype=np.int64),
-            "seed": seeds,
-        }
 
     def __iter__(self) -> Iterator[Any]:
         """Yields batches from the current position, advancing it as each is handed out.
@@ -372,37 +352,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
             _distribute.merge(lambda: self.advance(num_batches))
             return
         if tf.inside_function():
-            self._advance_in_graph(num_batches)
+            _graph.advance(self._position, self._layout, num_batches)
             return
         num_batches = _validate.integer("num_batches", num_batches, low=0)
         position = self._layout.advance(int(self._position.numpy()), num_batches)
         self._position.assign(position, read_value=False)
-
-    def _advance_in_graph(self, num_batches: Any) -> None:
-        layout = self._layout
-        per_epoch = tf.constant(layout.records_per_epoch, tf.int64)
-        size = tf.constant(layout.batch_size, tf.int64)
-        end = layout.end
-
-        def one_batch(position: tf.Tensor) -> tf.Tensor:
-            # Mirrors _position.Layout.batch_end + normalise with tensor ops.
-            position += tf.minimum(size, per_epoch - position % per_epoch)
-            if layout.drop_remainder:
-                offset = position % per_epoch
-                left = per_epoch - offset
-                position += tf.where((offset > 0) & (left < size), left, tf.zeros_like(left))
-            if end is not None:
-                position = tf.minimum(position, tf.constant(end, tf.int64))
-            return position
-
-        position = self._position.read_value()
-        count = tf.cast(num_batches, tf.int64)
-        _, position = tf.while_loop(
-            lambda i, _: i < count,
-            lambda i, p: (i + 1, one_batch(p)),
-            (tf.constant(0, tf.int64), position),
-        )
-        self._position.assign(position)
 
     # -- state -----------------------------------------------------------------------
     def _order(self) -> dict[str, Any]:
@@ -448,43 +402,3 @@ class ResumableLoader(tf.train.experimental.PythonState):
         if isinstance(string_value, bytes):
             string_value = string_value.decode()
         self.set_state(string_value)
-
-
-# Indices computed per sampler call: amortises its per-call cost (~0.15 ms) over many
-# batches instead of paying it for each one.
-_INDEX_CHUNK = 8192
-
-
-def _tasks(
-    sampler: _sampler.IndexSampler, layout: _position.Layout, position: int
-) -> Iterator[_workers.Task]:
-    end = layout.end
-    per_epoch = layout.records_per_epoch
-    chunk, chunk_epoch, chunk_start = np.empty(0, np.int64), -1, 0
-    while end is None or position < end:
-        stop = layout.batch_end(position)
-        epoch, offset = divmod(position, per_epoch)
-        first, last = offset - chunk_start, offset - chunk_start + stop - position
-        if epoch != chunk_epoch or first < 0 or last > len(chunk):
-            chunk_stop = min(per_epoch, offset + max(stop - position, _INDEX_CHUNK))
-            chunk = sampler.epoch_indices(epoch, offset, chunk_stop)
-            chunk_epoch, chunk_start, first, last = epoch, offset, 0, stop - position
-        yield _workers.Task(chunk[first:last], epoch, position)
-        position = layout.normalise(stop)
-
-
-def _record_spec(output_signature: Any) -> _batching.RecordSpec:
-    leaves, treespec = optree.tree_flatten(
-        output_signature, is_leaf=lambda x: isinstance(x, tf.TensorSpec), none_is_leaf=True
-    )
-    if not leaves or not all(isinstance(leaf, tf.TensorSpec) for leaf in leaves):
-        msg = (
-            "`output_signature` must be a structure of tf.TensorSpec describing one record. "
-            f"Received: output_signature={output_signature!r}."
-        )
-        raise TypeError(msg)
-    specs = tuple(
-        _batching.LeafSpec(tuple(leaf.shape.as_list()), np.dtype(leaf.dtype.as_numpy_dtype))
-        for leaf in leaves
-    )
-    return _batching.RecordSpec(treespec, specs)
