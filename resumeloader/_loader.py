@@ -245,8 +245,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
         It does not advance the position: call `advance` once per consumed batch, or
         iterate the loader itself. Create the iterator after restoring a checkpoint.
         The generator reads the position when the first batch is produced: in a
-        ``tf.function`` that also calls `advance`, make the advance depend on the
-        batch (``tf.control_dependencies``), or the two may race on the first step.
+        ``tf.function`` that pulls a batch and calls `advance`, pass the batch as
+        ``advance(after=batch)``, or the two may race on an iterator's first step.
 
         Args:
             input_context: for ``strategy.distribute_datasets_from_function``: this
@@ -341,12 +341,24 @@ class ResumableLoader(tf.train.experimental.PythonState):
 
     # -- advancing ---------------------------------------------------------------------
     @tf.autograph.experimental.do_not_convert  # plain Python branching on Python values
-    def advance(self, num_batches: int = 1) -> None:
+    def advance(self, num_batches: int = 1, *, after: Any = None) -> None:
         """Marks `num_batches` batches as consumed; works eagerly and in a `tf.function`.
 
         Call it after the training step that consumed the batch, so that a checkpoint
         saved afterwards resumes with the next batch.
+
+        Args:
+            num_batches: batches consumed since the last call.
+            after: tensors (typically the batch) the advance must wait for. Inside a
+                ``tf.function`` that pulls a batch from an iterator and advances in
+                the same call, TensorFlow does not order the two: pass the batch so
+                the position moves only once the batch exists (the generator reads
+                the position when it produces an iterator's first batch).
         """
+        if after is not None and tf.inside_function():
+            with tf.control_dependencies(tf.nest.flatten(after)):
+                self.advance(num_batches)
+            return
         if _distribute.in_replica_context():
             # Each replica calls it for the same step: advance once for all of them.
             _distribute.merge(lambda: self.advance(num_batches))

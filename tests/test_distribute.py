@@ -109,8 +109,7 @@ def test_dataset_mirrored_strategy_advance_in_replica_fn_steps_equal_single_proc
 
     def replica_fn(data, meta):
         # The generator reads the position when it starts: advance after the batch exists.
-        with tf.control_dependencies([meta["index"]]):
-            loader.advance()
+        loader.advance(after=meta["index"])
         return meta["index"]
 
     @tf.function
