@@ -30,7 +30,6 @@ from resumeloader import (
     _stream,
     _validate,
     _workers,
-    errors,
 )
 
 __all__ = ["AUTOTUNE", "ResumableLoader"]
@@ -151,7 +150,6 @@ class ResumableLoader(tf.train.experimental.PythonState):
         self._gatherer = _gather.Gatherer.create(
             source, map_fn=map_fn, num_workers=self.num_workers, spec=self._producer.spec
         )
-        self._failure: errors.RecordError | None = None
         self._dataset: tf.data.Dataset | None = None
         with tf.init_scope():
             self._position = tf.Variable(
@@ -273,68 +271,47 @@ class ResumableLoader(tf.train.experimental.PythonState):
         return ds
 
     def _generate(self) -> Iterator[Any]:
-        start = int(self._position.numpy())
-        yield from self._batches(self._sampler, self._layout, self._layout.normalise(start))
+        yield from self._batches(self._sampler, self._layout, self.position)
 
     def _indices(self) -> Iterator[Any]:
         """The index array of each batch (with its metadata), for `_gather`."""
-        start = self._layout.normalise(int(self._position.numpy()))
-        for task in _stream.tasks(self._sampler, self._layout, start):
-            if self._with_metadata:
-                yield task.indices, _stream.metadata(self.seed, task)
-            else:
-                yield task.indices
+        for task in _stream.tasks(self._sampler, self._layout, self.position):
+            yield self._labelled(task.indices, task)
+
+    def _labelled(self, value: Any, task: _workers.Task) -> Any:
+        """`value`, paired with the task's per-record metadata when asked for."""
+        return (value, _stream.metadata(self.seed, task)) if self._with_metadata else value
 
     def _batches(
         self, sampler: _sampler.IndexSampler, layout: _position.Layout, position: int
     ) -> Iterator[Any]:
         """Batches of `sampler`'s stream cut by `layout`, from normalised `position` on."""
         tasks = _stream.tasks(sampler, layout, position)
-        try:
-            for task, batch in self._workers.produce(self._producer, tasks):
-                if self._with_metadata:
-                    yield batch, _stream.metadata(self.seed, task)
-                else:
-                    yield batch
-        except errors.RecordError as err:
-            self._failure = err
-            raise
+        for task, batch in self._workers.produce(self._producer, tasks):
+            yield self._labelled(batch, task)
 
     def __iter__(self) -> Iterator[Any]:
         """Yields batches from the current position, advancing it as each is handed out.
 
-        Eagerly, a Python thread prepares up to `prefetch` batches ahead (2 for
-        ``AUTOTUNE``, none for None or 0) and the batches are handed out as tensors
-        without tf.data; inside a ``tf.function`` it iterates `dataset`. Both yield
-        the same stream. Leaving the loop early stops the thread before it returns.
+        A Python thread prepares up to `prefetch` batches ahead (2 for ``AUTOTUNE``,
+        none for None or 0) and the batches are handed out as tensors without tf.data:
+        no per-batch ``py_func`` round trip and no iterator start-up, the same stream as
+        `dataset`. Leaving the loop early stops the thread before it returns. Eager
+        only: inside a ``tf.function`` iterate `dataset` and call `advance`.
         """
-        self._failure = None
+        if not tf.executing_eagerly():
+            msg = (
+                "`for batch in loader` runs eagerly only. Inside a tf.function iterate "
+                "`loader.dataset()` and call `loader.advance(after=batch)` per step."
+            )
+            raise TypeError(msg)
         # The stream starts here and moves one batch per batch, so the position is
         # tracked in Python and only written (a read + assign per batch cost ~3x more).
-        position = self._layout.normalise(int(self._position.numpy()))
-        if tf.executing_eagerly():
-            # A Python thread instead of tf.data: no per-batch py_func round trip and
-            # no iterator start-up (restore -> first batch in ms); same stream.
-            depth = 2 if self._prefetch == AUTOTUNE else self._prefetch or 0
-            start = position
-            for batch in _prefetch.prefetched(
-                lambda: self._batches(self._sampler, self._layout, start), depth
-            ):
-                position = self._layout.advance(position, 1)
-                self._position.assign(position, read_value=False)
-                yield batch
-            return
-        iterator = iter(self.dataset())
-        while True:
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                return
-            except tf.errors.OpError:
-                failure, self._failure = self._failure, None
-                if failure is not None:
-                    raise failure from failure.__cause__
-                raise
+        start = position = self.position
+        depth = 2 if self._prefetch == AUTOTUNE else self._prefetch or 0
+        for batch in _prefetch.prefetched(
+            lambda: self._batches(self._sampler, self._layout, start), depth
+        ):
             position = self._layout.advance(position, 1)
             self._position.assign(position, read_value=False)
             yield batch

@@ -247,7 +247,7 @@ class IndexSampler:
 
     def _check_position(self, name: str, position: Any, *, stop: bool = False) -> int:
         position = _validate.integer(name, position, low=0)
-        end = self._end()
+        end = self._end_position
         if position > end or (position == end and not stop):
             msg = (
                 f"`{name}` is past the end of the sampler: positions are in [0, {end}). "

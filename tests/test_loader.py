@@ -807,3 +807,16 @@ def test_advance_after_batch_in_tf_function_step_keeps_stream():
             seen.append(step(iterator).numpy().tolist())
     assert seen == reference[: len(seen)]
     assert len(seen) == 12
+
+
+def test_iter_inside_tf_function_raises_type_error():
+    """`for batch in loader` inside a tf.function names the dataset() + advance() way."""
+    loader = ResumableLoader(np.arange(10), batch_size=4, seed=0, num_epochs=1)
+
+    @tf.function
+    def count():
+        return sum(1 for _ in loader)
+
+    with pytest.raises(TypeError, match=r"loader\.dataset\(\)"):
+        count()
+    assert loader.position == 0
