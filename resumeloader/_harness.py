@@ -241,8 +241,8 @@ def kill_and_restart(
         HarnessError: the command cannot be started, or a process exceeded `timeout`
             (every process still running is killed first).
     """
-    if kill_points is not None:
-        check_points(kill_points)  # fail before anything is created
+    # Checked before anything is created; random points are drawn below.
+    points = check_points(kill_points) if kill_points is not None else None
     if kills < 0:
         msg = f"`kills` must be >= 0. Received: kills={kills!r}."
         raise ValueError(msg)
@@ -260,12 +260,12 @@ def kill_and_restart(
                       pause_at=pause_at, timeout=timeout, pause=pause)
 
     procs: list[_Process] = []
-    if kill_points is None:
+    if points is None:
         procs.append(start("reference", "reference-ckpt", None))
         _watch(procs, on_event)
         candidates = range(max(len(procs[0].trace.steps) - 1, 0))
-        kill_points = sorted(random.Random(seed).sample(candidates, min(kills, len(candidates))))
-    points = check_points(kill_points)
+        drawn = sorted(random.Random(seed).sample(candidates, min(kills, len(candidates))))
+        points = check_points(drawn)
     if not procs:  # the reference runs alongside the killed processes
         procs.append(start("reference", "reference-ckpt", None))
     attempts: list[_Process] = []

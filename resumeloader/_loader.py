@@ -167,6 +167,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
     seed = property(lambda self: self._sampler.seed, doc="The seed.")
     num_epochs = property(lambda self: self._sampler.num_epochs, doc="Epochs, or None.")
     drop_remainder = property(lambda self: self._drop_remainder, doc="Drops short batches.")
+    with_metadata = property(
+        lambda self: self._with_metadata, doc="Batches are (data, per-record metadata)."
+    )
 
     @property
     def batches_per_epoch(self) -> int:

@@ -180,7 +180,6 @@ class Trace:
     start: int | None = None
     steps: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
     commits: list[int] = dataclasses.field(default_factory=list)
-    pause: str | None = None
     end: dict[str, Any] | None = None
 
     @classmethod
@@ -209,8 +208,6 @@ class Trace:
             self.steps[event["step"]] = event
         elif kind == "commit":
             self.commits.append(event["step"])
-        elif kind == "pause":
-            self.pause = event["point"]
         elif kind == "end":
             self.end = event
 

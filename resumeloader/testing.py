@@ -44,33 +44,26 @@ TraceRecorder = _trace.TraceRecorder
 digest = _trace.digest
 kill_and_restart = _harness.kill_and_restart
 
-_META_KEYS = {"index", "epoch", "position", "seed"}
 # One compared batch: (record ids, digest of the batch's bytes).
 _Item = tuple[list[int], str]
 
 
-def _has_metadata(loader: _loader.ResumableLoader) -> bool:
-    spec = loader.element_spec
-    return isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], dict) and (
-        set(spec[1]) == _META_KEYS
-    )
-
-
 def _stream(loader: _loader.ResumableLoader, limit: int) -> Iterator[_Item]:
     """Up to `limit` (record ids, digest) of the loader's batches from its position."""
-    with_metadata = _has_metadata(loader)
     per_epoch = loader.sampler.records_per_epoch
     iterator = iter(loader)
     for _ in range(limit):
-        epoch, offset = divmod(loader.position, per_epoch)
+        # Read before the batch is handed out (that advances the position).
+        start = None if loader.with_metadata else loader.position
         batch = next(iterator, None)
         if batch is None:
             return
-        if with_metadata:
+        if start is None:
             data, meta = batch
             ids = np.asarray(meta["index"]).tolist()
         else:
             data = batch
+            epoch, offset = divmod(start, per_epoch)
             size = len(optree.tree_leaves(data, none_is_leaf=True)[0])
             ids = loader.sampler.epoch_indices(epoch, offset, offset + size).tolist()
         yield ids, _trace.digest(data)
@@ -137,53 +130,49 @@ def assert_resumes_identically(
     reference_loader = make_loader()
     per_epoch = reference_loader.batches_per_epoch
     limit = num_steps + per_epoch
-    states: list[str] = []
+    for point in break_points or ():
+        if not 0 <= point <= limit:
+            msg = (
+                f"Break points must lie in [0, num_steps + batches per epoch] = [0, {limit}]. "
+                f"Received: {point}."
+            )
+            raise ValueError(msg)
+    states = [json.dumps(reference_loader.get_state())]
+    reference: list[_Item] = []
+    for item in _stream(reference_loader, limit):
+        reference.append(item)
+        states.append(json.dumps(reference_loader.get_state()))
+    ended = len(reference) < limit
+    points = (
+        _default_break_points(num_steps, per_epoch, len(reference), ended)
+        if break_points is None
+        else sorted(set(break_points))
+    )
     with tempfile.TemporaryDirectory(prefix="resumeloader-") as tmp:
-        checkpoint = tf.train.Checkpoint(loader=reference_loader)
-        paths: list[str] = []
-        reference: list[_Item] = []
-
-        def snapshot() -> None:
-            states.append(json.dumps(reference_loader.get_state()))
-            paths.append(checkpoint.write(f"{tmp}/step-{len(reference)}"))
-
-        snapshot()
-        for item in _stream(reference_loader, limit):
-            reference.append(item)
-            snapshot()
-        ended = len(reference) < limit
-        points = (
-            _default_break_points(num_steps, per_epoch, len(reference), ended)
-            if break_points is None
-            else sorted(set(break_points))
-        )
         for point in points:
-            if not 0 <= point <= limit:
-                msg = (
-                    f"Break points must lie in [0, num_steps + batches per epoch] = [0, {limit}]. "
-                    f"Received: {point}."
-                )
-                raise ValueError(msg)
             at = min(point, len(reference))
             by_state = make_loader()
             by_state.set_state(json.loads(states[at]))
-            _compare(by_state, reference, at, limit, ended, "set_state (JSON round trip)")
+            _compare(by_state, reference, at, ended, "set_state (JSON round trip)")
+            # A checkpoint of the state after `at` batches, read into another fresh loader.
+            writer = make_loader()
+            writer.set_state(states[at])
+            path = tf.train.Checkpoint(loader=writer).write(f"{tmp}/step-{at}")
             by_checkpoint = make_loader()
-            tf.train.Checkpoint(loader=by_checkpoint).read(paths[at]).assert_consumed()
-            _compare(by_checkpoint, reference, at, limit, ended, "tf.train.Checkpoint")
+            tf.train.Checkpoint(loader=by_checkpoint).read(path).assert_consumed()
+            _compare(by_checkpoint, reference, at, ended, "tf.train.Checkpoint")
 
 
 def _compare(
     loader: _loader.ResumableLoader,
     reference: list[_Item],
     at: int,
-    limit: int,
     ended: bool,
     how: str,
 ) -> None:
     # One batch more than the reference holds, to catch a stream that does not end.
     wanted = len(reference) - at + (1 if ended else 0)
-    resumed = list(_stream(loader, min(wanted, limit - at)))
+    resumed = list(_stream(loader, wanted))
     for offset in range(max(len(resumed), len(reference) - at)):
         step = at + offset
         expected = reference[step] if step < len(reference) else None
