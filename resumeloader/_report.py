@@ -111,17 +111,22 @@ class ResumeReport:
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         lines = [f"resume check: {'IDENTICAL' if self.identical else 'DIFFERENT'}"]
         lines += [f"  {a:<{widths[0]}}  {b:>{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows]
-        for kill in self.kills:
-            lines.append(
-                f"  kill at {kill.point}: last step run {kill.last_step}, last commit "
-                f"{kill.last_commit}, resumed at step {kill.resumed_at}"
-            )
-        if self.first_difference:
-            lines.append(f"  first difference: {self.first_difference}")
-        lines += [f"  problem: {p}" for p in self.problems]
-        if self.workdir:
-            lines.append(f"  traces, logs and checkpoints: {self.workdir}")
+        lines += [f"  {line}" for line in self.details()]
         return "\n".join(lines)
+
+    def details(self) -> list[str]:
+        """The lines under the table: each kill, the first difference, problems, workdir."""
+        lines = [
+            f"SIGKILL at {kill.point}: last step run {kill.last_step}, last committed "
+            f"checkpoint {kill.last_commit}, resumed at step {kill.resumed_at}"
+            for kill in self.kills
+        ]
+        if self.first_difference:
+            lines.append(f"first difference: {self.first_difference}")
+        lines += [f"problem: {p}" for p in self.problems]
+        if self.workdir:
+            lines.append(f"traces, logs and checkpoints: {self.workdir}")
+        return lines
 
 
 def _fmt(loss: float | None) -> str:

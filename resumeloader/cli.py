@@ -216,17 +216,8 @@ def _print_report(
     for row in report.rows():
         table.add_row(*row)
     out.print(table)
-    for kill in report.kills:
-        out.print(
-            f"SIGKILL at {kill.point}: last step run {kill.last_step}, last committed "
-            f"checkpoint {kill.last_commit}, resumed at step {kill.resumed_at}",
-            soft_wrap=True,
-        )
-    if report.first_difference:
-        out.print(f"first difference: {report.first_difference}", soft_wrap=True)
-    for problem in report.problems:
-        out.print(f"problem: {problem}", soft_wrap=True)
-    out.print(f"traces, logs and checkpoints: {report.workdir}", soft_wrap=True)
+    for line in report.details():
+        out.print(line, soft_wrap=True, markup=False)
     if not report.identical:
         verdict = "[red]DIFFERENT[/]: the resumed run is not the uninterrupted one (see above)"
     elif report.weights_identical:
