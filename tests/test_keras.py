@@ -93,13 +93,16 @@ def test_fit_interrupted_by_exception_resumes_same_batches_and_weights(
     mode, spe, options, validation = VARIANTS[variant]
     want_log, want_weights = reference(tmp_path_factory, variant)
     log: dict[int, list[int]] = {}
+    resumed: dict[int, list[int]] = {}
     common = dict(mode=mode, steps_per_execution=spe, loader_options=options,
-                  validation=validation, log=log)
+                  validation=validation)
     with pytest.raises(job.Interrupt):
-        job.fit(str(tmp_path), epochs=EPOCHS, interrupt_at=interrupt_at, **common)
+        job.fit(str(tmp_path), epochs=EPOCHS, interrupt_at=interrupt_at, log=log, **common)
     assert max(log) >= interrupt_at - 1
-    _, weights, loader = job.fit(str(tmp_path), epochs=EPOCHS, **common)
-    assert log == want_log == expected_log(**options)
+    _, weights, loader = job.fit(str(tmp_path), epochs=EPOCHS, log=resumed, **common)
+    # The second fit started from a checkpoint, not from step 0, and re-ran nothing new.
+    assert 0 < min(resumed) <= max(log) + 1
+    assert {**log, **resumed} == want_log == expected_log(**options)
     assert_same_weights(weights, want_weights)
     assert loader.epoch == EPOCHS and loader.step == 0
 
@@ -145,9 +148,12 @@ def test_fit_again_on_same_objects_after_exception_rolls_back_to_checkpoint(
     dataset = resumeloader.keras.epoch_dataset(loader)
     with pytest.raises(job.Interrupt):
         model.fit(dataset, epochs=EPOCHS, verbose=0, callbacks=[callback, job.InterruptAt(10)])
-    assert loader.position == 40 + 3 * 6  # step 10 ran; the last save was after step 9
+    assert loader.position == 40 + 3 * 6  # 10 steps ran; the last save was after 9
+    before = dict(log)
+    log.clear()
     model.fit(dataset, epochs=EPOCHS, verbose=0, callbacks=[callback])
-    assert log == want_log
+    assert min(log) == 9  # rolled back to the checkpoint: the 10th step runs again
+    assert {**before, **log} == want_log
     assert_same_weights(model.get_weights(), want_weights)
 
 
@@ -172,6 +178,18 @@ def test_fit_user_checkpoint_manager_is_used(tmp_path):
     fresh = job.make_loader()
     tf.train.Checkpoint(loader=fresh).read(manager.checkpoints[0]).expect_partial()
     assert fresh.position == 3 * 6
+    # A new fit through another manager on the directory restores: only epoch 1 runs.
+    loader = job.make_loader()
+    model = job.make_model({})
+    model.optimizer.build(model.trainable_variables)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, loader=loader)
+    manager = tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=None)
+    batches: list[int] = []
+    count = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: batches.append(b))
+    callbacks = [resumeloader.keras.ResumeCallback(loader, manager, save_every=3), count]
+    model.fit(resumeloader.keras.epoch_dataset(loader), epochs=2, verbose=0, callbacks=callbacks)
+    assert len(batches) == loader.batches_per_epoch
+    assert loader.epoch == 2
 
 
 def test_resume_callback_manager_without_loader_raises(tmp_path):
@@ -275,8 +293,9 @@ def test_fit_killed_by_sigkill_resumes_same_batches_and_weights(tmp_path, tmp_pa
     assert_same_weights([np.asarray(w, np.float32) for w in result["weights"]], want_weights)
 
 
-def mirrored_fit(directory, strategy, *, mode, interrupt_at=None):
+def mirrored_fit(directory, strategy, *, mode, interrupt_at=None, batches=None):
     """A plain model trained under `strategy` from a loader created in its scope."""
+    batches = [] if batches is None else batches
     with strategy.scope():
         loader = job.make_loader(batch_size=8, drop_remainder=True)
         model = keras.Sequential([
@@ -284,7 +303,10 @@ def mirrored_fit(directory, strategy, *, mode, interrupt_at=None):
             keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(3)),
         ])
         model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
-    callbacks = [resumeloader.keras.ResumeCallback(loader, str(directory), save_every=2)]
+    callbacks = [
+        resumeloader.keras.ResumeCallback(loader, str(directory), save_every=2),
+        keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: batches.append(b)),
+    ]
     if interrupt_at is not None:
         callbacks.append(job.InterruptAt(interrupt_at))
     if mode == "input-context":
@@ -306,6 +328,8 @@ def test_fit_mirrored_strategy_interrupted_resumes_same_weights(tmp_path, mode):
     want, _ = mirrored_fit(tmp_path / "reference", strategy, mode=mode)
     with pytest.raises(job.Interrupt):
         mirrored_fit(tmp_path / "run", strategy, mode=mode, interrupt_at=7)
-    got, loader = mirrored_fit(tmp_path / "run", strategy, mode=mode)
+    batches: list[int] = []
+    got, loader = mirrored_fit(tmp_path / "run", strategy, mode=mode, batches=batches)
+    assert 0 < len(batches) < EPOCHS * loader.batches_per_epoch  # it resumed mid-run
     assert_same_weights(got, want)
     assert (loader.epoch, loader.step) == (EPOCHS, 0)
