@@ -10,6 +10,7 @@ consumer, never by the producer.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -260,25 +261,46 @@ class ResumableLoader(tf.train.experimental.PythonState):
         reusable = input_context is None and tf.executing_eagerly()
         if reusable and self._dataset is not None:
             return self._dataset
-        generate, spec = self._generate, self.element_spec
         if input_context is not None:
             generate, spec = _distribute.generator(self, input_context)
-        if input_context is None and self._gatherer is not None:
-            ds = self._gatherer.dataset(self._indices, spec, with_metadata=self._with_metadata)
+            ds = self._prefetched(tf.data.Dataset.from_generator(generate, output_signature=spec))
         else:
-            ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
-        if self._prefetch:
-            ds = ds.prefetch(self._prefetch)
+            ds = self._build_dataset(rest_of_epoch=False)
         if reusable:
             self._dataset = ds
         return ds
 
-    def _generate(self) -> Iterator[Any]:
-        yield from self._batches(self._sampler, self._layout, self.position)
+    def _build_dataset(self, *, rest_of_epoch: bool) -> tf.data.Dataset:
+        """The pipeline from the position current when iterated; with `rest_of_epoch`,
+        only up to the end of that position's epoch (for Keras' one-epoch datasets)."""
+        if self._gatherer is not None:
+            ds = self._gatherer.dataset(
+                lambda: self._indices(rest_of_epoch), self.element_spec,
+                with_metadata=self._with_metadata,
+            )
+        else:
+            ds = tf.data.Dataset.from_generator(
+                lambda: self._generate(rest_of_epoch), output_signature=self.element_spec
+            )
+        return self._prefetched(ds)
 
-    def _indices(self) -> Iterator[Any]:
+    def _prefetched(self, ds: tf.data.Dataset) -> tf.data.Dataset:
+        return ds.prefetch(self._prefetch) if self._prefetch else ds
+
+    def _stream_layout(self, rest_of_epoch: bool) -> _position.Layout:
+        if not rest_of_epoch:
+            return self._layout
+        last = self.epoch + 1 if self.num_epochs is None else min(self.epoch + 1, self.num_epochs)
+        return dataclasses.replace(self._layout, num_epochs=last)
+
+    def _generate(self, rest_of_epoch: bool = False) -> Iterator[Any]:
+        layout = self._stream_layout(rest_of_epoch)
+        yield from self._batches(self._sampler, layout, self.position)
+
+    def _indices(self, rest_of_epoch: bool = False) -> Iterator[Any]:
         """The index array of each batch (with its metadata), for `_gather`."""
-        for task in _stream.tasks(self._sampler, self._layout, self.position):
+        layout = self._stream_layout(rest_of_epoch)
+        for task in _stream.tasks(self._sampler, layout, self.position):
             yield self._labelled(task.indices, task)
 
     def _labelled(self, value: Any, task: _workers.Task) -> Any:

@@ -14,13 +14,12 @@ neither learns a short epoch length nor runs into the next loader epoch.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from resumeloader import _loader, _position, _validate
+from resumeloader import _loader, _validate
 
 __all__ = ["ResumeCallback", "epoch_dataset"]
 
@@ -44,22 +43,7 @@ def epoch_dataset(loader: _loader.ResumableLoader) -> tf.data.Dataset:
     if not isinstance(loader, _loader.ResumableLoader):
         msg = f"`loader` must be a ResumableLoader. Received: loader={loader!r}."
         raise TypeError(msg)
-    ds = tf.data.Dataset.from_generator(
-        lambda: _rest_of_epoch(loader), output_signature=loader.element_spec
-    )
-    if loader._prefetch:
-        ds = ds.prefetch(loader._prefetch)
-    return ds
-
-
-def _rest_of_epoch(loader: _loader.ResumableLoader) -> Iterator[Any]:
-    if loader.exhausted:
-        return
-    layout = loader._layout
-    epoch_layout = _position.Layout(
-        layout.records_per_epoch, layout.batch_size, layout.drop_remainder, loader.epoch + 1
-    )
-    yield from loader._batches(loader.sampler, epoch_layout, loader.position)
+    return loader._build_dataset(rest_of_epoch=True)
 
 
 def _batches_left(loader: _loader.ResumableLoader) -> int:
