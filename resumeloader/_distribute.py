@@ -24,7 +24,7 @@ from typing import Any
 import optree
 import tensorflow as tf
 
-from resumeloader import _position, _sampler, errors
+from resumeloader import _graph, _position, _sampler, errors
 
 __all__ = ["Pipeline", "generator", "in_replica_context", "merge", "pipeline"]
 
@@ -144,15 +144,10 @@ def generator(loader: Any, input_context: Any) -> tuple[Callable[[], Iterator[An
         for batch in loader._batches(pipe.sampler, pipe.layout, start):
             yield from pipe.split(batch)
 
-    return generate, per_replica_spec(loader.element_spec, pipe.per_replica_batch_size)
-
-
-def per_replica_spec(element_spec: Any, per_replica_batch_size: int) -> Any:
-    """`element_spec` with the batch dimension fixed to `per_replica_batch_size`."""
-    return tf.nest.map_structure(
-        lambda spec: tf.TensorSpec((per_replica_batch_size, *spec.shape[1:]), spec.dtype),
-        element_spec,
+    spec = _graph.element_spec(
+        loader._producer.spec, pipe.per_replica_batch_size, loader.with_metadata
     )
+    return generate, spec
 
 
 def in_replica_context() -> bool:

@@ -155,7 +155,10 @@ class ProcessPool:
         prefix = f"rl{os.getpid()}_{secrets.token_hex(4)}"
         self._processes: list[Any] = []
         self._conns: list[connection.Connection] = []
-        names = []
+        names: list[str] = []
+        # Registered before any start, so that a failed start still cleans up; the
+        # lists are filled in place below.
+        self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._conns, names)
         for worker in range(num_workers):
             parent_end, child_end = context.Pipe()
             process = context.Process(
@@ -167,11 +170,6 @@ class ProcessPool:
             self._conns.append(parent_end)
             self._processes.append(process)
             names += [f"{prefix}_{worker}_{slot}" for slot in range(SLOTS)]
-            # Registered before start, so that a failed start still cleans up.
-            if worker == 0:
-                self._finalizer = weakref.finalize(
-                    self, _shutdown, self._processes, self._conns, names
-                )
             process.start()
             child_end.close()
         self._attached: dict[str, shared_memory.SharedMemory] = {}

@@ -70,8 +70,7 @@ def main(index: int, ports: list[int], workdir: str, kill_at: int) -> None:
         # Integer-valued float64 sums are exact: any lost or repeated record shows.
         weight.assign_sub(strategy.reduce(tf.distribute.ReduceOp.SUM, local, axis=None))
         # After the batch exists: the generator reads the position when it starts.
-        with tf.control_dependencies(strategy.experimental_local_results(meta["index"])):
-            loader.advance()
+        loader.advance(after=strategy.experimental_local_results(meta["index"]))
         return meta["index"]
 
     per_epoch = loader.batches_per_epoch
