@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import _pipelines
@@ -145,8 +146,10 @@ def test_loader_under_naive_pipeline_conditions_loses_nothing(tmp_path):
     )
     checkpoint = tf.train.Checkpoint(loader=loader)
     consumed = []
-    for batch in itertools.islice(loader, 3):
+    for batch in itertools.islice(loader.dataset(), 3):
+        time.sleep(0.02)  # a slow training step: tf.data prefetches ahead meanwhile
         consumed += batch.numpy().tolist()
+        loader.advance()
     path = checkpoint.write(str(tmp_path / "ckpt"))
     fresh = resumeloader.ResumableLoader(np.arange(50), batch_size=4, seed=0, num_epochs=1)
     tf.train.Checkpoint(loader=fresh).read(path).assert_consumed()
