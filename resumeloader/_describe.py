@@ -53,26 +53,25 @@ def _stages(loader: Any) -> list[tuple[str, str, str, str]]:
             "record index",
             "derived",
         ),
-        (
-            "source",
-            f"{adapter.description}: "
-            + ("read_batch(indices)" if batched else "source[index]"),
-            record if map_fn is None else "record",
-            "re-read",
-        ),
     ]
+    if loader._gatherer is not None:  # arrays, no map_fn: no Python per record
+        rows.append(("source", f"{adapter.description}, as constant tensors", record, "constant"))
+    else:
+        access = "read_batch(indices)" if batched else "source[index]"
+        rows.append(("source", f"{adapter.description}: {access}", record if map_fn is None
+                     else "record", "re-read"))
     if map_fn is not None:
         name = getattr(map_fn, "__qualname__", type(map_fn).__name__)
         rows.append(("map_fn", f"{name}(record, rng)", record, "derived"))
     workers = loader.num_workers
     batch = _spec_text(loader.element_spec)
-    if loader._gatherer is not None:  # arrays, no map_fn: no Python per record
-        rows[-1] = ("source", f"{adapter.description}, as constant tensors", record, "constant")
+    if loader._gatherer is not None:
         rows.append(("from_generator", "index array of each batch", "int64[None]", "recomputed"))
         rows.append(("map", "tf.gather(source, indices)", batch, "recomputed"))
     else:
         if workers:
-            plan = f"{workers} {loader.worker_type} workers, <= {loader._workers.in_flight}"
+            plural = "s" if workers != 1 else ""
+            plan = f"{workers} {loader.worker_type} worker{plural}, <= {loader._workers.in_flight}"
             plan += " in flight, in order"
             plan += ", shared memory" if loader.worker_type == "process" else ""
         else:

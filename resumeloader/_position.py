@@ -54,7 +54,9 @@ class Layout:
         return position
 
     def batches_left_in_epoch(self, position: int) -> int:
-        """Batches from normalised `position` to the end of its epoch."""
+        """Batches from normalised `position` to the end of its epoch (0 past the end)."""
+        if self.end is not None and position >= self.end:
+            return 0
         left = self.records_per_epoch - position % self.records_per_epoch
         full, rest = divmod(left, self.batch_size)
         return full + (1 if rest and not self.drop_remainder else 0)

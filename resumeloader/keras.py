@@ -47,8 +47,6 @@ def epoch_dataset(loader: _loader.ResumableLoader) -> tf.data.Dataset:
 
 
 def _batches_left(loader: _loader.ResumableLoader) -> int:
-    if loader.exhausted:
-        return 0
     return loader._layout.batches_left_in_epoch(loader.position)
 
 

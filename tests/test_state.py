@@ -119,6 +119,7 @@ def test_layout_advance_stops_at_end():
     """A finite layout never advances past its end."""
     layout = _position.Layout(10, 4, False, 2)
     assert layout.advance(0, 100) == 20
+    assert layout.batches_left_in_epoch(20) == 0
 
 
 def test_layout_batches_never_cross_epochs_after_elastic_start():
