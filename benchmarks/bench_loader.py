@@ -8,7 +8,7 @@ Prints three tables (rich):
     (3x32x32 uint8 image + int64 label), batch 128: resumeloader (``for batch in
     loader`` and ``dataset()`` + ``advance()`` in a ``tf.function`` loop), plain
     tf.data (``from_tensor_slices.shuffle(N).batch(128).prefetch(AUTOTUNE)``), the
-    naive split pipeline of DESIGN.md, grain 0.2.18 (``MapDataset`` and ``DataLoader``
+    naive split pipeline (README, "Why"), grain 0.2.18 (``MapDataset`` and ``DataLoader``
     with 0 workers) and a NumPy permutation + fancy-index reference. Each contender is
     timed over the whole epoch (the slow per-record pipelines, the naive split and
     grain's DataLoader, over their first 20,000 records), the best of `--repeats`

@@ -10,7 +10,7 @@ of `--repeats` runs. Compared with resumeloader:
 * plain tf.data: ``from_tensor_slices + shuffle(10_000) [+ map(numpy_function,
   AUTOTUNE)] + batch + prefetch`` (exact checkpoints, but the shuffle buffer is saved);
 * the naive split pipeline: a checkpointed index iterator fed through
-  ``from_generator`` (loses records on restore; see DESIGN.md);
+  ``from_generator`` (loses records on restore; see the README, "Why");
 * seed-style replay: rebuild the order from the seed and skip the consumed records;
 * grain 0.2.18 ``DataLoader`` with the same number of workers.
 """

@@ -1,12 +1,14 @@
 """resumeloader: TensorFlow input pipelines that resume at the exact record after a crash.
 
-Store only a position; derive everything else. `IndexSampler` computes the record at
-any position of any epoch in O(1); `ResumableLoader` feeds a `tf.data` pipeline from
-it and keeps a tiny, checkpointable position that the consumer advances.
+Store only a position; derive everything else. A `Pipeline` of stages (an index
+order, record stages, a batch stage) defines which records land in which batch as a
+pure function of (seed, epoch, position); `ResumableLoader` delivers it through
+``tf.data`` and keeps a tiny, checkpointable position that the consumer advances.
+`IndexSampler` computes the record at any position of any epoch in O(1).
 
 Importing the package does not import TensorFlow: the names that need it
 (`ResumableLoader`, `AUTOTUNE`) load it on first access, so the sampler, the state
-and worker processes stay light.
+and worker processes stay light. The layers are described in ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from resumeloader import errors
-from resumeloader._batching import record_rng
-from resumeloader._sampler import IndexSampler
-from resumeloader._source import RandomAccessSource
 from resumeloader._version import __version__
+from resumeloader.core.rng import record_rng
+from resumeloader.core.sampler import IndexSampler
 from resumeloader.errors import (
     ElasticResumeError,
     HarnessError,
@@ -30,14 +31,16 @@ from resumeloader.errors import (
     StateMismatchError,
     WorkerError,
 )
+from resumeloader.sources import RandomAccessSource
+from resumeloader.stages import Pipeline
 
 if TYPE_CHECKING:
-    from resumeloader._loader import AUTOTUNE, ResumableLoader
+    from resumeloader.tfdata.loader import AUTOTUNE, ResumableLoader
 
 # Public names whose modules import TensorFlow: name -> module.
 _LAZY = {
-    "AUTOTUNE": "resumeloader._loader",
-    "ResumableLoader": "resumeloader._loader",
+    "AUTOTUNE": "resumeloader.tfdata.loader",
+    "ResumableLoader": "resumeloader.tfdata.loader",
 }
 
 __all__ = [
@@ -45,6 +48,7 @@ __all__ = [
     "ElasticResumeError",
     "HarnessError",
     "IndexSampler",
+    "Pipeline",
     "RandomAccessSource",
     "RecordError",
     "RecordSpecError",

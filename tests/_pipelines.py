@@ -6,7 +6,7 @@
   over ``for batch in loader``) that advances the loader after each step and writes a
   ``tf.train.Checkpoint`` every `checkpoint_every` steps, crashes, restores from the
   last checkpoint and finishes, like a real training job.
-* `NaiveSplitPipeline`: the common workaround from DESIGN.md (a checkpointed
+* `NaiveSplitPipeline`: the common workaround of the README's "Why" (a checkpointed
   iterator over a pure-TF index dataset fed through ``from_generator`` + ``map``
   (``py_function``) + ``batch`` + ``prefetch``), which loses records on restore.
 

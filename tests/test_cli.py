@@ -16,7 +16,7 @@ import tensorflow as tf
 import resumeloader
 from resumeloader import cli
 
-DEMO = [sys.executable, "-m", "resumeloader._demo", "--epochs", "1"]
+DEMO = [sys.executable, "-m", "resumeloader.tools.demo", "--epochs", "1"]
 
 
 def _row(text, name):
@@ -71,7 +71,7 @@ def test_verify_bad_arguments_exit_2(argv, expected, capsys):
 
 @pytest.mark.slow
 def test_verify_naive_split_pipeline_exits_1(tmp_path, capsys):
-    """verify catches the checkpointed-index-iterator + from_generator pipeline of DESIGN.md."""
+    """verify catches the checkpointed index iterator + from_generator pipeline (README, "Why")."""
     argv = ["verify", "--kill-at", "step:7", "--workdir", str(tmp_path), "--", *DEMO]
     assert cli.main([*argv, "--pipeline", "naive"]) == 1
     out = capsys.readouterr().out

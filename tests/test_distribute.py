@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 import resumeloader
 
+pytestmark = pytest.mark.usefixtures("clean_keras")
+
 NUM_RECORDS = 70
 GLOBAL_BATCH = 8
 

@@ -9,6 +9,8 @@ import tensorflow as tf
 
 import resumeloader
 
+pytestmark = pytest.mark.usefixtures("clean_keras")
+
 NUM_RECORDS = 1000  # divisible by every shard count used, so no epoch tail is dropped
 NUM_EPOCHS = 2
 SEED = 9

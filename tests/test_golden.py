@@ -70,19 +70,20 @@ def test_loader_stream_digest_pinned_in_fresh_process():
 
 
 def test_state_json_pinned():
-    """The state a loader writes is pinned field for field (the checkpoint format)."""
+    """The state a loader writes is pinned field for field (the checkpoint format, version 2)."""
     loader = resumeloader.ResumableLoader(np.arange(23), batch_size=4, seed=1, num_epochs=2)
     loader.advance(3)
     assert json.loads(loader.serialize()) == {
-        "algorithm": "feistel-radix-mul-r4-v1",
         "batch_size": 4,
         "epoch": 0,
-        "fingerprint": "a400e5ea439d7987",
-        "layout": "strided-v1",
-        "num_records": 23,
+        "fingerprint": "4b489a11f3880228",
         "offset": 12,
-        "seed": 1,
+        "pipeline.seed": 1,
+        "row": 0,
+        "sampler.algorithm": "feistel-radix-mul-r4-v1",
+        "sampler.shuffle": 1,
         "shard_count": 1,
-        "shuffle": 1,
-        "version": 1,
+        "shards.layout": "strided-v1",
+        "source.num_records": 23,
+        "version": 2,
     }

@@ -17,6 +17,8 @@ import tensorflow as tf
 import resumeloader
 import resumeloader.keras
 
+pytestmark = pytest.mark.usefixtures("clean_keras")
+
 EPOCHS = 3
 # name: (mode, steps_per_execution, loader options, validation)
 VARIANTS = {

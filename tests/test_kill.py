@@ -15,7 +15,9 @@ import sys
 import pytest
 import tensorflow as tf
 
-from resumeloader import _harness, _inspect, cli
+from resumeloader import cli
+from resumeloader.tools import harness as _harness
+from resumeloader.tools import inspect as _inspect
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +50,7 @@ def killed_run(tmp_path_factory):
 
     argv = ["verify", "--workdir", str(work)]
     argv += [f"--kill-at={point}" for point in KILL_POINTS]
-    argv += ["--", sys.executable, "-m", "resumeloader._demo", "--epochs", "2"]
+    argv += ["--", sys.executable, "-m", "resumeloader.tools.demo", "--epochs", "2"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_harness, "kill_and_restart", spy)
         status = cli.main(argv)

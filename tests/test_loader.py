@@ -406,6 +406,7 @@ def _train_step(model, optimizer, batch):
     )
 
 
+@pytest.mark.usefixtures("clean_keras")
 def test_checkpoint_with_model_and_optimizer_restores_all_together(tmp_path):
     """One tf.train.Checkpoint holds model, optimizer and loader; restore sets all three."""
     model, optimizer = _model_and_optimizer()

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.usefixtures("clean_keras")
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 SECTIONS = ["Keras", "Distributed training"]
 

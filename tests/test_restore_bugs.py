@@ -5,7 +5,7 @@ last checkpoint into the same or a fresh loader and finishes; the stream of reco
 ids it saw must equal the uninterrupted stream exactly, including the epoch after the
 resumed one. The grid consumes ``loader.dataset()`` through a TF map and calls
 ``advance()``; a second grid consumes ``for batch in loader`` (its prefetch thread).
-Beside them, the naive split pipeline of DESIGN.md is shown losing records.
+Beside them, the naive split pipeline (README, "Why") is shown losing records.
 """
 
 from __future__ import annotations

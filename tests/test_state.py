@@ -1,21 +1,29 @@
-"""Tests of the loader state dict and the position arithmetic (pure Python, no TF)."""
+"""Tests of the loader state dict (pure Python, no TF): version 2, the 0.1 upgrade, checks."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from resumeloader import ElasticResumeError, StateError, StateMismatchError, _position, _state
+from resumeloader import ElasticResumeError, StateError, StateMismatchError
+from resumeloader.core import state as _state
+
+_ORDER = {
+    "pipeline.seed": 7,
+    "source.num_records": 100,
+    "sampler.algorithm": "feistel-radix-mul-r4-v1",
+    "sampler.shuffle": 1,
+    "shards.layout": "strided-v1",
+}
+_V01 = json.loads((Path(__file__).parent / "fixtures" / "v0_1" / "state.json").read_text())
 
 
 def _state_for(**changes):
-    order = _state.order(num_records=100, seed=7, shuffle=True)
-    state = _state.make(order, epoch=2, offset=40, shard_count=2, batch_size=8)
+    state = _state.make(dict(_ORDER), epoch=2, offset=40, shard_count=2, batch_size=8)
     state.update(changes)
-    if set(changes) & set(_state.ORDER_FIELDS):
+    if any("." in key for key in changes):
         state["fingerprint"] = _state.fingerprint(state)
     return state
 
@@ -35,12 +43,31 @@ def test_parse_accepts_json_text():
     assert _state.parse(_state.to_json(state)) == state
 
 
+def test_parse_version_1_state_upgrades_to_version_2_fields():
+    """A 0.1 state becomes a version 2 state with the same position and stage-named fields."""
+    upgraded = _state.parse(_V01["state"])
+    assert upgraded["version"] == 2
+    assert (upgraded["epoch"], upgraded["offset"], upgraded["row"]) == (1, 32, 0)
+    assert upgraded["pipeline.seed"] == 3
+    assert upgraded["source.num_records"] == 100
+    assert upgraded["fingerprint"] == _state.fingerprint(upgraded)
+
+
+def test_parse_version_1_state_edited_raises_state_error():
+    """An edited order field of a 0.1 state is caught by its version 1 fingerprint."""
+    with pytest.raises(StateError, match="fingerprint"):
+        _state.parse(dict(_V01["state"], seed=4))
+
+
 @pytest.mark.parametrize(
     ("state", "match"),
     [
         ([1, 2], "must be a dict"),
         ("{not json", "JSON"),
+        ("[" * 100_000, "JSON"),
+        ("[" * 20_000, "JSON"),
         ({"version": 99}, "version"),
+        ({"version": True}, "version"),
         (dict(_state_for(), extra=1), "unknown fields: \\['extra'\\]"),
         (
             {k: v for k, v in _state_for().items() if k != "offset"},
@@ -48,13 +75,17 @@ def test_parse_accepts_json_text():
         ),
         (_state_for(offset=-3), "offset"),
         (_state_for(epoch="2"), "epoch"),
-        (_state_for(shuffle=True), "shuffle"),
+        (_state_for(epoch=2**63), "epoch"),
+        (_state_for(epoch=10**30), "epoch"),
+        (_state_for(**{"sampler.shuffle": True}), "shuffle"),
+        (_state_for(**{"sampler.seed": [1]}), "seed"),
         (_state_for(batch_size=0), "batch_size"),
-        (dict(_state_for(), seed=8), "fingerprint"),
+        (dict(_state_for(), **{"pipeline.seed": 8}), "fingerprint"),
     ],
     ids=[
-        "list", "bad-json", "version", "extra-field", "missing-field", "negative", "str-int",
-        "bool-int", "zero-batch", "edited-seed",
+        "list", "bad-json", "long-json", "deep-json", "version", "bool-version", "extra-field",
+        "missing-field", "negative", "str-int", "epoch-2-63", "epoch-huge", "bool-int",
+        "list-field", "zero-batch", "edited-seed",
     ],
 )
 def test_parse_malformed_raises_state_error(state, match):
@@ -64,22 +95,29 @@ def test_parse_malformed_raises_state_error(state, match):
     assert isinstance(info.value, ValueError)
 
 
-def test_check_order_names_every_differing_field():
-    """A mismatch names each differing order field on its own line."""
-    saved = _state_for()
-    expected = _state.order(num_records=101, seed=8, shuffle=True)
+def test_check_order_names_every_differing_stage_field():
+    """A mismatch names each differing stage.field on its own line."""
+    expected = dict(_ORDER, **{"source.num_records": 101, "pipeline.seed": 8})
     with pytest.raises(StateMismatchError) as info:
-        _state.check_order(saved, expected)
+        _state.check_order(_state_for(), expected)
     lines = str(info.value).splitlines()
-    assert "  num_records: checkpoint has 100, this loader has 101" in lines
-    assert "  seed: checkpoint has 7, this loader has 8" in lines
+    assert "  source.num_records: checkpoint has 100, this loader has 101" in lines
+    assert "  pipeline.seed: checkpoint has 7, this loader has 8" in lines
     assert not any("shuffle" in line for line in lines)
+
+
+def test_check_order_stage_only_one_side_has_is_named():
+    """A stage present in only one of the pipelines is named with its fields."""
+    expected = dict(_ORDER, **{"mix.weights": "a=1/2,b=1/2"})
+    with pytest.raises(StateMismatchError) as info:
+        _state.check_order(_state_for(), expected)
+    assert "  mix.weights: checkpoint has none, this loader has 'a=1/2,b=1/2'" in str(info.value)
+    assert "stages mix differ" in str(info.value)
 
 
 def test_check_order_same_order_passes():
     """Equal order fields pass, whatever the batch size or shard count."""
-    expected = _state.order(num_records=100, seed=7, shuffle=True)
-    assert _state.check_order(_state_for(batch_size=3, shard_count=5), expected) is None
+    assert _state.check_order(_state_for(batch_size=3, shard_count=5), dict(_ORDER)) is None
 
 
 @pytest.mark.parametrize(
@@ -101,45 +139,3 @@ def test_local_offset_not_divisible_raises_elastic_error():
         _state.local_offset(_state_for(offset=40), shard_count=3, num_records=100)
 
 
-# -- position arithmetic --------------------------------------------------------------------
-def test_layout_advance_partial_last_batch_then_next_epoch():
-    """Batches of 4 over 10 records: 0, 4, 8 (short), then the next epoch at 10."""
-    layout = _position.Layout(10, 4, False, None)
-    assert [layout.advance(0, k) for k in range(5)] == [0, 4, 8, 10, 14]
-
-
-def test_layout_advance_drop_remainder_skips_short_batch():
-    """With drop_remainder the short batch is skipped: 0, 4, then 10."""
-    layout = _position.Layout(10, 4, True, None)
-    assert [layout.advance(0, k) for k in range(4)] == [0, 4, 10, 14]
-    assert layout.normalise(8) == 10
-
-
-def test_layout_advance_stops_at_end():
-    """A finite layout never advances past its end."""
-    layout = _position.Layout(10, 4, False, 2)
-    assert layout.advance(0, 100) == 20
-    assert layout.batches_left_in_epoch(20) == 0
-
-
-def test_layout_batches_never_cross_epochs_after_elastic_start():
-    """Batches cut from an unaligned start still end at the epoch boundary."""
-    layout = _position.Layout(10, 4, False, None)
-    assert layout.batch_end(7) == 10
-    assert layout.batches_left_in_epoch(7) == 1
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    per_epoch=st.integers(1, 50),
-    batch=st.integers(1, 60),
-    drop=st.booleans(),
-    first=st.integers(0, 30),
-    second=st.integers(0, 30),
-)
-def test_property_advance_is_additive(per_epoch, batch, drop, first, second):
-    """Advancing by a then by b equals advancing by a + b."""
-    if drop and batch > per_epoch:
-        batch = per_epoch
-    layout = _position.Layout(per_epoch, batch, drop, None)
-    assert layout.advance(layout.advance(0, first), second) == layout.advance(0, first + second)

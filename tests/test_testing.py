@@ -15,8 +15,8 @@ import pytest
 
 import resumeloader
 from resumeloader import testing
-from resumeloader._report import RunOutcome, build
-from resumeloader._trace import Trace
+from resumeloader.tools.report import RunOutcome, build
+from resumeloader.tools.trace import Trace
 
 
 def _loader(**kwargs):
@@ -202,7 +202,7 @@ def test_trace_events_are_json_lines(tmp_path):
 
 def test_testing_modules_do_not_import_pytest():
     """resumeloader.testing and the modules it uses never import pytest (users' code may not)."""
-    for name in ["testing", "_harness", "_report", "_trace"]:
+    for name in ["testing", "tools.check", "tools.harness", "tools.report", "tools.trace"]:
         module = importlib.import_module(f"resumeloader.{name}")
         tree = ast.parse(Path(module.__file__).read_text())
         imported = set()

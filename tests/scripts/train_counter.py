@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from resumeloader import _trace
+from resumeloader.tools import trace as _trace
 
 
 def main() -> None:

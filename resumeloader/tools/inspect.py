@@ -14,7 +14,8 @@ from typing import Any
 
 from rich.console import Console
 
-from resumeloader import _state, errors
+from resumeloader import errors
+from resumeloader.core import state as state_lib
 
 __all__ = ["find_states", "main"]
 
@@ -59,28 +60,32 @@ def find_states(path: str) -> tuple[str, dict[str, dict[str, Any]]]:
         except ValueError:
             continue
         if isinstance(candidate, dict) and {"version", "fingerprint"} <= set(candidate):
-            states[key[: -len(_SUFFIX)]] = _state.parse(candidate)
+            states[key[: -len(_SUFFIX)]] = state_lib.parse(candidate)
     return prefix, states
 
 
 def describe(state: dict[str, Any]) -> list[tuple[str, str]]:
-    """(field, value) lines: position, epoch, step within the epoch, order fields."""
+    """(field, value) lines: the position, then every stage's order fields."""
     shards = state["shard_count"]
-    kept = state["num_records"] - state["num_records"] % shards
     records_per_batch = state["batch_size"] * shards
     step = -(-state["offset"] // records_per_batch)
-    return [
+    offset = f"{state['offset']} records (all shards)"
+    position = "-"
+    if "source.num_records" in state:
+        num_records = state["source.num_records"]
+        kept = num_records - num_records % shards
+        offset = f"{state['offset']} of {kept} records (all shards)"
+        position = f"{state['epoch'] * kept + state['offset']} records (all shards)"
+    lines = [
         ("epoch", str(state["epoch"])),
-        ("offset in epoch", f"{state['offset']} of {kept} records (all shards)"),
-        ("position", f"{state['epoch'] * kept + state['offset']} records (all shards)"),
+        ("offset in epoch", offset),
+        ("position", position),
         ("step in epoch", f"{step} (batch_size {state['batch_size']} x {shards} shards)"),
-        ("num_records", str(state["num_records"])),
-        ("seed", str(state["seed"])),
-        ("shuffle", str(bool(state["shuffle"]))),
-        ("algorithm", f"{state['algorithm']} / {state['layout']}"),
-        ("fingerprint", state["fingerprint"]),
-        ("version", str(state["version"])),
+        ("row in window", str(state["row"])),
     ]
+    lines += [(key, str(value)) for key, value in sorted(state_lib.order_of(state).items())]
+    lines += [("fingerprint", state["fingerprint"]), ("version", str(state["version"]))]
+    return lines
 
 
 def main(path: str, out: Console) -> int:
@@ -99,5 +104,5 @@ def main(path: str, out: Console) -> int:
     for key, state in states.items():
         out.print(f"loader: {key}")
         for field, value in describe(state):
-            out.print(f"  {field:<16} {value}")
+            out.print(f"  {field:<20} {value}")
     return 0

@@ -1,6 +1,6 @@
 """Process workers: spawned once per iteration, batches back through shared memory.
 
-Each worker receives the source, ``map_fn`` and record spec pickled once, then
+Each worker receives the pipeline and record spec pickled once, then
 produces the batches it is sent, in order, writing each into one of `SLOTS`
 shared-memory blocks of its own that it reuses; only small metadata crosses the
 pipe. The parent copies a batch out before it sends that worker the task that
@@ -22,15 +22,17 @@ import traceback
 import weakref
 from collections.abc import Callable
 from multiprocessing import connection, shared_memory
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import optree
 
-from resumeloader import _batching, _source, errors
+from resumeloader import errors
+from resumeloader.core import spec as spec_lib
+from resumeloader.stages import plan as plan_lib
+from resumeloader.workers import produce
 
-if TYPE_CHECKING:
-    from resumeloader._workers import Task
+Task = plan_lib.Task
 
 __all__ = ["SLOTS", "ProcessPool"]
 
@@ -69,9 +71,8 @@ def _worker_main(conn: connection.Connection, payload: bytes, prefix: str) -> No
     blocks: list[shared_memory.SharedMemory | None] = [None] * SLOTS
     try:
         try:
-            source, map_fn, seed, spec = pickle.loads(payload)
-            adapter = _source.adapt(source)
-            producer = _batching.BatchProducer(adapter, map_fn=map_fn, seed=seed, spec=spec)
+            pipeline, spec = pickle.loads(payload)
+            producer = produce.BatchProducer(pipeline, spec)
         except Exception as err:
             conn.send(("setup_error", _describe_failure(err)))
             return
@@ -86,7 +87,7 @@ def _worker_main(conn: connection.Connection, payload: bytes, prefix: str) -> No
             indices, epoch, position = message
             slot, count = count % SLOTS, count + 1
             try:
-                batch = producer.batch(indices, epoch=epoch, position=position)
+                batch = producer.batch(Task(indices, epoch, position))
                 flat = optree.tree_leaves(batch, none_is_leaf=True)
                 leaves = [np.ascontiguousarray(a) for a in flat]
                 reply: tuple[str, Any] = ("ok", _write(blocks, slot, f"{prefix}_{slot}", leaves))
@@ -149,7 +150,7 @@ def _shutdown(
 
 
 class ProcessPool:
-    def __init__(self, payload: bytes, spec: _batching.RecordSpec, num_workers: int) -> None:
+    def __init__(self, payload: bytes, spec: spec_lib.RecordSpec, num_workers: int) -> None:
         context = multiprocessing.get_context("spawn")
         self._spec = spec
         prefix = f"rl{os.getpid()}_{secrets.token_hex(4)}"

@@ -24,17 +24,20 @@ from typing import Any
 import optree
 import tensorflow as tf
 
-from resumeloader import _graph, _position, _sampler, errors
+from resumeloader import errors
+from resumeloader.core import positions
+from resumeloader.stages import plan as plan_lib
+from resumeloader.tfdata import delivery as delivery_lib
 
-__all__ = ["Pipeline", "generator", "in_replica_context", "merge", "pipeline"]
+__all__ = ["InputPipeline", "dataset", "in_replica_context", "merge", "pipeline"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Pipeline:
-    """The stream of one input pipeline: a sub-shard sampler, its layout and the split."""
+class InputPipeline:
+    """The stream of one input pipeline: its sub-shard plan and how a step is split."""
 
-    sampler: _sampler.IndexSampler
-    layout: _position.Layout
+    plan: plan_lib.Plan
+    layout: positions.Layout
     num_pipelines: int
     replicas_per_pipeline: int
     per_replica_batch_size: int
@@ -54,9 +57,8 @@ class Pipeline:
                 f"offset={offset} (epoch {epoch}), num_input_pipelines={self.num_pipelines}."
             )
             raise errors.ElasticResumeError(msg)
-        return self.layout.normalise(
-            epoch * self.layout.records_per_epoch + offset // self.num_pipelines
-        )
+        layout = self.layout
+        return layout.normalise(epoch * layout.records_per_epoch + offset // self.num_pipelines)
 
     def split(self, batch: Any) -> Iterator[Any]:
         """The per-replica batches of one pipeline step, in replica order."""
@@ -65,14 +67,8 @@ class Pipeline:
             yield optree.tree_map(lambda leaf, i=i: leaf[i * size : (i + 1) * size], batch)
 
 
-def pipeline(
-    *,
-    sampler: _sampler.IndexSampler,
-    batch_size: int,
-    drop_remainder: bool,
-    input_context: Any,
-) -> Pipeline:
-    """The `Pipeline` of `input_context` for a loader's sampler and global batch size.
+def pipeline(plan: plan_lib.Plan, input_context: Any) -> InputPipeline:
+    """The `InputPipeline` of `input_context` for a loader's plan (`batch_size` is global).
 
     Raises:
         TypeError: `input_context` is not a `tf.distribute.InputContext`.
@@ -85,6 +81,7 @@ def pipeline(
             f"Received: input_context={input_context!r}."
         )
         raise TypeError(msg)
+    batch_size = plan.batch_size
     replicas = input_context.num_replicas_in_sync
     pipelines = input_context.num_input_pipelines
     if batch_size % replicas or replicas % pipelines:
@@ -94,60 +91,50 @@ def pipeline(
             f"num_replicas_in_sync={replicas}, num_input_pipelines={pipelines}."
         )
         raise ValueError(msg)
-    per_epoch = sampler.records_per_epoch
-    if not drop_remainder and per_epoch % batch_size:
+    per_epoch = plan.records_per_epoch
+    if not plan.layout.drop_remainder and per_epoch % batch_size:
         msg = (
             "Distributed input needs full global batches, but an epoch of this loader ends "
             f"in a short batch. Received: records per epoch (per shard)={per_epoch}, "
             f"batch_size={batch_size}. Create the loader with drop_remainder=True."
         )
         raise ValueError(msg)
-    sub_sampler = _sampler.IndexSampler(
-        sampler.num_records,
-        seed=sampler.seed,
-        shuffle=sampler.shuffle,
-        num_epochs=sampler.num_epochs,
-        shard_index=sampler.shard_index + sampler.shard_count * input_context.input_pipeline_id,
-        shard_count=sampler.shard_count * pipelines,
+    sub_plan = plan.sharded(
+        shard_index=plan.shard_index + plan.shard_count * input_context.input_pipeline_id,
+        shard_count=plan.shard_count * pipelines,
+        batch_size=batch_size // pipelines,
     )
-    layout = _position.Layout(
-        sub_sampler.records_per_epoch,
-        batch_size // pipelines,
-        drop_remainder=True,
-        num_epochs=sampler.num_epochs,
-    )
-    return Pipeline(
-        sub_sampler,
-        layout,
+    return InputPipeline(
+        sub_plan,
+        # Epochs end in full global batches, so every sub-plan batch is full too.
+        dataclasses.replace(sub_plan.layout, drop_remainder=True),
         num_pipelines=pipelines,
         replicas_per_pipeline=replicas // pipelines,
         per_replica_batch_size=batch_size // replicas,
     )
 
 
-def generator(loader: Any, input_context: Any) -> tuple[Callable[[], Iterator[Any]], Any]:
-    """The generator function and element spec of `loader`'s pipeline for `input_context`.
+def dataset(
+    plan: plan_lib.Plan,
+    delivery: delivery_lib.Delivery,
+    input_context: Any,
+    position: Callable[[], int],
+) -> tf.data.Dataset:
+    """The per-replica batches of `plan` for `input_context`, from ``position()`` on.
 
-    The generator reads the loader's position when it starts, like the loader's own.
+    The position is read when iteration begins, as for the loader's own dataset.
     """
-    pipe = pipeline(
-        sampler=loader.sampler,
-        batch_size=loader.batch_size,
-        drop_remainder=loader.drop_remainder,
-        input_context=input_context,
-    )
-    per_epoch = loader.sampler.records_per_epoch
-    pipe.start(loader.position, per_epoch)  # fail now rather than inside tf.data
+    pipe = pipeline(plan, input_context)
+    per_epoch = plan.records_per_epoch
+    pipe.start(position(), per_epoch)  # fail now rather than inside tf.data
 
     def generate() -> Iterator[Any]:
-        start = pipe.start(loader.position, per_epoch)
-        for batch in loader._batches(pipe.sampler, pipe.layout, start):
+        start = pipe.start(position(), per_epoch)
+        for batch in delivery.batches(pipe.plan, pipe.layout, start):
             yield from pipe.split(batch)
 
-    spec = _graph.element_spec(
-        loader._producer.spec, pipe.per_replica_batch_size, loader.with_metadata
-    )
-    return generate, spec
+    spec = delivery.element_spec(pipe.per_replica_batch_size)
+    return delivery.prefetched(tf.data.Dataset.from_generator(generate, output_signature=spec))
 
 
 def in_replica_context() -> bool:

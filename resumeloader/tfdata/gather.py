@@ -16,7 +16,7 @@ import numpy as np
 import optree
 import tensorflow as tf
 
-from resumeloader import _batching, _source
+from resumeloader.core import spec as spec_lib
 
 __all__ = ["Gatherer"]
 
@@ -33,30 +33,23 @@ def _is_spec(x: Any) -> bool:
 
 
 class Gatherer:
-    """Builds the gather pipeline of an array source; see `create`."""
+    """Builds the gather pipeline of in-memory columns (see `supports`)."""
 
     def __init__(self, leaves: list[np.ndarray], treespec: Any) -> None:
         self._leaves = leaves
         self._treespec = treespec
         self._columns: list[tf.Tensor] | None = None
 
-    @classmethod
-    def create(
-        cls, source: Any, *, map_fn: Any, num_workers: int, spec: _batching.RecordSpec
-    ) -> Gatherer | None:
-        """A gatherer when `source` is numeric arrays matching `spec`, without ``map_fn``
-        or workers and at most MAX_BYTES; else None (the generic path applies)."""
-        if map_fn is not None or num_workers or not _source._is_columns(source):
-            return None
-        leaves, treespec = optree.tree_flatten(source, none_is_leaf=True)
+    @staticmethod
+    def supports(leaves: list[np.ndarray], treespec: Any, spec: spec_lib.RecordSpec) -> bool:
+        """Whether in-memory columns can be gathered in the graph: numeric leaves that
+        match `spec`, at most MAX_BYTES in all."""
         if treespec != spec.treespec or sum(leaf.nbytes for leaf in leaves) > MAX_BYTES:
-            return None
-        if not all(
+            return False
+        return all(
             leaf.dtype.kind in _KINDS and want.accepts(leaf[0])
             for leaf, want in zip(leaves, spec.leaves, strict=True)
-        ):
-            return None
-        return cls(leaves, treespec)
+        )
 
     def dataset(
         self,

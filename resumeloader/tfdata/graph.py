@@ -8,12 +8,13 @@ import numpy as np
 import optree
 import tensorflow as tf
 
-from resumeloader import _batching, _position
+from resumeloader.core import positions
+from resumeloader.core import spec as spec_lib
 
-__all__ = ["advance", "element_spec", "record_spec"]
+__all__ = ["advance", "element_spec", "record_spec", "spec_text"]
 
 
-def element_spec(spec: _batching.RecordSpec, batch_dim: int | None, with_metadata: bool) -> Any:
+def element_spec(spec: spec_lib.RecordSpec, batch_dim: int | None, with_metadata: bool) -> Any:
     """The structure of `tf.TensorSpec` of one batch of records described by `spec`."""
     specs = [
         tf.TensorSpec((batch_dim, *leaf.shape), tf.as_dtype(leaf.dtype)) for leaf in spec.leaves
@@ -26,14 +27,14 @@ def element_spec(spec: _batching.RecordSpec, batch_dim: int | None, with_metadat
     return data, meta
 
 
-def advance(variable: tf.Variable, layout: _position.Layout, num_batches: Any) -> None:
+def advance(variable: tf.Variable, layout: positions.Layout, num_batches: Any) -> None:
     """Advances the position `variable` by `num_batches` batches with tensor ops."""
     per_epoch = tf.constant(layout.records_per_epoch, tf.int64)
     size = tf.constant(layout.batch_size, tf.int64)
     end = layout.end
 
     def one_batch(position: tf.Tensor) -> tf.Tensor:
-        # Mirrors _position.Layout.batch_end + normalise with tensor ops.
+        # Mirrors positions.Layout.batch_end + normalise with tensor ops.
         position += tf.minimum(size, per_epoch - position % per_epoch)
         if layout.drop_remainder:
             offset = position % per_epoch
@@ -53,7 +54,7 @@ def advance(variable: tf.Variable, layout: _position.Layout, num_batches: Any) -
     variable.assign(position)
 
 
-def record_spec(output_signature: Any) -> _batching.RecordSpec:
+def record_spec(output_signature: Any) -> spec_lib.RecordSpec:
     """The per-record spec described by a structure of `tf.TensorSpec`."""
     leaves, treespec = optree.tree_flatten(
         output_signature, is_leaf=lambda x: isinstance(x, tf.TensorSpec), none_is_leaf=True
@@ -65,7 +66,18 @@ def record_spec(output_signature: Any) -> _batching.RecordSpec:
         )
         raise TypeError(msg)
     specs = tuple(
-        _batching.LeafSpec(tuple(leaf.shape.as_list()), np.dtype(leaf.dtype.as_numpy_dtype))
+        spec_lib.LeafSpec(tuple(leaf.shape.as_list()), np.dtype(leaf.dtype.as_numpy_dtype))
         for leaf in leaves
     )
-    return _batching.RecordSpec(treespec, specs)
+    return spec_lib.RecordSpec(treespec, specs)
+
+
+def spec_text(spec: Any) -> str:
+    """A structure of `tf.TensorSpec` in words, e.g. ``{x: float32[None,3]}``."""
+
+    def leaf(s: Any) -> str:
+        dims = ",".join("None" if d is None else str(d) for d in s.shape.as_list())
+        return f"{s.dtype.name}[{dims}]"
+
+    text = str(optree.tree_map(leaf, spec, none_is_leaf=True))
+    return text.replace("'", "")

@@ -14,7 +14,7 @@ import collections
 import dataclasses
 from typing import Any
 
-from resumeloader import _trace
+from resumeloader.tools import trace as trace_lib
 
 __all__ = ["ResumeReport", "RunOutcome", "build"]
 
@@ -24,7 +24,7 @@ class RunOutcome:
     """One process of a harness run: its trace and how it ended."""
 
     name: str
-    trace: _trace.Trace
+    trace: trace_lib.Trace
     pause_at: str | None
     killed: bool
     returncode: int | None

@@ -1,41 +1,38 @@
 """ResumableLoader: a tf.data pipeline of Python records whose state is one position.
 
 The loader is a trackable object: ``tf.train.Checkpoint(loader=loader)`` stores its
-state (a short JSON string: version, order fingerprint, epoch and global offset) and
-restores it, validating before anything changes. On every iteration the loader
-derives the record order from the position, so what tf.data read ahead (prefetch,
-parallel map) is simply recomputed after a restore: the position is advanced by the
-consumer, never by the producer.
+state (a short JSON string: version, order fields and fingerprint, epoch and global
+offset) and restores it, validating before anything changes. On every iteration the
+loader derives the record order from the position, so what tf.data read ahead
+(prefetch, parallel map) is simply recomputed after a restore: the position is
+advanced by the consumer, never by the producer.
+
+What the stream holds comes from a `Pipeline` of stages bound to a `Plan`; how it is
+delivered comes from a `Delivery`. The loader only keeps the position and connects
+the two.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from resumeloader import (
-    _batching,
-    _describe,
-    _distribute,
-    _gather,
-    _graph,
-    _position,
-    _prefetch,
-    _sampler,
-    _source,
-    _state,
-    _stream,
-    _validate,
-    _workers,
-)
+from resumeloader import errors
+from resumeloader.core import state as state_lib
+from resumeloader.core import validate
+from resumeloader.stages import pipeline as pipeline_lib
+from resumeloader.stages import plan as plan_lib
+from resumeloader.tfdata import delivery as delivery_lib
+from resumeloader.tfdata import describe as describe_lib
+from resumeloader.tfdata import distribute, graph
 
 __all__ = ["AUTOTUNE", "ResumableLoader"]
 
 AUTOTUNE = tf.data.AUTOTUNE
+_MAX_POSITION = 2**63 - 1
 
 
 class ResumableLoader(tf.train.experimental.PythonState):
@@ -52,6 +49,10 @@ class ResumableLoader(tf.train.experimental.PythonState):
     * ``for batch in loader:`` — advances by one batch as each batch is handed out.
     * ``for batch in loader.dataset():`` (e.g. inside a ``tf.function``) — call
       ``loader.advance()`` once per batch, after the step that consumed it.
+
+    This constructor is the short form of ``ResumableLoader.from_pipeline(
+    Pipeline(source, seed=seed).shuffle(shuffle).map(map_fn).batch(batch_size,
+    drop_remainder=drop_remainder), ...)``; compose a `Pipeline` for more stages.
 
     Args:
         source: a NumPy array, a dict or tuple of equal-length arrays, or any object
@@ -74,11 +75,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
         num_workers: workers preparing batches in parallel (0: in the generator's
             thread). Batches are handed out strictly in order whatever the workers, so
             the stream does not depend on `num_workers` or `worker_type`.
-        worker_type: "thread", or "process" (spawned processes that receive the source
-            and ``map_fn`` pickled once and return batches through shared memory; use
-            it for GIL-bound ``map_fn``). A dead worker raises `WorkerError`. The
-            pool lives for one iteration (process start-up costs about a second), so
-            prefer one long iteration (``num_epochs=None``) to a loop per epoch.
+        worker_type: "thread", or "process" (spawned processes that receive the
+            pipeline pickled once and return batches through shared memory; use it for
+            GIL-bound ``map_fn``). A dead worker raises `WorkerError`. The pool lives
+            for one iteration (process start-up costs about a second), so prefer one
+            long iteration (``num_epochs=None``) to a loop per epoch.
 
     Example:
         >>> import numpy as np
@@ -109,48 +110,103 @@ class ResumableLoader(tf.train.experimental.PythonState):
         num_workers: int = 0,
         worker_type: str = "thread",
     ) -> None:
-        batch_size = _validate.integer("batch_size", batch_size, low=1, high=_validate.MAX_COUNT)
         if map_fn is not None and not callable(map_fn):
             msg = f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}."
             raise TypeError(msg)
-        self._drop_remainder = _validate.boolean("drop_remainder", drop_remainder)
-        self._with_metadata = _validate.boolean("with_metadata", with_metadata)
-        if prefetch is not None and prefetch != AUTOTUNE:
-            _validate.integer("prefetch", prefetch, low=0)
-        self._prefetch = prefetch
-        self._adapter = _source.adapt(source)
-        self._sampler = _sampler.IndexSampler(
-            self._adapter.num_records,
-            seed=seed,
-            shuffle=shuffle,
+        pipeline = pipeline_lib.Pipeline(source, seed=seed)
+        pipeline = pipeline.shuffle(validate.boolean("shuffle", shuffle))
+        if map_fn is not None:
+            pipeline = pipeline.map(map_fn)
+        pipeline = pipeline.batch(
+            batch_size, drop_remainder=validate.boolean("drop_remainder", drop_remainder)
+        )
+        self._setup(
+            pipeline,
             num_epochs=num_epochs,
             shard_index=shard_index,
             shard_count=shard_count,
+            prefetch=prefetch,
+            output_signature=output_signature,
+            with_metadata=with_metadata,
+            num_workers=num_workers,
+            worker_type=worker_type,
         )
-        per_epoch = self._sampler.records_per_epoch
-        if self._drop_remainder and batch_size > per_epoch:
+
+    @classmethod
+    def from_pipeline(
+        cls,
+        pipeline: pipeline_lib.Pipeline,
+        *,
+        num_epochs: int | None = None,
+        shard_index: int = 0,
+        shard_count: int = 1,
+        prefetch: int | None = AUTOTUNE,
+        output_signature: Any = None,
+        with_metadata: bool = False,
+        num_workers: int = 0,
+        worker_type: str = "thread",
+    ) -> ResumableLoader:
+        """A loader delivering the batches of `pipeline` (which must end in a batch stage).
+
+        The pipeline defines the stream; the other arguments (see the class) define
+        how many epochs there are, which shard this loader reads and how batches are
+        delivered — none of which changes which records a batch holds.
+
+        Example:
+            >>> import numpy as np
+            >>> from resumeloader import Pipeline
+            >>> pipeline = Pipeline(np.arange(6), seed=0).batch(4)
+            >>> loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+            >>> [b.numpy().tolist() for b in loader]
+            [[0, 1, 2, 3], [4, 5]]
+        """
+        if not isinstance(pipeline, pipeline_lib.Pipeline):
             msg = (
-                "`batch_size` exceeds the records of an epoch with drop_remainder=True, so "
-                f"no batch would ever be produced. Received: batch_size={batch_size}, "
-                f"records per epoch (per shard)={per_epoch}."
+                "`pipeline` must be a resumeloader.Pipeline. "
+                f"Received: pipeline={pipeline!r:.80} of type {type(pipeline).__name__}."
             )
-            raise ValueError(msg)
-        self._layout = _position.Layout(per_epoch, batch_size, self._drop_remainder, num_epochs)
-        self._producer = _batching.BatchProducer(
-            self._adapter,
-            map_fn=map_fn,
-            seed=self._sampler.seed,
-            spec=None if output_signature is None else _graph.record_spec(output_signature),
+            raise TypeError(msg)
+        loader = cls.__new__(cls)
+        loader._setup(
+            pipeline,
+            num_epochs=num_epochs,
+            shard_index=shard_index,
+            shard_count=shard_count,
+            prefetch=prefetch,
+            output_signature=output_signature,
+            with_metadata=with_metadata,
+            num_workers=num_workers,
+            worker_type=worker_type,
         )
-        self._workers = _workers.WorkerSettings(
-            _validate.integer("num_workers", num_workers, low=0, high=1024),
-            worker_type,
-            source=source,
-            map_fn=map_fn,
+        return loader
+
+    def _setup(
+        self,
+        pipeline: pipeline_lib.Pipeline,
+        *,
+        num_epochs: int | None,
+        shard_index: int,
+        shard_count: int,
+        prefetch: int | None,
+        output_signature: Any,
+        with_metadata: bool,
+        num_workers: int,
+        worker_type: str,
+    ) -> None:
+        if prefetch is not None and prefetch != AUTOTUNE:
+            validate.integer("prefetch", prefetch, low=0)
+        self._plan = plan_lib.Plan(
+            pipeline, num_epochs=num_epochs, shard_index=shard_index, shard_count=shard_count
         )
-        self._gatherer = _gather.Gatherer.create(
-            source, map_fn=map_fn, num_workers=self.num_workers, spec=self._producer.spec
+        self._delivery = delivery_lib.Delivery(
+            self._plan,
+            spec=None if output_signature is None else graph.record_spec(output_signature),
+            prefetch=prefetch,
+            with_metadata=validate.boolean("with_metadata", with_metadata),
+            num_workers=validate.integer("num_workers", num_workers, low=0, high=1024),
+            worker_type=worker_type,
         )
+        self._layout = self._plan.layout
         self._dataset: tf.data.Dataset | None = None
         with tf.init_scope():
             self._position = tf.Variable(
@@ -162,20 +218,37 @@ class ResumableLoader(tf.train.experimental.PythonState):
             )
 
     # -- description -------------------------------------------------------------------
-    sampler = property(lambda self: self._sampler, doc="The `IndexSampler` of this loader.")
+    plan = property(
+        lambda self: self._plan, doc="The `Plan`: the pipeline bound to epochs and a shard."
+    )
+    pipeline = property(lambda self: self._plan.pipeline, doc="The `Pipeline` of stages.")
+    sampler = property(
+        lambda self: self._plan.sampler, doc="The `IndexSampler` equal to this loader's order."
+    )
     batch_size = property(lambda self: self._layout.batch_size, doc="Records per batch.")
-    num_records = property(lambda self: self._sampler.num_records, doc="Records in the source.")
-    seed = property(lambda self: self._sampler.seed, doc="The seed.")
-    num_epochs = property(lambda self: self._sampler.num_epochs, doc="Epochs, or None.")
-    drop_remainder = property(lambda self: self._drop_remainder, doc="Drops short batches.")
+    num_records = property(lambda self: self._plan.num_records, doc="Records in an epoch.")
+    seed = property(lambda self: self._plan.pipeline.seed, doc="The seed.")
+    num_epochs = property(lambda self: self._plan.num_epochs, doc="Epochs, or None.")
+    drop_remainder = property(lambda self: self._layout.drop_remainder, doc="Drops short batches.")
     with_metadata = property(
-        lambda self: self._with_metadata, doc="Batches are (data, per-record metadata)."
+        lambda self: self._delivery.with_metadata, doc="Batches are (data, per-record metadata)."
+    )
+    num_workers = property(
+        lambda self: self._delivery.workers.num_workers, doc="Workers preparing batches (0: none)."
+    )
+    worker_type = property(
+        lambda self: self._delivery.workers.worker_type, doc='"thread" or "process".'
     )
 
     @property
     def batches_per_epoch(self) -> int:
         """Batches in a whole epoch of this shard."""
         return self._layout.batches_left_in_epoch(0)
+
+    @property
+    def batches_left_in_epoch(self) -> int:
+        """Batches from the position to the end of its epoch (0 once exhausted)."""
+        return self._layout.batches_left_in_epoch(self.position)
 
     @property
     def position(self) -> int:
@@ -206,21 +279,13 @@ class ResumableLoader(tf.train.experimental.PythonState):
             where = f"epoch={self.epoch}, position={self.position}"
         else:
             where = "position=<symbolic>"
+        plan = self._plan
         return (
             f"ResumableLoader(num_records={self.num_records}, batch_size={self.batch_size}, "
-            f"seed={self.seed}, shuffle={self._sampler.shuffle}, num_epochs={self.num_epochs}, "
-            f"shard={self._sampler.shard_index}/{self._sampler.shard_count}, {where})"
+            f"seed={self.seed}, stages=[{', '.join(s.name for s in plan.pipeline.stages)}], "
+            f"num_epochs={self.num_epochs}, shard={plan.shard_index}/{plan.shard_count}, "
+            f"{where})"
         )
-
-    @property
-    def num_workers(self) -> int:
-        """Workers preparing batches in parallel (0: none)."""
-        return self._workers.num_workers
-
-    @property
-    def worker_type(self) -> str:
-        """"thread" or "process"."""
-        return self._workers.worker_type
 
     def describe(self, console: Any = None) -> str:
         """The pipeline as an execution plan: stages, signatures, what is checkpointed.
@@ -230,18 +295,28 @@ class ResumableLoader(tf.train.experimental.PythonState):
 
         Returns:
             The plan as plain text (92 columns, no colours); it depends only on the
-            configuration and the position.
+            configuration and the position. An example is in
+            `resumeloader.tfdata.describe.describe`.
         """
-        return _describe.describe(self, console=console)
+        title = (
+            f"ResumableLoader: epoch {self.epoch}, step {self.step}, position "
+            f"{self.position} ({self.num_records} records, batch {self.batch_size}, "
+            f"{self.batches_per_epoch} batches per epoch)"
+        )
+        return describe_lib.describe(title, self._plan, self._delivery, console=console)
 
     # -- the pipeline ----------------------------------------------------------------
     @property
     def element_spec(self) -> Any:
         """The structure of `tf.TensorSpec` of one batch."""
-        batch_dim = self.batch_size if self._drop_remainder else None
-        return _graph.element_spec(self._producer.spec, batch_dim, self._with_metadata)
+        return self._delivery.element_spec(self.batch_size if self.drop_remainder else None)
 
-    def dataset(self, input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+    def dataset(
+        self,
+        input_context: tf.distribute.InputContext | None = None,
+        *,
+        rest_of_epoch: bool = False,
+    ) -> tf.data.Dataset:
         """A `tf.data.Dataset` of batches that starts at the position current when iterated.
 
         It does not advance the position: call `advance` once per consumed batch, or
@@ -255,65 +330,25 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 input pipeline's per-replica batches (`batch_size` is the global batch
                 of a step). The records of each step, across all replicas, are those
                 of the single-process batch; advance by one batch per step.
+            rest_of_epoch: end each iteration at the end of the epoch of the position
+                it starts from (what Keras' one-epoch datasets need).
         """
+        validate.boolean("rest_of_epoch", rest_of_epoch)
+        if input_context is not None:
+            return distribute.dataset(
+                self._plan, self._delivery, input_context, lambda: self.position
+            )
         # Building a from_generator dataset costs ~15 ms; it reads the position only when
         # iterated, so one eager dataset serves every iteration (restore -> first batch).
-        reusable = input_context is None and tf.executing_eagerly()
+        reusable = not rest_of_epoch and tf.executing_eagerly()
         if reusable and self._dataset is not None:
             return self._dataset
-        if input_context is not None:
-            generate, spec = _distribute.generator(self, input_context)
-            ds = self._prefetched(tf.data.Dataset.from_generator(generate, output_signature=spec))
-        else:
-            ds = self._build_dataset(rest_of_epoch=False)
+        ds = self._delivery.dataset(
+            lambda: self.position, rest_of_epoch=rest_of_epoch, element_spec=self.element_spec
+        )
         if reusable:
             self._dataset = ds
         return ds
-
-    def _build_dataset(self, *, rest_of_epoch: bool) -> tf.data.Dataset:
-        """The pipeline from the position current when iterated; with `rest_of_epoch`,
-        only up to the end of that position's epoch (for Keras' one-epoch datasets)."""
-        if self._gatherer is not None:
-            ds = self._gatherer.dataset(
-                lambda: self._indices(rest_of_epoch), self.element_spec,
-                with_metadata=self._with_metadata,
-            )
-        else:
-            ds = tf.data.Dataset.from_generator(
-                lambda: self._generate(rest_of_epoch), output_signature=self.element_spec
-            )
-        return self._prefetched(ds)
-
-    def _prefetched(self, ds: tf.data.Dataset) -> tf.data.Dataset:
-        return ds.prefetch(self._prefetch) if self._prefetch else ds
-
-    def _stream_layout(self, rest_of_epoch: bool) -> _position.Layout:
-        if not rest_of_epoch:
-            return self._layout
-        last = self.epoch + 1 if self.num_epochs is None else min(self.epoch + 1, self.num_epochs)
-        return dataclasses.replace(self._layout, num_epochs=last)
-
-    def _generate(self, rest_of_epoch: bool = False) -> Iterator[Any]:
-        layout = self._stream_layout(rest_of_epoch)
-        yield from self._batches(self._sampler, layout, self.position)
-
-    def _indices(self, rest_of_epoch: bool = False) -> Iterator[Any]:
-        """The index array of each batch (with its metadata), for `_gather`."""
-        layout = self._stream_layout(rest_of_epoch)
-        for task in _stream.tasks(self._sampler, layout, self.position):
-            yield self._labelled(task.indices, task)
-
-    def _labelled(self, value: Any, task: _workers.Task) -> Any:
-        """`value`, paired with the task's per-record metadata when asked for."""
-        return (value, _stream.metadata(self.seed, task)) if self._with_metadata else value
-
-    def _batches(
-        self, sampler: _sampler.IndexSampler, layout: _position.Layout, position: int
-    ) -> Iterator[Any]:
-        """Batches of `sampler`'s stream cut by `layout`, from normalised `position` on."""
-        tasks = _stream.tasks(sampler, layout, position)
-        for task, batch in self._workers.produce(self._producer, tasks):
-            yield self._labelled(batch, task)
 
     def __iter__(self) -> Iterator[Any]:
         """Yields batches from the current position, advancing it as each is handed out.
@@ -332,11 +367,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
             raise TypeError(msg)
         # The stream starts here and moves one batch per batch, so the position is
         # tracked in Python and only written (a read + assign per batch cost ~3x more).
-        start = position = self.position
-        depth = 2 if self._prefetch == AUTOTUNE else self._prefetch or 0
-        for batch in _prefetch.prefetched(
-            lambda: self._batches(self._sampler, self._layout, start), depth
-        ):
+        position = self.position
+        for batch in self._delivery.eager(position):
             position = self._layout.advance(position, 1)
             self._position.assign(position, read_value=False)
             yield batch
@@ -361,53 +393,62 @@ class ResumableLoader(tf.train.experimental.PythonState):
             with tf.control_dependencies(tf.nest.flatten(after)):
                 self.advance(num_batches)
             return
-        if _distribute.in_replica_context():
+        if distribute.in_replica_context():
             # Each replica calls it for the same step: advance once for all of them.
-            _distribute.merge(lambda: self.advance(num_batches))
+            distribute.merge(lambda: self.advance(num_batches))
             return
         if tf.inside_function():
-            _graph.advance(self._position, self._layout, num_batches)
+            graph.advance(self._position, self._layout, num_batches)
             return
-        num_batches = _validate.integer("num_batches", num_batches, low=0)
+        num_batches = validate.integer("num_batches", num_batches, low=0)
         position = self._layout.advance(int(self._position.numpy()), num_batches)
         self._position.assign(position, read_value=False)
 
     # -- state -----------------------------------------------------------------------
-    def _order(self) -> dict[str, Any]:
-        return _state.order(
-            num_records=self.num_records, seed=self.seed, shuffle=self._sampler.shuffle
-        )
-
     def get_state(self) -> dict[str, Any]:
-        """The loader state: a flat JSON-serialisable dict of ints and strs (< 1 KB)."""
+        """The loader state: a flat JSON-serialisable dict of ints and strs (< 1 KB).
+
+        It holds a version, every stage's order fields (``"<stage>.<field>"``) with
+        their fingerprint, and the position as (``epoch``, global ``offset``,
+        ``row``). The fingerprint covers the order fields only.
+        """
         epoch, offset = divmod(self.position, self._layout.records_per_epoch)
-        return _state.make(
-            self._order(),
+        return state_lib.make(
+            self._plan.order_fields(),
             epoch=epoch,
-            offset=offset * self._sampler.shard_count,
-            shard_count=self._sampler.shard_count,
+            offset=offset * self._plan.shard_count,
+            shard_count=self._plan.shard_count,
             batch_size=self.batch_size,
         )
 
     def set_state(self, state: dict[str, Any] | str) -> None:
         """Restores a state from `get_state` (or its JSON text); validates before changing anything.
 
+        States written by resumeloader 0.1 (version 1) are read too.
+
         Raises:
             StateError: the state is malformed or corrupted.
-            StateMismatchError: it was saved by a loader with another record order.
+            StateMismatchError: it was saved by a pipeline with another record order;
+                the message names each differing ``stage.field``.
             ElasticResumeError: the new shard count cannot continue it exactly.
         """
-        saved = _state.parse(state)
-        _state.check_order(saved, self._order())
-        epoch, offset = _state.local_offset(
-            saved, shard_count=self._sampler.shard_count, num_records=self.num_records
+        saved = state_lib.parse(state)
+        state_lib.check_order(saved, self._plan.order_fields())
+        epoch, offset = state_lib.local_offset(
+            saved, shard_count=self._plan.shard_count, num_records=self.num_records
         )
-        position = self._layout.normalise(epoch * self._layout.records_per_epoch + offset)
-        self._position.assign(position)
+        position = epoch * self._layout.records_per_epoch + offset
+        if position > _MAX_POSITION:
+            msg = (
+                f"Loader state position is out of range: epoch {epoch} of "
+                f"{self._layout.records_per_epoch} records per shard is past 2**63 records."
+            )
+            raise errors.StateError(msg)
+        self._position.assign(self._layout.normalise(position))
 
     def serialize(self) -> str:
         """`tf.train.experimental.PythonState` hook: the state as JSON text."""
-        return _state.to_json(self.get_state())
+        return state_lib.to_json(self.get_state())
 
     def deserialize(self, string_value: Any) -> None:
         """`tf.train.experimental.PythonState` hook: restores the JSON text of a state."""

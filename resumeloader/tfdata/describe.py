@@ -1,20 +1,22 @@
-"""`ResumableLoader.describe()`: the pipeline rendered as an execution plan with rich.
+"""``ResumableLoader.describe()``: the pipeline rendered as an execution plan with rich.
 
 One row per stage, from the checkpointed position down to what tf.data hands to the
 training step: what the stage is, the element it produces, and whether it is
-checkpointed, derived from the checkpoint on every (re)start, or recomputed.
+checkpointed, derived from the checkpoint on every (re)start, or recomputed. The
+order stages come from the `Plan`, the rest from the `Delivery`.
 """
 
 from __future__ import annotations
 
 import io
-from typing import Any
 
-import optree
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from resumeloader.stages import plan as plan_lib
+from resumeloader.tfdata import delivery as delivery_lib
 
 __all__ = ["describe"]
 
@@ -24,72 +26,47 @@ _CAPTION = (
     "re-read, recomputed: redone after a restore, so read-ahead is never lost. "
     "constant: the data itself."
 )
+Row = tuple[str, str, str, str]
 
 
-def _spec_text(spec: Any) -> str:
-    def leaf(s: Any) -> str:
-        dims = ",".join("None" if d is None else str(d) for d in s.shape.as_list())
-        return f"{s.dtype.name}[{dims}]"
-
-    text = str(optree.tree_map(leaf, spec, none_is_leaf=True))
-    return text.replace("'", "")
-
-
-def _stages(loader: Any) -> list[tuple[str, str, str, str]]:
-    adapter = loader._adapter
-    sampler = loader.sampler
-    producer = loader._producer
-    record = producer.spec.describe()
-    map_fn = producer.map_fn
-    batched = map_fn is None and adapter.read_batch is not None
-    epochs = "endless" if sampler.num_epochs is None else f"{sampler.num_epochs} epochs"
-    order = "shuffled" if sampler.shuffle else "in order"
-    rows = [
+def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.Delivery) -> list[Row]:
+    pipeline = plan.pipeline
+    source = pipeline.source
+    record = delivery.spec.describe()
+    epochs = "endless" if plan.num_epochs is None else f"{plan.num_epochs} epochs"
+    rows: list[Row] = [
         ("position", "int64 tf.Variable, advanced by the consumer", "int64", "CHECKPOINTED"),
         (
-            "sampler",
-            f"IndexSampler: {order}, seed {sampler.seed}, {epochs}, "
-            f"shard {sampler.shard_index}/{sampler.shard_count}",
+            pipeline.index_stage.name,
+            f"{pipeline.index_stage.describe()}, {epochs}, "
+            f"shard {plan.shard_index}/{plan.shard_count}",
             "record index",
             "derived",
         ),
     ]
-    if loader._gatherer is not None:  # arrays, no map_fn: no Python per record
-        rows.append(("source", f"{adapter.description}, as constant tensors", record, "constant"))
+    if delivery.path == "gather":  # arrays, no record stage: no Python per record
+        rows.append(("source", f"{source.description}, as constant tensors", record, "constant"))
     else:
-        access = "read_batch(indices)" if batched else "source[index]"
-        rows.append(("source", f"{adapter.description}: {access}", record if map_fn is None
-                     else "record", "re-read"))
-    if map_fn is not None:
-        name = getattr(map_fn, "__qualname__", type(map_fn).__name__)
-        rows.append(("map_fn", f"{name}(record, rng)", record, "derived"))
-    workers = loader.num_workers
-    batch = _spec_text(loader.element_spec)
-    if loader._gatherer is not None:
-        rows.append(("from_generator", "index array of each batch", "int64[None]", "recomputed"))
-        rows.append(("map", "tf.gather(source, indices)", batch, "recomputed"))
-    else:
-        if workers:
-            plural = "s" if workers != 1 else ""
-            plan = f"{workers} {loader.worker_type} worker{plural}, <= {loader._workers.in_flight}"
-            plan += " in flight, in order"
-            plan += ", shared memory" if loader.worker_type == "process" else ""
-        else:
-            plan = "in the generator thread (num_workers=0)"
-        rows.append(("workers", plan, batch, "recomputed"))
-        rows.append(("from_generator", "Dataset.from_generator", batch, "recomputed"))
-    prefetch = loader._prefetch
-    if prefetch:
-        size = "AUTOTUNE" if prefetch == -1 else str(prefetch)
-        rows.append(("prefetch", f"prefetch({size})", batch, "recomputed"))
+        access = "read_batch(indices)" if delivery.path == "read_batch" else "source[index]"
+        element = record if not pipeline.record_stages else "record"
+        rows.append(("source", f"{source.description}: {access}", element, "re-read"))
+    for stage in pipeline.record_stages:
+        name = "map_fn" if stage.name == "map" else stage.name
+        rows.append((name, stage.describe(), record, "derived"))
     return rows
 
 
-def describe(loader: Any, *, console: Console | None = None) -> str:
-    """Renders `loader`'s pipeline as a table of stages; returns it as plain text.
+def describe(
+    title: str,
+    plan: plan_lib.Plan,
+    delivery: delivery_lib.Delivery,
+    *,
+    console: Console | None = None,
+) -> str:
+    """Renders a loader's stages as a table titled `title`; returns it as plain text.
 
-    The text depends only on the loader's configuration and position. When `console`
-    is given, the table is also printed to it (with its colours and width).
+    The text depends only on the configuration and the position in `title`. When
+    `console` is given, the table is also printed to it (with its colours and width).
 
     Example:
         >>> import numpy as np, resumeloader
@@ -113,11 +90,7 @@ def describe(loader: Any, *, console: Console | None = None) -> str:
         recomputed: redone after a restore, so read-ahead is never lost. constant: the data itself.
     """
     table = Table(
-        title=(
-            f"ResumableLoader: epoch {loader.epoch}, step {loader.step}, position "
-            f"{loader.position} ({loader.num_records} records, batch {loader.batch_size}, "
-            f"{loader.batches_per_epoch} batches per epoch)"
-        ),
+        title=title,
         title_justify="left",
         caption=_CAPTION,
         caption_justify="left",
@@ -126,7 +99,7 @@ def describe(loader: Any, *, console: Console | None = None) -> str:
     table.add_column("stage", no_wrap=True)
     for column in ("what", "element", "state"):
         table.add_column(column, overflow="fold")
-    for row in _stages(loader):
+    for row in [*_order_rows(plan, delivery), *delivery.describe()]:
         table.add_row(*(Text(cell) for cell in row))  # Text: no markup, `[i]` stays
     buffer = io.StringIO()
     # force_jupyter=False: in a notebook rich would otherwise display the table and

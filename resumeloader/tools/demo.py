@@ -1,13 +1,13 @@
 """The demo's training job: a small Keras model on built-in data, checkpointed, traced.
 
-Run as ``python -m resumeloader._demo`` (by ``resumeloader demo`` / the harness):
+Run as ``python -m resumeloader.tools.demo`` (by ``resumeloader demo`` / the harness):
 it restores the latest checkpoint of ``RESUMELOADER_CKPT_DIR`` if there is one,
 trains with a custom loop on a `ResumableLoader` (random augmentation in
 ``map_fn``, batch, prefetch), saves every few steps with a `CheckpointManager`,
 and records every step with a `TraceRecorder`. Op determinism is enabled, so two
 runs that see the same batches end with bit-identical weights.
 
-``--pipeline naive`` trains the same model on the common workaround of DESIGN.md
+``--pipeline naive`` trains the same model on the common workaround (README, "Why")
 instead: a checkpointed iterator over a TF index dataset fed through
 ``from_generator`` + ``map(py_function)`` + ``batch`` + ``prefetch``, with the
 augmentation drawing from one NumPy generator. It loses records on restore (the
@@ -95,7 +95,7 @@ def build_model() -> tuple[Any, Any, Any]:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m resumeloader._demo")
+    parser = argparse.ArgumentParser(prog="python -m resumeloader.tools.demo")
     parser.add_argument("--ckpt-dir", default=os.environ.get("RESUMELOADER_CKPT_DIR"))
     parser.add_argument("--pipeline", choices=PIPELINES, default="resumeloader")
     parser.add_argument("--epochs", type=int, default=2)
@@ -108,9 +108,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _resumeloader_pipeline(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(batches of ((x, y), record ids), trackable to checkpoint, after-step hook)."""
-    from resumeloader import _loader
+    from resumeloader.tfdata import loader as loader_lib
 
-    loader = _loader.ResumableLoader(
+    loader = loader_lib.ResumableLoader(
         make_data(args.records, seed=args.seed),
         batch_size=args.batch_size,
         seed=args.seed,
@@ -157,12 +157,12 @@ def train(argv: Sequence[str] | None = None) -> None:
     import keras
     import tensorflow as tf
 
-    from resumeloader import _trace
+    from resumeloader.tools import trace as trace_lib
 
     if args.pipeline == "resumeloader":
         tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(args.seed)
-    recorder = _trace.TraceRecorder.from_env()
+    recorder = trace_lib.TraceRecorder.from_env()
     make = _resumeloader_pipeline if args.pipeline == "resumeloader" else _naive_pipeline
     batches, data_state, after_step = make(args)
     model, optimizer, train_step = build_model()

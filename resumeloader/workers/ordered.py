@@ -1,41 +1,32 @@
-"""Ordered parallel batch production: thread and process worker pools.
+"""Ordered parallel batch production: in the calling thread, or thread and process pools.
 
 A task is one batch (record indices, epoch, position); workers run
 `BatchProducer.batch` on it and the results are handed out strictly in task order,
 with a bounded number of batches in flight. The stream is therefore the same for
 any number and kind of workers, and restoring with another ``num_workers`` is exact.
 
-Process workers live in `_processes`. A pool lives as long as one iteration of the
-loader (one generator): it starts with the first batch (for processes, about a
+Process workers live in `resumeloader.workers.processes`. A pool lives as long as one
+iteration of the loader (one generator): it starts with the first batch (for processes, about a
 second) and is shut down when the iteration ends, fails or is garbage collected.
 Like the batch producer it drives, this module imports no TensorFlow: keep it so.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 from collections import deque
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
 
-import numpy as np
+from resumeloader.stages import pipeline as pipeline_lib
+from resumeloader.stages import plan as plan_lib
+from resumeloader.workers import processes, produce
 
-from resumeloader import _batching, _processes
-
-__all__ = ["Task", "WorkerSettings"]
+__all__ = ["WorkerSettings"]
 
 WORKER_TYPES = ("thread", "process")
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-    """One batch to produce: its record indices, epoch, and the position of its first record."""
-
-    indices: np.ndarray
-    epoch: int
-    position: int
+Task = plan_lib.Task
 
 
 class _NullWriter:
@@ -62,14 +53,17 @@ class WorkerSettings:
     Args:
         num_workers: 0 produces batches in the calling thread.
         worker_type: "thread" or "process".
-        source: the user's source (sent to process workers).
-        map_fn: the user's map function or None (sent to process workers).
+        pipeline: the pipeline whose batches the workers produce (sent pickled to
+            process workers).
 
     Raises:
-        TypeError: process workers are requested and `source` or `map_fn` cannot be pickled.
+        TypeError: process workers are requested and the pipeline's source or a
+            record stage's function cannot be pickled.
     """
 
-    def __init__(self, num_workers: int, worker_type: str, *, source: Any, map_fn: Any) -> None:
+    def __init__(
+        self, num_workers: int, worker_type: str, *, pipeline: pipeline_lib.Pipeline
+    ) -> None:
         if worker_type not in WORKER_TYPES:
             msg = (
                 "`worker_type` must be 'thread' or 'process'. "
@@ -78,34 +72,33 @@ class WorkerSettings:
             raise ValueError(msg)
         self.num_workers = num_workers
         self.worker_type = worker_type
-        self._source = source
-        self._map_fn = map_fn
         if num_workers and worker_type == "process":
-            _check_picklable("source", source)
-            _check_picklable("map_fn", map_fn)
+            _check_picklable("source", pipeline.source)
+            for stage in pipeline.record_stages:
+                name = "map_fn" if stage.name == "map" else f"stage {stage.name}"
+                _check_picklable(name, getattr(stage, "fn", stage))
 
     @property
     def in_flight(self) -> int:
         """The most batches being prepared or waiting at any time."""
-        return self.num_workers * _processes.SLOTS
+        return self.num_workers * processes.SLOTS
 
     def produce(
-        self, producer: _batching.BatchProducer, tasks: Iterator[Task]
+        self, producer: produce.BatchProducer, tasks: Iterator[Task]
     ) -> Iterator[tuple[Task, Any]]:
         """Yields ``(task, batch)`` for each task, in task order; closes its pool when closed."""
         if not self.num_workers:
             for task in tasks:
-                yield task, producer.batch(task.indices, epoch=task.epoch, position=task.position)
+                yield task, producer.batch(task)
             return
-        pool: _ThreadPool | _processes.ProcessPool
+        pool: _ThreadPool | processes.ProcessPool
         if self.worker_type == "thread":
             pool = _ThreadPool(producer, self.num_workers)
         else:
             payload = pickle.dumps(
-                (self._source, self._map_fn, producer.seed, producer.spec),
-                protocol=pickle.HIGHEST_PROTOCOL,
+                (producer.pipeline, producer.spec), protocol=pickle.HIGHEST_PROTOCOL
             )
-            pool = _processes.ProcessPool(payload, producer.spec, self.num_workers)
+            pool = processes.ProcessPool(payload, producer.spec, self.num_workers)
         try:
             yield from _ordered(pool, tasks, self.in_flight)
         finally:
@@ -128,14 +121,12 @@ def _ordered(pool: Any, tasks: Iterator[Task], in_flight: int) -> Iterator[tuple
 
 
 class _ThreadPool:
-    def __init__(self, producer: _batching.BatchProducer, num_workers: int) -> None:
+    def __init__(self, producer: produce.BatchProducer, num_workers: int) -> None:
         self._producer = producer
         self._executor = futures.ThreadPoolExecutor(num_workers, "resumeloader-worker")
 
     def submit(self, task: Task) -> futures.Future[Any]:
-        return self._executor.submit(
-            self._producer.batch, task.indices, epoch=task.epoch, position=task.position
-        )
+        return self._executor.submit(self._producer.batch, task)
 
     def result(self, task: Task, handle: futures.Future[Any]) -> Any:
         return handle.result()

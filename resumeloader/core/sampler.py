@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from resumeloader import _validate
+from resumeloader.core import validate
 
-__all__ = ["ALGORITHM", "IndexSampler"]
+__all__ = ["ALGORITHM", "IndexSampler", "epoch_hash", "permute"]
 
 # Changing anything below changes every shuffled order: bump ALGORITHM with it.
 ALGORITHM = "feistel-radix-mul-r4-v1"
@@ -50,7 +50,23 @@ def _permutation(num_records: int, seed: int, epoch: int) -> _Feistel | _Table:
     return _Feistel(num_records, round_keys(seed, epoch))
 
 
+def permute(num_records: int, seed: int, epoch: int, offsets: np.ndarray) -> np.ndarray:
+    """The records at global `offsets` (an int64 array) of epoch `epoch`'s shuffled order.
+
+    The permutation of ``[0, num_records)`` keyed by ``(seed, epoch)`` that every
+    `IndexSampler` with these arguments follows; O(1) time per offset, no table held
+    (except a 256-entry one for ``num_records <= 256``).
+    """
+    return _permutation(num_records, seed, epoch).array(offsets)
+
+
+def permute_one(num_records: int, seed: int, epoch: int, offset: int) -> int:
+    """`permute` for one offset, with Python ints."""
+    return _permutation(num_records, seed, epoch).scalar(offset)
+
+
 def epoch_hash(seed: int, epoch: int) -> int:
+    """A 64-bit hash of (seed, epoch) that keys the epoch's permutation and derived streams."""
     # Chained, not summed, so that (s, e + 1) and (s + 1, e) are unrelated.
     return _mix64(_mix64(seed ^ _SEED_TAG) ^ epoch)
 
@@ -193,15 +209,15 @@ class IndexSampler:
         shard_index: int = 0,
         shard_count: int = 1,
     ) -> None:
-        self._num_records = _validate.integer(
-            "num_records", num_records, low=1, high=_validate.MAX_COUNT
+        self._num_records = validate.integer(
+            "num_records", num_records, low=1, high=validate.MAX_COUNT
         )
-        self._seed = _validate.seed(seed)
-        self._shuffle = _validate.boolean("shuffle", shuffle)
+        self._seed = validate.seed(seed)
+        self._shuffle = validate.boolean("shuffle", shuffle)
         self._num_epochs = (
-            None if num_epochs is None else _validate.integer("num_epochs", num_epochs, low=1)
+            None if num_epochs is None else validate.integer("num_epochs", num_epochs, low=1)
         )
-        self._shard_index, self._shard_count = _validate.shard(shard_index, shard_count)
+        self._shard_index, self._shard_count = validate.shard(shard_index, shard_count)
         if self._shard_count > self._num_records:
             msg = (
                 "`shard_count` must not exceed `num_records`: every shard needs a record "
@@ -246,7 +262,7 @@ class IndexSampler:
         return self._num_epochs * self._records_per_epoch
 
     def _check_position(self, name: str, position: Any, *, stop: bool = False) -> int:
-        position = _validate.integer(name, position, low=0)
+        position = validate.integer(name, position, low=0)
         end = self._end_position
         if position > end or (position == end and not stop):
             msg = (
@@ -293,9 +309,9 @@ class IndexSampler:
 
     def epoch_indices(self, epoch: int, start: int, stop: int) -> np.ndarray:
         """Record indices at offsets ``[start, stop)`` of epoch `epoch` (int64)."""
-        epoch = _validate.integer("epoch", epoch, low=0, high=self._last_epoch_allowed)
-        start = _validate.integer("start", start, low=0, high=self._records_per_epoch)
-        stop = _validate.integer("stop", stop, low=start, high=self._records_per_epoch)
+        epoch = validate.integer("epoch", epoch, low=0, high=self._last_epoch_allowed)
+        start = validate.integer("start", start, low=0, high=self._records_per_epoch)
+        stop = validate.integer("stop", stop, low=start, high=self._records_per_epoch)
         offsets = np.arange(start, stop, dtype=np.int64)
         if self._shard_count != 1:
             offsets *= self._shard_count

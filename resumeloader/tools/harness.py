@@ -23,7 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from resumeloader import _report, _trace, errors
+from resumeloader import errors
+from resumeloader.tools import report as report_lib
+from resumeloader.tools import trace as trace_lib
 
 __all__ = ["kill_and_restart"]
 
@@ -41,7 +43,7 @@ class _Process:
     pause_at: str | None
     deadline: float
     wait_for_pause: bool = True
-    trace: _trace.Trace = dataclasses.field(default_factory=_trace.Trace)
+    trace: trace_lib.Trace = dataclasses.field(default_factory=trace_lib.Trace)
     killed: bool = False
     _offset: int = 0
     _partial: bytes = b""
@@ -75,14 +77,14 @@ class _Process:
             return False
         if self.wait_for_pause:
             return event.get("event") == "pause" and event.get("point") == self.pause_at
-        return event.get("event") == "step" and event["step"] >= _trace.parse_point(
+        return event.get("event") == "step" and event["step"] >= trace_lib.parse_point(
             self.pause_at
         )[1]
 
-    def outcome(self) -> _report.RunOutcome:
+    def outcome(self) -> report_lib.RunOutcome:
         """What this process did, for the report."""
         crashed = not self.killed and self.popen.returncode != 0
-        return _report.RunOutcome(
+        return report_lib.RunOutcome(
             name=self.name,
             trace=self.trace,
             pause_at=self.pause_at,
@@ -113,11 +115,11 @@ def _spawn(
     trace_path = workdir / f"{name}.trace.jsonl"
     log_path = workdir / f"{name}.log"
     full_env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **(env or {})}
-    full_env[_trace.ENV_TRACE] = str(trace_path)
-    full_env[_trace.ENV_CKPT_DIR] = str(ckpt_dir)
-    full_env.pop(_trace.ENV_PAUSE_AT, None)
+    full_env[trace_lib.ENV_TRACE] = str(trace_path)
+    full_env[trace_lib.ENV_CKPT_DIR] = str(ckpt_dir)
+    full_env.pop(trace_lib.ENV_PAUSE_AT, None)
     if pause_at is not None and pause:
-        full_env[_trace.ENV_PAUSE_AT] = pause_at
+        full_env[trace_lib.ENV_PAUSE_AT] = pause_at
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     args = [a.replace("{ckpt_dir}", str(ckpt_dir)).replace("{trace}", str(trace_path))
             for a in command]
@@ -180,7 +182,7 @@ def _poll(proc: _Process, on_event: Callable[[str, dict[str, Any]], None] | None
 def check_points(kill_points: Sequence[str | int]) -> list[str]:
     """The kill points as ``kind:step`` strings sorted by step; ValueError if malformed."""
     points = [f"step:{p}" if isinstance(p, int) else str(p) for p in kill_points]
-    parsed = sorted((_trace.parse_point(p)[1], p) for p in points)
+    parsed = sorted((trace_lib.parse_point(p)[1], p) for p in points)
     steps = [step for step, _ in parsed]
     if len(set(steps)) != len(steps):
         msg = f"Kill points must be at distinct steps. Received: {points}."
@@ -199,7 +201,7 @@ def kill_and_restart(
     timeout: float = 600.0,
     pause: bool = True,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
-) -> _report.ResumeReport:
+) -> report_lib.ResumeReport:
     """Runs `command` uninterrupted and killed-and-restarted, and compares the two.
 
     The command must follow the recorder contract (see `TraceRecorder`): record
@@ -277,6 +279,6 @@ def kill_and_restart(
         if not attempts[-1].killed:
             break
     _watch(procs, on_event)
-    return _report.build(
+    return report_lib.build(
         procs[0].outcome(), [a.outcome() for a in attempts], workdir=os.fspath(work)
     )

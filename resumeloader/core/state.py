@@ -1,0 +1,269 @@
+"""Loader state <-> a flat JSON-serialisable dict: version, fingerprint, validation.
+
+A state is what a checkpoint holds for a loader:
+
+* the *order fields*: every stage of the pipeline contributes the fields that define
+  which record comes at which position, as ``"<stage>.<field>"`` keys (e.g.
+  ``"sampler.seed"``), and a ``fingerprint`` hashing them;
+* the *position*: ``epoch``, ``offset`` (records of the epoch's global order consumed
+  by all shards together, at the start of the current window) and ``row`` (batches
+  of that window consumed; 0 for fixed-size batching);
+* the layout it was saved with (``shard_count``, ``batch_size``), informational:
+  the global position does not depend on them, so another shard count or batch size
+  can continue it (elastic resume).
+
+What the fingerprint covers: the order fields only. It catches a corrupted or
+hand-edited order field; the position fields are deliberately free, so that a
+state can be moved to another position by hand (``dict(state, epoch=3, offset=0)``).
+
+Version 1 states (resumeloader 0.1) are read and upgraded to version 2. Everything
+here is pure Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from resumeloader import errors
+
+__all__ = [
+    "VERSION",
+    "check_order",
+    "fingerprint",
+    "local_offset",
+    "make",
+    "parse",
+    "to_json",
+]
+
+VERSION = 2
+POSITION_FIELDS = ("epoch", "offset", "row")
+LAYOUT_FIELDS = ("shard_count", "batch_size")
+_TOP_FIELDS = ("version", "fingerprint", *POSITION_FIELDS, *LAYOUT_FIELDS)
+_MAX_INT = 2**63 - 1
+_MAX_ORDER_INT = 2**64 - 1
+_MAX_TEXT = 1 << 16  # a state is < 1 KB; refuse anything absurdly larger before parsing
+
+# Version 1 (0.1) field -> version 2 order field.
+_V1_ORDER = {
+    "num_records": "source.num_records",
+    "algorithm": "sampler.algorithm",
+    "shuffle": "sampler.shuffle",
+    "seed": "pipeline.seed",
+    "layout": "shards.layout",
+}
+_V1_FIELDS = frozenset(
+    {"version", "fingerprint", "epoch", "offset", "shard_count", "batch_size", *_V1_ORDER}
+)
+
+Fields = dict[str, Any]
+
+
+def fingerprint(order: Fields) -> str:
+    """A short stable hash of the order fields (keys containing a dot)."""
+    fields = {k: v for k, v in order.items() if "." in k}
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def make(
+    order: Fields, *, epoch: int, offset: int, row: int = 0, shard_count: int, batch_size: int
+) -> dict[str, Any]:
+    """Builds a state dict; `offset` is the global offset within `epoch`."""
+    return {
+        "version": VERSION,
+        **order,
+        "fingerprint": fingerprint(order),
+        "epoch": epoch,
+        "offset": offset,
+        "row": row,
+        "shard_count": shard_count,
+        "batch_size": batch_size,
+    }
+
+
+def _load(state: Any) -> Any:
+    if isinstance(state, bytes):
+        try:
+            state = state.decode()
+        except UnicodeDecodeError as err:
+            msg = f"A loader state's JSON text must be UTF-8. Received: {state!r:.80}."
+            raise errors.StateError(msg) from err
+    if isinstance(state, str):
+        if len(state) > _MAX_TEXT:
+            msg = (
+                f"A loader state is under 1 KB of JSON. Received {len(state)} characters: "
+                f"{state!r:.80}."
+            )
+            raise errors.StateError(msg)
+        try:
+            return json.loads(state)
+        except (ValueError, RecursionError) as err:
+            msg = f"A loader state must be a dict or its JSON text. Received: {state!r:.80}."
+            raise errors.StateError(msg) from err
+    return state
+
+
+def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
+    missing = sorted(_V1_FIELDS - set(state))
+    unknown = sorted(set(state) - _V1_FIELDS)
+    if missing or unknown:
+        msg = f"Malformed loader state. Missing fields: {missing}; unknown fields: {unknown}."
+        raise errors.StateError(msg)
+    old = {k: state[k] for k in ("algorithm", "layout", "num_records", "seed", "shuffle")}
+    canonical = json.dumps(old, sort_keys=True)
+    if hashlib.sha256(canonical.encode()).hexdigest()[:16] != state["fingerprint"]:
+        msg = (
+            "Loader state fingerprint does not match its fields: the state is corrupted or "
+            f"was edited. Received: fingerprint={state['fingerprint']!r} (a version 1 state)."
+        )
+        raise errors.StateError(msg)
+    order = {new: state[old_key] for old_key, new in _V1_ORDER.items()}
+    upgraded = make(
+        order,
+        epoch=state["epoch"],
+        offset=state["offset"],
+        shard_count=state["shard_count"],
+        batch_size=state["batch_size"],
+    )
+    return upgraded
+
+
+def _check_value(key: str, value: Any, *, kinds: tuple[type, ...]) -> None:
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        wanted = "an int >= 0" if kinds == (int,) else "an int or a str"
+        msg = (
+            f"Loader state field `{key}` must be {wanted}. Received: {key}={value!r:.80} "
+            f"of type {type(value).__name__}."
+        )
+        raise errors.StateError(msg)
+    # Position fields count records (int64 in the graph); order fields hold seeds (uint64).
+    low, high, bounds = (0, _MAX_INT, "[0, 2**63)") if kinds == (int,) else (
+        -_MAX_ORDER_INT, _MAX_ORDER_INT, "(-2**64, 2**64)")
+    if isinstance(value, int) and not low <= value <= high:
+        msg = f"Loader state field `{key}` must be in {bounds}. Received: {key}={value!r:.80}."
+        raise errors.StateError(msg)
+
+
+def parse(state: Any) -> dict[str, Any]:
+    """Validates a state (a dict or its JSON text) and returns it as a version 2 dict.
+
+    Raises:
+        StateError: not a dict, a missing or unknown field, a field of the wrong
+            type, a value out of range, an unknown version or a fingerprint that
+            does not match the order fields (a corrupted or hand-edited state).
+    """
+    state = _load(state)
+    if not isinstance(state, dict):
+        msg = f"A loader state must be a dict. Received: {type(state).__name__}: {state!r:.80}."
+        raise errors.StateError(msg)
+    version = state.get("version")
+    if version == 1 and not isinstance(version, bool):
+        state = _upgrade_v1(state)
+    elif version != VERSION or isinstance(version, bool):
+        msg = (
+            f"Unsupported loader state version. Received: version={version!r:.40}; "
+            f"this resumeloader reads versions 1 and {VERSION}."
+        )
+        raise errors.StateError(msg)
+    missing = sorted(set(_TOP_FIELDS) - set(state))
+    unknown = sorted(k for k in state if k not in _TOP_FIELDS and "." not in str(k))
+    if missing or unknown:
+        msg = f"Malformed loader state. Missing fields: {missing}; unknown fields: {unknown}."
+        raise errors.StateError(msg)
+    for key, value in state.items():
+        if key == "fingerprint":
+            _check_value(key, value, kinds=(str,))
+        elif key in _TOP_FIELDS:
+            _check_value(key, value, kinds=(int,))
+        else:
+            _check_value(key, value, kinds=(int, str))
+    if state["shard_count"] < 1 or state["batch_size"] < 1:
+        msg = (
+            "Loader state fields `shard_count` and `batch_size` must be >= 1. Received: "
+            f"shard_count={state['shard_count']}, batch_size={state['batch_size']}."
+        )
+        raise errors.StateError(msg)
+    if fingerprint(state) != state["fingerprint"]:
+        msg = (
+            "Loader state fingerprint does not match its order fields: the state is corrupted "
+            f"or was edited. Received: fingerprint={state['fingerprint']!r}, fields hash to "
+            f"{fingerprint(state)!r}."
+        )
+        raise errors.StateError(msg)
+    return dict(state)
+
+
+def order_of(state: dict[str, Any]) -> Fields:
+    """The order fields of a parsed state."""
+    return {k: v for k, v in state.items() if "." in k}
+
+
+def check_order(saved: dict[str, Any], expected: Fields) -> None:
+    """Raises `StateMismatchError` naming every order field (``stage.field``) that differs.
+
+    A stage that only one of the two pipelines has is named once, with its fields.
+    """
+    saved_order = order_of(saved)
+    lines = []
+    for key in sorted(set(saved_order) | set(expected)):
+        if key in saved_order and key in expected:
+            if saved_order[key] != expected[key]:
+                lines.append(
+                    f"  {key}: checkpoint has {saved_order[key]!r}, "
+                    f"this loader has {expected[key]!r}"
+                )
+        elif key in saved_order:
+            lines.append(f"  {key}: checkpoint has {saved_order[key]!r}, this loader has none")
+        else:
+            lines.append(f"  {key}: checkpoint has none, this loader has {expected[key]!r}")
+    if lines:
+        stages = sorted({line.strip().split(".", 1)[0] for line in lines})
+        msg = (
+            "The loader state was saved by a pipeline with a different record order "
+            f"(stages {', '.join(stages)} differ); restoring it would silently change which "
+            "records come next.\n" + "\n".join(lines)
+        )
+        raise errors.StateMismatchError(msg)
+
+
+def local_offset(saved: dict[str, Any], *, shard_count: int, num_records: int) -> tuple[int, int]:
+    """Converts a saved (epoch, global offset) to (epoch, offset) of one of `shard_count` shards.
+
+    Args:
+        saved: a parsed state.
+        shard_count: the shard count of the loader restoring it.
+        num_records: records of an epoch's global order.
+
+    Raises:
+        ElasticResumeError: the global offset is not a multiple of `shard_count`, so
+            the shards cannot continue the global stream exactly.
+        StateError: the offset lies past the end of the epoch.
+    """
+    epoch, offset = saved["epoch"], saved["offset"]
+    if offset > num_records:
+        msg = (
+            f"Loader state offset {offset} lies past the end of an epoch of "
+            f"{num_records} records."
+        )
+        raise errors.StateError(msg)
+    if offset % shard_count:
+        msg = (
+            "Cannot resume exactly with this shard count: the checkpoint's global offset "
+            f"is not divisible by it. Received: offset={offset} (epoch {epoch}, saved with "
+            f"shard_count={saved['shard_count']}), shard_count={shard_count}. Resume with a "
+            f"shard count that divides {offset}, or from another checkpoint."
+        )
+        raise errors.ElasticResumeError(msg)
+    kept = num_records - num_records % shard_count
+    if offset >= kept:
+        # Every record this layout keeps in the epoch was consumed.
+        return epoch + 1, 0
+    return epoch, offset // shard_count
+
+
+def to_json(state: dict[str, Any]) -> str:
+    """Canonical JSON text of a state (sorted keys, no spaces)."""
+    return json.dumps(state, sort_keys=True, separators=(",", ":"))

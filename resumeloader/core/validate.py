@@ -1,0 +1,138 @@
+"""Argument checks shared by the public constructors and stage builders.
+
+Each check raises with one message naming the argument, what was received and what
+was expected. Types are checked with typeguard against the annotations themselves
+(`typechecked`), so that the documented types and the runtime checks cannot drift
+apart.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import numbers
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+import typeguard
+
+MAX_SEED = 2**64 - 1
+MAX_COUNT = 2**62
+
+# What a count or a seed may be: Python or NumPy integers (never bools, see `integer`).
+Int = int | np.integer
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def type_name(value_or_type: Any) -> str:
+    """A type's name as a user reads it: ``int``, ``numpy.bool``, ``list[int]``."""
+    kind = value_or_type if isinstance(value_or_type, type) else type(value_or_type)
+    module = getattr(kind, "__module__", "builtins")
+    name = getattr(kind, "__qualname__", str(kind))
+    if module == "builtins":
+        return name
+    return f"{module.split('.')[0]}.{name}"
+
+
+def _expected_name(expected: Any) -> str:
+    if expected is Int:
+        return "int"
+    text = getattr(expected, "__name__", None) if isinstance(expected, type) else None
+    return text or str(expected).replace("typing.", "").replace("collections.abc.", "")
+
+
+def check_type(name: str, value: Any, expected: Any) -> None:
+    """Raises a `TypeError` naming `name` when `value` is not of type `expected`."""
+    try:
+        typeguard.check_type(value, expected)
+    except typeguard.TypeCheckError as err:
+        msg = (
+            f"`{name}` must be of type {_expected_name(expected)}. "
+            f"Received: {name}={value!r:.200} of type {type_name(value)}."
+        )
+        raise TypeError(msg) from err
+    if expected in (Int, int) and isinstance(value, (bool, np.bool_)):
+        msg = f"`{name}` must be an integer, not a bool. Received: {name}={value!r}."
+        raise TypeError(msg)
+
+
+def typechecked(func: F) -> F:
+    """Checks every annotated argument of `func` with `check_type` before calling it.
+
+    Unlike ``typeguard.typechecked`` the error is a house-style `TypeError` that names
+    the argument, the value received and the expected type.
+    """
+    signature = inspect.signature(func)
+    checked: dict[str, Any] = {}
+
+    def hints() -> dict[str, Any]:
+        # Resolved at the first call: annotations may name classes defined later.
+        if not checked:
+            resolved = typing.get_type_hints(func)
+            checked.update(
+                (name, resolved[name])
+                for name in signature.parameters
+                if name in resolved and name not in ("self", "cls") and resolved[name] is not Any
+            )
+        return checked
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        expected = hints()
+        for name, value in bound.arguments.items():
+            if name in expected:
+                check_type(name, value, expected[name])
+        return func(*args, **kwargs)
+
+    return typing.cast(F, wrapper)
+
+
+def is_integer(value: Any) -> bool:
+    """True for Python and NumPy integers, False for bools and everything else."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def integer(name: str, value: Any, *, low: int, high: int | None = None) -> int:
+    """Returns `value` as an `int` after checking `low <= value <= high`."""
+    if not is_integer(value):
+        msg = (
+            f"`{name}` must be an integer. "
+            f"Received: {name}={value!r:.200} of type {type_name(value)}."
+        )
+        raise TypeError(msg)
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+        msg = f"`{name}` must be an integer {bounds}. Received: {name}={value!r}."
+        raise ValueError(msg)
+    return value
+
+
+def seed(value: Any) -> int:
+    """Checks a seed: an integer in [0, 2**64)."""
+    return integer("seed", value, low=0, high=MAX_SEED)
+
+
+def boolean(name: str, value: Any) -> bool:
+    """Checks a flag: a Python or NumPy bool, not a truthy object."""
+    if isinstance(value, np.bool_):
+        return bool(value)
+    check_type(name, value, bool)
+    return bool(value)
+
+
+def shard(shard_index: Any, shard_count: Any) -> tuple[int, int]:
+    """Checks `0 <= shard_index < shard_count`."""
+    shard_count = integer("shard_count", shard_count, low=1, high=MAX_COUNT)
+    shard_index = integer("shard_index", shard_index, low=0)
+    if shard_index >= shard_count:
+        msg = (
+            "`shard_index` must be in [0, shard_count). "
+            f"Received: shard_index={shard_index}, shard_count={shard_count}."
+        )
+        raise ValueError(msg)
+    return shard_index, shard_count

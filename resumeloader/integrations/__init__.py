@@ -1,0 +1,1 @@
+"""Integrations with training frameworks (Keras). Built on the loader's public interface only."""

@@ -1,0 +1,12 @@
+"""Sources: random-access record stores and the adapters that read them (no TensorFlow).
+
+`adapt` wraps a user's object (arrays, any ``len()`` + ``__getitem__`` object, or a
+`Source`) in the `Source` interface the pipeline reads through.
+"""
+
+from resumeloader.sources.arrays import ArraySource
+from resumeloader.sources.base import RandomAccessSource, Source
+from resumeloader.sources.indexable import IndexableSource
+from resumeloader.sources.registry import adapt, register
+
+__all__ = ["ArraySource", "IndexableSource", "RandomAccessSource", "Source", "adapt", "register"]

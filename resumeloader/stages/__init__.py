@@ -1,0 +1,25 @@
+"""Stages: the pure functions of (seed, epoch, position) that define a loader's stream.
+
+`Pipeline` composes them; `Plan` binds a pipeline to epochs and a shard. See
+`resumeloader.stages.base` for the contract every stage keeps. No TensorFlow here.
+"""
+
+from resumeloader.stages.base import BatchStage, IndexStage, RecordStage, Stage
+from resumeloader.stages.batch import FixedBatchStage
+from resumeloader.stages.map import MapStage
+from resumeloader.stages.pipeline import Pipeline
+from resumeloader.stages.plan import Plan, Task
+from resumeloader.stages.sampler import SamplerStage
+
+__all__ = [
+    "BatchStage",
+    "FixedBatchStage",
+    "IndexStage",
+    "MapStage",
+    "Pipeline",
+    "Plan",
+    "RecordStage",
+    "SamplerStage",
+    "Stage",
+    "Task",
+]

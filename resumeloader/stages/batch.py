@@ -1,0 +1,45 @@
+"""The fixed-size batch stage: consecutive positions, stacked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from resumeloader.core import spec as spec_lib
+from resumeloader.stages import base
+
+__all__ = ["FixedBatchStage"]
+
+
+class FixedBatchStage(base.BatchStage):
+    """`batch_size` records of consecutive positions per batch, stacked leaf by leaf.
+
+    A batch never crosses an epoch boundary; an epoch's short last batch is dropped
+    when `drop_remainder`. The batch size is not an order field: the global order of
+    records does not depend on it, so a state can be resumed with another batch size.
+    """
+
+    name = "batch"
+
+    def __init__(self, batch_size: int, *, drop_remainder: bool) -> None:
+        self._batch_size = batch_size
+        self._drop_remainder = drop_remainder
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def drop_remainder(self) -> bool:
+        return self._drop_remainder
+
+    def assemble(self, columns: list[list[np.ndarray]], spec: spec_lib.RecordSpec) -> list[Any]:
+        return [np.stack(column) for column in columns]
+
+    def resized(self, batch_size: int) -> FixedBatchStage:
+        return FixedBatchStage(batch_size, drop_remainder=self._drop_remainder)
+
+    def describe(self) -> str:
+        drop = ", drop_remainder" if self._drop_remainder else ""
+        return f"batch({self._batch_size}{drop})"

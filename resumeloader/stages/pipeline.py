@@ -1,0 +1,153 @@
+"""`Pipeline`: the public way to compose stages into the record order of a loader."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from resumeloader import sources
+from resumeloader.core import validate
+from resumeloader.stages import base, batch, sampler
+from resumeloader.stages import map as map_stage
+
+__all__ = ["Pipeline"]
+
+_KINDS = ("index", "record", "batch")
+
+
+class Pipeline:
+    """An immutable chain of stages that defines which bytes land in which batch.
+
+    A pipeline reads a source in an index order (natural, or shuffled per epoch),
+    runs record stages on each record and groups records into batches. Each method
+    returns a new pipeline. How the batches are delivered (workers, prefetch, the
+    tf.data graph, distribution) is not part of it: pass the pipeline to
+    `ResumableLoader.from_pipeline` with those options.
+
+    Guarantees: the batch at a position is a pure function of the pipeline, its
+    seed, the epoch and the position; the state a loader saves names every stage
+    field that defines it (`order_fields`), so a checkpoint of another pipeline is
+    refused.
+
+    Args:
+        source: a NumPy array, a dict or tuple of equal-length arrays, a `Source`,
+            or any object with ``len()`` and ``__getitem__(int)``.
+        seed: integer in [0, 2**64); keys the shuffle and every record's ``rng``.
+
+    Example:
+        >>> import numpy as np
+        >>> pipeline = Pipeline(np.arange(10), seed=0).shuffle().batch(4)
+        >>> [stage.name for stage in pipeline.stages]
+        ['sampler', 'batch']
+        >>> sorted(pipeline.order_fields())
+        ['pipeline.seed', 'sampler.algorithm', 'sampler.shuffle', 'source.num_records']
+    """
+
+    def __init__(self, source: Any, *, seed: validate.Int) -> None:
+        self._source = sources.adapt(source)
+        self._seed = validate.seed(seed)
+        self._index: base.IndexStage = sampler.SamplerStage(
+            len(self._source), seed=self._seed, shuffle=False
+        )
+        self._records: tuple[base.RecordStage, ...] = ()
+        self._batch: base.BatchStage | None = None
+
+    def _with(self, **changes: Any) -> Pipeline:
+        new = object.__new__(Pipeline)
+        new.__dict__.update(self.__dict__)
+        for key, value in changes.items():
+            setattr(new, f"_{key}", value)
+        return new
+
+    # -- composing ------------------------------------------------------------------
+    def apply(self, stage: base.Stage) -> Pipeline:
+        """The pipeline with `stage` added: an index stage replaces the order, a record
+        stage runs after the others, a batch stage ends the pipeline.
+
+        The methods below are shorthands for it; a stage of your own (see
+        `resumeloader.stages.base` for the contract) is added the same way.
+        """
+        if not isinstance(stage, base.Stage) or stage.kind not in _KINDS:
+            msg = (
+                "`stage` must be an IndexStage, RecordStage or BatchStage. "
+                f"Received: stage={stage!r:.80} of type {type(stage).__name__}."
+            )
+            raise TypeError(msg)
+        if stage.kind == "index":
+            return self._with(index=stage)
+        self._check_unbatched(f"{stage.kind} stage `{stage.name}`")
+        if stage.kind == "record":
+            return self._with(records=(*self._records, stage))
+        return self._with(batch=stage)
+
+    @validate.typechecked
+    def shuffle(self, enabled: bool = True) -> Pipeline:
+        """Reads every epoch in a seeded pseudo-random order (a new one each epoch).
+
+        Args:
+            enabled: False keeps the natural order (for a flag passed through).
+        """
+        return self.apply(sampler.SamplerStage(len(self._source), seed=self._seed, shuffle=enabled))
+
+    def map(self, fn: Callable[[Any, np.random.Generator], Any]) -> Pipeline:
+        """Runs ``fn(record, rng)`` on every record, in Python, before batching.
+
+        ``rng`` is a `numpy.random.Generator` keyed by (seed, epoch, record index):
+        the same for a record however, wherever and after whatever restore it runs.
+        """
+        if not callable(fn):
+            msg = f"`fn` must be callable. Received: fn={fn!r} of type {type(fn).__name__}."
+            raise TypeError(msg)
+        return self.apply(map_stage.MapStage(fn, seed=self._seed))
+
+    @validate.typechecked
+    def batch(self, batch_size: validate.Int, *, drop_remainder: bool = False) -> Pipeline:
+        """Groups `batch_size` records of consecutive positions into each batch.
+
+        A batch never crosses an epoch boundary; an epoch's short last batch is
+        dropped when `drop_remainder`.
+        """
+        batch_size = validate.integer("batch_size", batch_size, low=1, high=validate.MAX_COUNT)
+        return self.apply(batch.FixedBatchStage(batch_size, drop_remainder=bool(drop_remainder)))
+
+    def with_batch_size(self, batch_size: int) -> Pipeline:
+        """The same pipeline with another batch size (the record order is unchanged)."""
+        if self._batch is None:
+            return self.batch(batch_size)
+        size = validate.integer("batch_size", batch_size, low=1, high=validate.MAX_COUNT)
+        return self._with(batch=self._batch.resized(size))
+
+    def _check_unbatched(self, what: str) -> None:
+        if self._batch is not None:
+            msg = (
+                f"The {what} must come before the batch stage, but this pipeline is batched "
+                f"already ({self._batch.describe()}). Received: {self!r}."
+            )
+            raise ValueError(msg)
+
+    # -- reading it -----------------------------------------------------------------
+    source = property(lambda self: self._source, doc="The `Source` records are read from.")
+    seed = property(lambda self: self._seed, doc="The seed every stage is keyed by.")
+    index_stage = property(lambda self: self._index, doc="The index stage.")
+    record_stages = property(lambda self: self._records, doc="The record stages, in order.")
+    batch_stage = property(lambda self: self._batch, doc="The batch stage, or None.")
+
+    @property
+    def stages(self) -> tuple[base.Stage, ...]:
+        """Every stage, in order: index, records, batch."""
+        tail = () if self._batch is None else (self._batch,)
+        return (self._index, *self._records, *tail)
+
+    def order_fields(self) -> dict[str, int | str]:
+        """Every field that defines the order, as ``"<stage>.<field>"``."""
+        fields: dict[str, int | str] = {"pipeline.seed": self._seed}
+        fields.update({f"source.{k}": v for k, v in self._source.order_fields().items()})
+        for stage in self.stages:
+            fields.update({f"{stage.name}.{k}": v for k, v in stage.order_fields().items()})
+        return fields
+
+    def __repr__(self) -> str:
+        stages = " -> ".join(stage.describe() for stage in self.stages)
+        return f"Pipeline({self._source.description}: {stages}, seed={self._seed})"

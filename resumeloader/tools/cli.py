@@ -1,0 +1,231 @@
+"""The ``resumeloader`` command: ``demo``, ``inspect CKPT`` and ``verify -- CMD ...``.
+
+* ``demo`` trains a small Keras model (`resumeloader.tools.demo`), SIGKILLs it at random
+  steps, resumes it each time, and compares it with an uninterrupted run.
+* ``inspect`` prints the loader state stored in a TF checkpoint, without your code.
+* ``verify`` does what ``demo`` does for your own training command (see the README
+  section "Proving it on your own job"); it exits 0 only when the resumed run is
+  identical to the uninterrupted one, 1 when it differs, 2 on a usage error.
+
+Only ``inspect`` imports TensorFlow in this process; the training runs in
+subprocesses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich import markup
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from resumeloader import _version, errors
+from resumeloader.tools import harness as harness_lib
+from resumeloader.tools import report as report_lib
+
+__all__ = ["main"]
+
+_CONTRACT = """\
+the contract your training script follows (README: "Proving it on your own job"):
+  recorder = resumeloader.testing.TraceRecorder.from_env()   # no-op outside verify
+  restore the newest checkpoint of $RESUMELOADER_CKPT_DIR (or {ckpt_dir} in CMD)
+  recorder.start(steps_done)                     # once, after restoring
+  recorder.step(step, batch, records=ids)        # after every training step
+  manager.save(..., options=recorder.checkpoint_options())
+  recorder.commit(steps_done)                    # after every save returned
+  recorder.finish(weights=model.weights, loss=loss)
+environment set for each process: RESUMELOADER_TRACE, RESUMELOADER_CKPT_DIR,
+RESUMELOADER_PAUSE_AT (kill point), TF_CPP_MIN_LOG_LEVEL=2 unless set.
+"""
+_DEMO_RECORDS = 512
+_DEMO_BATCH = 32
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="resumeloader", description="Prove that training resumes at the exact record."
+    )
+    parser.add_argument("--version", action="version", version=_version.__version__)
+    sub = parser.add_subparsers(dest="action", required=True)
+    demo = sub.add_parser("demo", help="kill and resume a small Keras job, compare (< 1 min)")
+    demo.add_argument("--kills", type=int, default=3, help="SIGKILLs at random steps (3)")
+    demo.add_argument("--seed", type=int, default=0, help="seeds the data, model and kills (0)")
+    demo.add_argument("--epochs", type=int, default=2, help="epochs of 16 steps (2)")
+    demo.add_argument("--workdir", help="keep checkpoints, traces and logs here")
+    demo.add_argument(
+        "--naive",
+        action="store_true",
+        help="then kill the same job on the common workaround (checkpointed index "
+        "iterator + from_generator) at the same steps, for comparison",
+    )
+    inspect = sub.add_parser("inspect", help="print the loader state stored in a checkpoint")
+    inspect.add_argument("checkpoint", help="a checkpoint directory or prefix")
+    verify = sub.add_parser(
+        "verify",
+        help="kill and restart YOUR training command, compare",
+        description="Runs the command uninterrupted and SIGKILLed-and-restarted; exits 0 "
+        "only when the resumed run trained on identical batches (1: different, 2: error).",
+        epilog=_CONTRACT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verify.add_argument("--kills", type=int, default=3, help="SIGKILLs at random steps (3)")
+    verify.add_argument(
+        "--kill-at",
+        action="append",
+        metavar="POINT",
+        help="kill at step:N, commit:N or save:N instead (repeatable)",
+    )
+    verify.add_argument(
+        "--no-pause",
+        action="store_true",
+        help="do not stop the job at its kill point: SIGKILL it as soon as the trace "
+        "reaches the step, wherever it is by then",
+    )
+    verify.add_argument("--seed", type=int, default=None, help="seeds the random kill steps")
+    verify.add_argument("--workdir", help="keep checkpoints, traces and logs here")
+    verify.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
+    verify.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ...")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    # No markup by default: messages and log tails may contain [brackets].
+    out = Console(highlight=False, markup=False)
+    err = Console(stderr=True, highlight=False, markup=False)
+    try:
+        if args.action == "inspect":
+            from resumeloader.tools import inspect as inspect_lib
+
+            return inspect_lib.main(args.checkpoint, out)
+        if args.action == "demo":
+            return _demo(args, out, err)
+        return _verify(args, out, err)
+    except (ValueError, errors.HarnessError) as error:
+        err.print(f"[red]error:[/] {markup.escape(str(error))}", markup=True)
+        return 2
+
+
+def _demo(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.kills < 0 or args.epochs < 1:
+        msg = f"Need --kills >= 0 and --epochs >= 1. Received: {args.kills}, {args.epochs}."
+        raise ValueError(msg)
+    total = args.epochs * math.ceil(_DEMO_RECORDS / _DEMO_BATCH)
+    steps = sorted(random.Random(args.seed).sample(range(1, total - 1), min(args.kills, total - 2)))
+    command = [sys.executable, "-m", "resumeloader.tools.demo", "--epochs", str(args.epochs),
+               "--seed", str(args.seed), "--records", str(_DEMO_RECORDS),
+               "--batch-size", str(_DEMO_BATCH)]
+    out.print(
+        f"Training a small Keras CNN on {_DEMO_RECORDS} generated images for {args.epochs} "
+        f"epochs ({total} steps, batch {_DEMO_BATCH}, random augmentation in map_fn, "
+        f"prefetch, checkpoint every 5 steps), op determinism on.\n"
+        f"Run 1 uninterrupted; run 2 killed with SIGKILL after steps {steps} and resumed.",
+        soft_wrap=True,
+    )
+    report = _run(command, err, kill_points=steps, total=total, workdir=args.workdir)
+    _print_report(report, out, "resumeloader: uninterrupted vs. killed and resumed")
+    if args.naive:
+        out.print(
+            "\nThe same job on the common workaround: a checkpointed iterator over a TF "
+            "index dataset + from_generator + map(py_function) + batch + prefetch "
+            "(op determinism off), killed at the same steps:",
+            soft_wrap=True,
+        )
+        workdir = None if args.workdir is None else f"{args.workdir}/naive"
+        naive = _run([*command, "--pipeline", "naive"], err, kill_points=steps, total=total,
+                     workdir=workdir)
+        _print_report(naive, out, "common workaround: uninterrupted vs. killed and resumed")
+    return 0 if report.identical else 1
+
+
+def _verify(args: argparse.Namespace, out: Console, err: Console) -> int:
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        msg = "Give the training command after `--`, e.g. `resumeloader verify -- python train.py`."
+        raise ValueError(msg)
+    if args.kills < 0:
+        msg = f"--kills must be >= 0. Received: {args.kills}."
+        raise ValueError(msg)
+    if args.kill_at:
+        harness_lib.check_points(args.kill_at)  # before the progress display starts
+    report = _run(
+        command,
+        err,
+        kill_points=args.kill_at,
+        kills=args.kills,
+        seed=args.seed,
+        workdir=args.workdir,
+        timeout=args.timeout,
+        pause=not args.no_pause,
+    )
+    _print_report(report, out)
+    return 0 if report.identical else 1
+
+
+def _run(command: list[str], err: Console, *, total: int | None = None, **kwargs: Any) -> Any:
+    with Progress(
+        TextColumn("{task.description:<34}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as progress:
+        tasks = {
+            "reference": progress.add_task("uninterrupted", total=total),
+            "resumed": progress.add_task("killed + resumed", total=total),
+        }
+        kills = 0
+
+        def on_event(name: str, event: dict[str, Any]) -> None:
+            nonlocal kills
+            task = tasks["reference" if name == "reference" else "resumed"]
+            kind = event.get("event")
+            if kind == "end" and name == "reference" and total is None:
+                for each in tasks.values():
+                    progress.update(each, total=event["step"])
+            if kind == "step":
+                progress.update(task, completed=event["step"] + 1)
+            elif kind == "pause":
+                kills += 1
+                progress.update(task, description=f"killed + resumed ({kills} SIGKILL)")
+            elif kind == "start" and name != "reference":
+                progress.update(task, completed=event["step"])
+
+        report = harness_lib.kill_and_restart(command, on_event=on_event, **kwargs)
+        for name, task in tasks.items():
+            done = report.reference_steps if name == "reference" else report.resumed_steps
+            progress.update(task, total=total or done, completed=done)
+    return report
+
+
+def _print_report(
+    report: report_lib.ResumeReport,
+    out: Console,
+    title: str = "uninterrupted vs. killed and resumed",
+) -> None:
+    table = Table(title=title)
+    table.add_column("")
+    table.add_column("uninterrupted", justify="right")
+    table.add_column("killed + resumed", justify="right")
+    for row in report.rows():
+        table.add_row(*row)
+    out.print(table)
+    for line in report.details():
+        out.print(line, soft_wrap=True, markup=False)
+    if not report.identical:
+        verdict = "[red]DIFFERENT[/]: the resumed run is not the uninterrupted one (see above)"
+    elif report.weights_identical:
+        verdict = "[green]IDENTICAL[/]: same batches, same order, same bytes, same final weights"
+    else:
+        verdict = "[green]IDENTICAL[/]: same batches, same order, same bytes"
+    out.print(verdict, markup=True)

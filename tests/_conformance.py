@@ -1,0 +1,127 @@
+"""The resume-conformance registry: every kind of pipeline the library supports, one entry each.
+
+Each entry builds a fresh loader; test_conformance.py runs every entry through
+`resumeloader.testing.assert_resumes_identically` (restores through ``set_state`` with
+a JSON round trip and through ``tf.train.Checkpoint`` into fresh loaders, at 0,
+mid-epoch, the epoch boundary, the last batch and after exhaustion, each resumed a
+second time). A new source, stage or delivery path is one more `register` call here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import _worker_fns
+import numpy as np
+
+from resumeloader import Pipeline, ResumableLoader
+
+REGISTRY: dict[str, Case] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One registered pipeline: how to build it and where to break it."""
+
+    make: Callable[[], ResumableLoader]
+    num_steps: int
+    break_points: tuple[int, ...] | None = None  # None: the helper's defaults
+
+
+def register(name: str, num_steps: int, break_points: tuple[int, ...] | None = None):
+    """Decorator: registers a zero-argument loader factory under `name`."""
+
+    def add(make: Callable[[], ResumableLoader]) -> Callable[[], ResumableLoader]:
+        assert name not in REGISTRY, name
+        REGISTRY[name] = Case(make, num_steps, break_points)
+        return make
+
+    return add
+
+
+_IMAGES = np.arange(37 * 3, dtype=np.float32).reshape(37, 3)
+_LABELS = np.arange(37, dtype=np.int64) % 5
+
+
+class ListSource:
+    """A random-access source that is not an array: read record by record."""
+
+    def __init__(self, records: list[np.ndarray]) -> None:
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return self.records[index]
+
+
+@register("array", num_steps=7)
+def _array() -> ResumableLoader:
+    return ResumableLoader(_IMAGES, batch_size=5, seed=1, num_epochs=2)
+
+
+@register("array-map_fn", num_steps=7)
+def _array_map() -> ResumableLoader:
+    return ResumableLoader(_IMAGES, batch_size=5, seed=2, num_epochs=2, map_fn=_worker_fns.augment)
+
+
+@register("dict-of-arrays-with-metadata", num_steps=7)
+def _dict_metadata() -> ResumableLoader:
+    data = {"image": _IMAGES, "label": _LABELS}
+    return ResumableLoader(data, batch_size=5, seed=3, num_epochs=2, with_metadata=True)
+
+
+@register("getitem-source-map_fn", num_steps=7)
+def _getitem() -> ResumableLoader:
+    source = ListSource([row for row in _IMAGES])
+    return ResumableLoader(source, batch_size=5, seed=4, num_epochs=2, map_fn=_worker_fns.augment)
+
+
+@register("read_batch-source", num_steps=7)
+def _read_batch() -> ResumableLoader:
+    return ResumableLoader(_worker_fns.CountingSource(37), batch_size=5, seed=5, num_epochs=2)
+
+
+@register("thread-workers", num_steps=7)
+def _threads() -> ResumableLoader:
+    return ResumableLoader(
+        _IMAGES, batch_size=5, seed=6, num_epochs=2, map_fn=_worker_fns.augment,
+        num_workers=2, worker_type="thread",
+    )
+
+
+@register("process-workers", num_steps=9, break_points=(3, 8))
+def _processes() -> ResumableLoader:
+    return ResumableLoader(
+        _IMAGES, batch_size=5, seed=7, num_epochs=2, map_fn=_worker_fns.augment,
+        num_workers=2, worker_type="process",
+    )
+
+
+@register("shard-1-of-3", num_steps=3)
+def _shard() -> ResumableLoader:
+    return ResumableLoader(
+        _IMAGES, batch_size=4, seed=8, num_epochs=3, shard_index=1, shard_count=3,
+        map_fn=_worker_fns.augment,
+    )
+
+
+@register("unshuffled-drop-remainder-endless", num_steps=9)
+def _unshuffled() -> ResumableLoader:
+    return ResumableLoader(_IMAGES, batch_size=5, seed=9, shuffle=False, drop_remainder=True)
+
+
+@register("composed-pipeline-two-maps", num_steps=7)
+def _composed() -> ResumableLoader:
+    pipeline = (
+        Pipeline(ListSource([row for row in _IMAGES]), seed=10)
+        .shuffle()
+        .map(_worker_fns.augment)
+        .map(_worker_fns.augment)
+        .batch(6)
+    )
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2, prefetch=None)
+
+
