@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -23,6 +27,21 @@ class _Records:
         return self.source[index]
 
 
+def _placed(array, misalignment):
+    """A copy of `array` whose data starts `misalignment` bytes past a 64-byte boundary."""
+    raw = np.empty(array.nbytes + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + misalignment
+    placed = raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    placed[...] = array
+    return placed
+
+
+def _read_only(array):
+    array = array.copy()
+    array.flags.writeable = False
+    return array
+
+
 _X = np.arange(23 * 3, dtype=np.float32).reshape(23, 3)
 _COLUMNS = {"x": _X, "label": np.arange(23, dtype=np.int64) % 5}
 
@@ -33,6 +52,13 @@ CASES = {
     "no-shuffle-uint8": (np.arange(23 * 2, dtype=np.uint8).reshape(23, 2), {"shuffle": False}),
     # 250 records in batches of 3: several 16-batch chunks, one spanning the epoch boundary.
     "chunks-across-epochs": (np.arange(250, dtype=np.int32), {"batch_size": 3}),
+    # Read in place, or copied once when TensorFlow cannot address the array as it is.
+    "aligned-in-place": (_placed(_X, 0), {}),
+    "unaligned-copied": (_placed(_X, 16), {}),
+    "strided-view-copied": (np.arange(23 * 6, dtype=np.float32).reshape(23, 6)[:, ::2], {}),
+    "read-only-copied": (_read_only(_X), {}),
+    "big-endian-copied": (np.arange(23 * 2, dtype=">i4").reshape(23, 2), {}),
+    "dict-mixed-alignment": ({"x": _placed(_X, 0), "b": _placed(_X[:, 0], 8)}, {}),
 }
 
 
@@ -88,3 +114,86 @@ def test_array_source_spec_mismatch_still_raises_record_spec_error():
     with pytest.raises(resumeloader.RecordSpecError) as excinfo:
         next(iter(loader))
     assert "float64[3]" in str(excinfo.value)
+
+
+# 17,000,000 records of 16 float32: 1.01 GiB, past the 1 GiB at which the gather path
+# used to switch off.
+_GIB_ROWS = 17_000_000
+
+
+def _virtual_zeros(rows, width):
+    """A 64-byte aligned float32 array whose pages stay virtual until written (calloc)."""
+    size = rows * width * 4
+    raw = np.zeros(size + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start : start + size].view(np.float32).reshape(rows, width)
+
+
+def test_array_source_above_1_gib_gathers_the_generic_stream():
+    """An array above 1 GiB takes the gather path; its batches equal the generic path's."""
+    big = _virtual_zeros(_GIB_ROWS, 16)
+    options = {"batch_size": 64, "seed": 3, "num_epochs": 1, "with_metadata": True}
+    generic = resumeloader.ResumableLoader(_Records(big), **options)
+    # Mark only the records the first 20 batches (two chunks) read: few pages touched.
+    for _, meta in itertools.islice(generic.dataset(), 20):
+        index = meta["index"].numpy()
+        big[index] = index[:, None] + np.arange(16, dtype=np.float32)
+    gathered = resumeloader.ResumableLoader(big, **options)
+    assert "tf.gather" in gathered.describe()
+    got = list(itertools.islice(gathered.dataset(), 20))
+    want = list(itertools.islice(generic.dataset(), 20))
+    assert len(got) == len(want) == 20
+    for (batch, meta), (expected, expected_meta) in zip(got, want, strict=True):
+        np.testing.assert_array_equal(meta["index"].numpy(), expected_meta["index"].numpy())
+        np.testing.assert_array_equal(batch.numpy(), expected.numpy())
+        assert batch.numpy()[:, 0].tolist() == meta["index"].numpy().astype(np.float32).tolist()
+
+
+_MEMORY_CODE = """
+import sys
+import numpy as np
+import resumeloader
+
+def status(field):
+    # VmHWM is this process's own peak (ru_maxrss would include the parent's at fork).
+    with open("/proc/self/status") as lines:
+        line = next(line for line in lines if line.startswith(field + ":"))
+    return int(line.split()[1]) * 1024
+
+misalignment, rows = int(sys.argv[1]), int(sys.argv[2])
+warm = resumeloader.ResumableLoader(np.zeros((300, 16), np.float32), batch_size=128, seed=0)
+for _ in zip(range(3), warm.dataset()):
+    pass
+raw = np.empty(rows * 64 + 128, np.uint8)
+start = -raw.ctypes.data % 64 + misalignment
+data = raw[start : start + rows * 64].view(np.float32).reshape(rows, 16)
+data[...] = 1.5
+before = status("VmRSS")
+loader = resumeloader.ResumableLoader(data, batch_size=256, seed=0, num_epochs=2)
+for _ in loader.dataset():  # two epochs through one iterator
+    pass
+for _ in loader.dataset(rest_of_epoch=True):  # and a second iterator
+    pass
+peak = status("VmHWM")
+print((peak - before) / data.nbytes)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the peak RSS from /proc (Linux)")
+@pytest.mark.parametrize(
+    ("misalignment", "bound"),
+    [(0, 0.3), (16, 1.3)],
+    ids=["aligned-read-in-place", "unaligned-copied-once"],
+)
+def test_array_source_dataset_peak_memory_bounded(misalignment, bound):
+    """dataset() over 183 MB of arrays adds at most `bound` times their size to peak RSS."""
+    result = subprocess.run(
+        [sys.executable, "-c", _MEMORY_CODE, str(misalignment), "3000000"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=True,
+    )
+    added = float(result.stdout.strip().splitlines()[-1])
+    assert added <= bound, f"peak RSS grew by {added:.2f}x the data (bound {bound}x)"

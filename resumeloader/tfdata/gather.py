@@ -2,9 +2,16 @@
 
 For such sources Python only computes the record indices, CHUNK batches per
 ``from_generator`` element; tf.data splits them into batches and gathers the records
-from constant tensors with ``tf.gather`` in its own threads, which costs much less
-than converting a NumPy batch per ``from_generator`` call. The stream is identical
-to the generic path: the same tasks, cut the same way.
+with ``tf.gather`` in its own threads, which costs much less than converting a NumPy
+batch per ``from_generator`` call. The stream is identical to the generic path: the
+same tasks, cut the same way.
+
+Memory: the gather reads the NumPy arrays in place (through DLPack) when TensorFlow
+can address them (C-contiguous, writeable, native byte order, 64-byte aligned);
+otherwise each array is copied once, per loader, into aligned memory. There is no
+size limit: nothing is embedded in a graph, and tf.data's static optimisations, whose
+graph rewrite would copy every captured tensor on each new iterator, are switched
+off for this dataset (its one map is parallel and ordered already).
 """
 
 from __future__ import annotations
@@ -20,10 +27,10 @@ from resumeloader.core import spec as spec_lib
 
 __all__ = ["Gatherer"]
 
-# The arrays are copied once into constant tensors; above this size the copy of the
-# whole source is not worth the per-batch saving, and the generic path is used.
-MAX_BYTES = 1 << 30
 _KINDS = "biuf"  # bool, signed, unsigned, float
+# TensorFlow's kernels assume buffers aligned to EIGEN_MAX_ALIGN_BYTES (at most 64) and
+# abort the process on a misaligned one, so only such arrays are read in place.
+_ALIGNMENT = 64
 # Batches whose index arrays travel through from_generator together.
 CHUNK = 16
 
@@ -43,8 +50,8 @@ class Gatherer:
     @staticmethod
     def supports(leaves: list[np.ndarray], treespec: Any, spec: spec_lib.RecordSpec) -> bool:
         """Whether in-memory columns can be gathered in the graph: numeric leaves that
-        match `spec`, at most MAX_BYTES in all."""
-        if treespec != spec.treespec or sum(leaf.nbytes for leaf in leaves) > MAX_BYTES:
+        match `spec`, of any size."""
+        if treespec != spec.treespec:
             return False
         return all(
             leaf.dtype.kind in _KINDS and want.accepts(leaf[0])
@@ -68,7 +75,7 @@ class Gatherer:
         """
         if self._columns is None:
             with tf.init_scope():
-                self._columns = [tf.constant(np.ascontiguousarray(a)) for a in self._leaves]
+                self._columns = [_tensor(leaf) for leaf in self._leaves]
         columns = self._columns
         data_spec = element_spec[0] if with_metadata else element_spec
         specs = optree.tree_leaves(data_spec, is_leaf=_is_spec, none_is_leaf=True)
@@ -100,8 +107,49 @@ class Gatherer:
             output_signature=(chunk_spec, tf.TensorSpec((None,), tf.int64)),
         ).flat_map(rows)
         if with_metadata:
-            return ds.map(lambda index, meta: (gather(index), shaped(element_spec[1], meta)))
-        return ds.map(gather)
+            ds = ds.map(
+                lambda index, meta: (gather(index), shaped(element_spec[1], meta)),
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True,
+            )
+        else:
+            ds = ds.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.with_options(_OPTIONS)
+
+
+def _options() -> tf.data.Options:
+    options = tf.data.Options()
+    # Any static optimisation serialises the pipeline for a graph rewrite, which copies
+    # the captured columns (the whole source) once per iterator.
+    options.experimental_optimization.apply_default_optimizations = False
+    return options
+
+
+_OPTIONS = _options()
+
+
+def _tensor(leaf: np.ndarray) -> tf.Tensor:
+    """`leaf` as a tensor that shares its memory, or shares that of one aligned copy."""
+    if not (
+        leaf.flags.c_contiguous
+        and leaf.flags.writeable  # NumPy exports no read-only array through DLPack
+        and leaf.dtype.isnative
+        and leaf.ctypes.data % _ALIGNMENT == 0
+    ):
+        leaf = _aligned_copy(leaf)
+    # The tensor keeps `leaf` (and the memory it views) alive until it is freed.
+    return tf.experimental.dlpack.from_dlpack(leaf.__dlpack__())
+
+
+def _aligned_copy(leaf: np.ndarray) -> np.ndarray:
+    """A C-contiguous, native-order copy of `leaf` starting on an _ALIGNMENT boundary."""
+    dtype = leaf.dtype.newbyteorder("=")
+    size = leaf.size * dtype.itemsize
+    raw = np.empty(size + _ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % _ALIGNMENT
+    copy = raw[start : start + size].view(dtype).reshape(leaf.shape)
+    np.copyto(copy, leaf)
+    return copy
 
 
 def _chunks(batches: Iterator[Any], *, with_metadata: bool) -> Iterator[Any]:
