@@ -7,7 +7,11 @@ threads, workers or restores happened before.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import numpy as np
+from numpy.random import bit_generator
 
 from resumeloader.core import sampler
 
@@ -15,13 +19,60 @@ __all__ = ["metadata", "record_rng"]
 
 _RNG_TAG = 0xA06_3E17_A71_0F_5EED
 _METADATA_SEED_TAG = 0x7F5EED
+_M64 = (1 << 64) - 1
+# Philox copies its counter in; passing it as an array skips an int-to-words conversion.
+_ZERO_COUNTER = np.zeros(4, np.uint64)
+
+
+@functools.lru_cache(maxsize=64)
+def _epoch_word(seed: int, epoch: int) -> int:
+    return sampler.epoch_hash(seed ^ _RNG_TAG, epoch)
+
+
+class _RecordKey(bit_generator.ISeedSequence):
+    """The 128-bit Philox key of one record, given to Philox as its seed sequence.
+
+    ``Philox(key=k)`` also builds a `numpy.random.SeedSequence` from OS entropy that it
+    then discards (about two thirds of its cost); given a seed sequence instead, Philox
+    takes its key from ``generate_state(2, uint64)``: the same key, the same stream.
+    """
+
+    __slots__ = ("_words",)
+
+    def __init__(self, low: int, high: int) -> None:
+        self._words = (low, high)
+
+    def generate_state(self, n_words: int, dtype: Any = np.uint32) -> Any:
+        """The key as `n_words` words of `dtype`, least significant first (128 bits)."""
+        if n_words == 2 and dtype is np.uint64:  # what Philox asks for, per record
+            return np.array(self._words, np.uint64)
+        key = self._words[0] | self._words[1] << 64
+        bits = np.dtype(dtype).itemsize * 8
+        if n_words * bits != 128 or bits not in (32, 64):
+            msg = (
+                f"A record key holds 128 bits. Received: n_words={n_words!r}, "
+                f"dtype={np.dtype(dtype).name}; expected 2 uint64 or 4 uint32 words."
+            )
+            raise ValueError(msg)
+        mask = (1 << bits) - 1
+        return np.array([key >> (bits * i) & mask for i in range(n_words)], dtype=dtype)
+
+    def __getstate__(self) -> tuple[int, int]:
+        return self._words
+
+    def __setstate__(self, words: tuple[int, int]) -> None:
+        self._words = words
+
+    def __repr__(self) -> str:
+        return f"RecordKey(0x{self._words[1]:016x}_{self._words[0]:016x})"
 
 
 def record_rng(seed: int, epoch: int, record_index: int) -> np.random.Generator:
     """The generator handed to ``map_fn`` for one record: a pure function of its arguments.
 
     A Philox stream keyed by (seed, epoch, record index): independent of the order
-    records are produced in, of threads, workers and restores.
+    records are produced in, of threads, workers and restores. Its key is
+    ``epoch_hash(seed ^ tag, epoch) << 64 | record_index``, the counter starts at 0.
 
     Example:
         >>> a = record_rng(7, 0, 12).integers(1000, size=3)
@@ -29,8 +80,12 @@ def record_rng(seed: int, epoch: int, record_index: int) -> np.random.Generator:
         >>> bool((a == b).all())
         True
     """
-    key = (sampler.epoch_hash(seed ^ _RNG_TAG, epoch) << 64) | record_index
-    return np.random.Generator(np.random.Philox(key=key))
+    if not 0 <= record_index <= _M64:
+        msg = f"`record_index` must be in [0, 2**64). Received: record_index={record_index!r}."
+        raise ValueError(msg)
+    key = _RecordKey(int(record_index), _epoch_word(seed, epoch))
+    # NumPy's stubs name SeedSequence; Philox accepts any ISeedSequence at run time.
+    return np.random.Generator(np.random.Philox(key, counter=_ZERO_COUNTER))  # type: ignore[arg-type]
 
 
 def metadata(seed: int, indices: np.ndarray, epoch: int, position: int) -> dict[str, np.ndarray]:
