@@ -1,15 +1,176 @@
-"""User code shared by the benchmark pipelines: picklable and free of TensorFlow.
+"""What every benchmark script shares: the machine line, interleaved timing with medians,
+Markdown tables, targets, the user functions, and the contenders resumeloader is
+compared with (plain tf.data, the naive split pipeline, grain, the NumPy reference).
 
-Worker processes (resumeloader's and grain's) import this module to unpickle these
-functions, so it must stay light: NumPy only.
+Worker processes (resumeloader's and grain's) import this module to unpickle the user
+functions, so importing it stays light: NumPy only. TensorFlow, grain and resumeloader
+are imported inside the functions that need them.
+
+The contenders are tuned as their documentation recommends for an in-memory source on
+this machine: tf.data with ``AUTOTUNE`` parallelism and prefetch (``deterministic=True``,
+so that every run yields the same order, as resumeloader does); grain with
+``ReadOptions(num_threads=0)`` ("if the data are already loaded in memory, we recommend
+setting this to 0") and the same number of worker processes as resumeloader.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
 import numpy as np
 
-# Iterations of pure-Python arithmetic in `burn_python`; ~50 us on this machine
-# (the suite measures and prints the real figure).
+BATCH = 128
+SEED = 0
+WARMUP_BATCHES = 4
+# Seconds a Python-consumed contender runs per measurement (`--quick` halves it).
+BUDGET_SECONDS = 2.0
+
+# -- the machine ---------------------------------------------------------------------
+
+
+def load_average() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+class Span:
+    """The load average at the start of a measurement and at its end, for its caption."""
+
+    def __init__(self) -> None:
+        self.start = load_average()
+
+    def caption(self, what: str) -> str:
+        return (
+            f"*{what}. {os.cpu_count()} CPUs; load average (1 / 5 / 15 min) {self.start} "
+            f"at the start, {load_average()} at the end.*"
+        )
+
+
+def versions() -> str:
+    parts = [f"Python {platform.python_version()}", f"NumPy {np.__version__}"]
+    for name in ("tensorflow", "grain", "resumeloader"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "__version__"):
+            parts.append(f"{name} {module.__version__}")
+    return f"{platform.machine()}, {os.cpu_count()} CPUs, " + ", ".join(parts)
+
+
+# -- timing ----------------------------------------------------------------------------
+
+
+def interleaved(contenders: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """The median of `rounds` measurements of each contender (each returns e.g. records/s).
+
+    A round runs every contender once, in turn, so a burst of load on a shared machine
+    hits all of them alike instead of one.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, measure in contenders.items():
+            samples[name].append(measure())
+            print(f"  {name}: {samples[name][-1]:,.1f}", file=sys.stderr, flush=True)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _records(batch: Any) -> int:
+    while isinstance(batch, (tuple, list)):
+        batch = batch[0]
+    if isinstance(batch, dict):
+        batch = next(iter(batch.values()))
+    return int(np.shape(batch)[0])
+
+
+def steady_rate(make: Callable[[], Iterable[Any]], share: float = 1.0) -> float:
+    """Records/s of a fresh iteration of ``make()`` after its first WARMUP_BATCHES batches
+    (start-up excluded), consumed in Python for `share` x BUDGET_SECONDS at most."""
+    budget = share * BUDGET_SECONDS
+    iterator = iter(make())
+    for _ in range(WARMUP_BATCHES):
+        next(iterator)
+    count, start = 0, time.perf_counter()
+    for batch in iterator:
+        count += _records(batch)
+        if time.perf_counter() - start > budget:
+            break
+    return count / (time.perf_counter() - start)
+
+
+def graph_rate(dataset: Any, batches: int, *, loader: Any = None) -> float:
+    """Records/s of `batches` batches pulled from an iterator of `dataset` inside a
+    ``tf.function`` (as Keras' train step does), after WARMUP_BATCHES; `loader`, if
+    given, is advanced after each batch. `dataset` must not end before."""
+    import tensorflow as tf
+
+    @tf.function
+    def pull(iterator: Any, count: tf.Tensor) -> tf.Tensor:
+        records = tf.constant(0, tf.int64)
+        for _ in tf.range(count):
+            batch = next(iterator)
+            records += tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+            if loader is not None:
+                loader.advance(after=batch)
+        return records
+
+    iterator = iter(dataset)
+    pull(iterator, tf.constant(WARMUP_BATCHES))
+    start = time.perf_counter()
+    records = int(pull(iterator, tf.constant(batches)))
+    return records / (time.perf_counter() - start)
+
+
+# -- tables and targets ------------------------------------------------------------------
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table; columns after the first are right-aligned."""
+    lines = ["| " + " | ".join(headers) + " |", "|---|" + "---:|" * (len(headers) - 1)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class Target:
+    """A target of issue 15: `value` compared with `bound` (None: not measured)."""
+
+    label: str
+    value: float | None
+    bound: float
+    unit: str = "x"
+    at_most: bool = False  # the value must stay below the bound (a cost), not above it
+    item: str = ""  # which part of issue 15 it belongs to
+
+    def row(self) -> list[str]:
+        sign = "<=" if self.at_most else ">="
+        if self.value is None:
+            verdict, value = "not measured", "-"
+        else:
+            met = self.value <= self.bound if self.at_most else self.value >= self.bound
+            verdict, value = ("met" if met else "MISSED"), f"{self.value:,.2f}{self.unit}"
+        return [self.label, value, f"{sign} {self.bound:g}{self.unit}", verdict, self.item]
+
+
+def targets_table(targets: list[Target]) -> str:
+    return table(["target", "measured", "wanted", "", "issue 15"], [t.row() for t in targets])
+
+
+@dataclasses.dataclass
+class Report:
+    """What a benchmark script returns to run_all: Markdown sections and targets."""
+
+    markdown: str
+    targets: list[Target]
+
+
+# -- user code -------------------------------------------------------------------------
+
+# Iterations of pure-Python arithmetic in `burn_python`: about 50 us here (measured and
+# printed with every table that uses it).
 BURN_ITERATIONS = 700
 
 
@@ -20,15 +181,36 @@ def _burn() -> int:
     return total
 
 
-def burn_python(record: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+def burn_python(record: np.ndarray, rng: Any = None) -> np.ndarray:
     """GIL-bound work: pure-Python arithmetic, then a tiny NumPy op."""
     return record + np.float32(_burn() % 3)
 
 
-def numpy_work(record: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+def burn_pair(record: tuple[np.ndarray, Any], rng: Any = None) -> tuple[np.ndarray, Any]:
+    """`burn_python` on the features of a (features, label) record."""
+    return burn_python(record[0]), record[1]
+
+
+def numpy_work(record: np.ndarray, rng: Any = None) -> np.ndarray:
     """GIL-releasing work: matrix products and a ufunc on a 64x64 float32 record."""
     product = np.tanh(record @ record.T)
     return (product @ record @ product.T).astype(np.float32)
+
+
+def identity(record: Any, rng: Any = None) -> Any:
+    """A ``map_fn`` that does nothing: what remains is the loader's own cost."""
+    return record
+
+
+def per_call_us(fn: Callable[..., Any], argument: Any, calls: int = 2_000) -> float:
+    """Median over 5 runs of the time of one ``fn(argument)`` call, in microseconds."""
+    runs = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(argument)
+        runs.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(runs)
 
 
 class RangeSource:
@@ -40,30 +222,146 @@ class RangeSource:
     def __len__(self) -> int:
         return self.num_records
 
-    def __getitem__(self, index: int) -> np.ndarray:
+    def __getitem__(self, index: int) -> np.int64:
         return np.int64(index)
 
     def read_batch(self, indices: np.ndarray) -> np.ndarray:
         return np.asarray(indices, dtype=np.int64)
 
 
-class ArraySource:
-    """A NumPy array behind ``__len__``/``__getitem__`` (what grain's DataLoader reads)."""
+class RecordSource:
+    """Arrays (a tuple of equal-length arrays or one array) read one record at a time:
+    what grain's DataLoader and the naive split pipeline read."""
 
-    def __init__(self, array: np.ndarray) -> None:
-        self.array = array
+    def __init__(self, arrays: Any) -> None:
+        self.arrays = arrays
 
     def __len__(self) -> int:
-        return len(self.array)
+        return len(self.arrays[0] if isinstance(self.arrays, tuple) else self.arrays)
 
-    def __getitem__(self, index: int) -> np.ndarray:
-        return self.array[index]
+    def __getitem__(self, index: int) -> Any:
+        if isinstance(self.arrays, tuple):
+            return tuple(a[index] for a in self.arrays)
+        return self.arrays[index]
+
+
+def cifar_like(num_records: int) -> tuple[np.ndarray, np.ndarray]:
+    """`num_records` random 32x32x3 uint8 images and int64 labels."""
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (num_records, 32, 32, 3), dtype=np.uint8)
+    return images, rng.integers(0, 10, num_records).astype(np.int64)
+
+
+# -- contenders --------------------------------------------------------------------------
+
+
+def plain_tf(arrays: Any, fn: Any = None, *, shuffle_buffer: int | None = None) -> Any:
+    """An endless plain tf.data pipeline: ``from_tensor_slices(arrays).shuffle(buffer)
+    [.map(numpy_function(fn), AUTOTUNE)].batch(BATCH, AUTOTUNE).prefetch(AUTOTUNE)``.
+
+    `shuffle_buffer` None shuffles the whole source (a uniform permutation, like
+    resumeloader's); a smaller buffer is faster and shuffles less.
+    """
+    import tensorflow as tf
+
+    first = arrays[0] if isinstance(arrays, tuple) else arrays
+    buffer = len(first) if shuffle_buffer is None else shuffle_buffer
+    ds = tf.data.Dataset.from_tensor_slices(arrays).shuffle(buffer, seed=SEED).repeat()
+    if fn is not None:
+        spec = tf.TensorSpec(first.shape[1:], tf.as_dtype(first.dtype))
+
+        def call(x: Any) -> Any:
+            y = tf.numpy_function(fn, [x], spec.dtype, stateful=False)
+            return tf.ensure_shape(y, spec.shape)
+
+        ds = ds.map(call, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.batch(BATCH, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def naive_split(arrays: Any) -> Any:
+    """The common workaround (README, "Why"): a checkpointed tf.data index iterator feeding
+    ``from_generator``, batched and prefetched (it loses records on restore)."""
+    import tensorflow as tf
+
+    source = RecordSource(arrays)
+    indices = iter(tf.data.Dataset.range(len(source)).shuffle(len(source), seed=SEED).repeat())
+    record = source[0]
+    spec = tf.nest.map_structure(
+        lambda a: tf.TensorSpec(np.shape(a), tf.as_dtype(np.asarray(a).dtype)), record
+    )
+    ds = tf.data.Dataset.from_generator(
+        lambda: (source[int(i)] for i in indices), output_signature=spec
+    )
+    return ds.batch(BATCH, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def grain_loader(arrays: Any, operation: Any = None, workers: int = 0) -> Iterable[Any]:
+    """grain's checkpointable ``DataLoader`` over the records, `workers` processes,
+    ``ReadOptions(num_threads=0)`` as grain recommends for in-memory data."""
+    import grain.python as grain
+
+    source = RecordSource(arrays)
+    sampler = grain.IndexSampler(
+        len(source), shard_options=grain.NoSharding(), shuffle=True, num_epochs=None, seed=SEED
+    )
+    operations = [] if operation is None else [operation]
+    return grain.DataLoader(
+        data_source=source,
+        sampler=sampler,
+        operations=[*operations, grain.Batch(BATCH)],
+        worker_count=workers,
+        read_options=grain.ReadOptions(num_threads=0),
+    )
+
+
+def grain_dataset(arrays: Any) -> Iterable[Any]:
+    """grain's ``MapDataset`` API: ``source(...).shuffle(seed).repeat().batch(BATCH)``."""
+    import grain
+
+    return grain.MapDataset.source(RecordSource(arrays)).shuffle(seed=SEED).repeat().batch(BATCH)
+
+
+def numpy_reference(arrays: Any) -> Iterator[Any]:
+    """The physical reference: a NumPy permutation per epoch and one fancy-index per
+    array per batch, in the consumer's thread."""
+    leaves = arrays if isinstance(arrays, tuple) else (arrays,)
+    rng = np.random.default_rng(SEED)
+    while True:
+        order = rng.permutation(len(leaves[0]))
+        for start in range(0, len(order), BATCH):
+            batch = order[start : start + BATCH]
+            yield tuple(leaf[batch] for leaf in leaves)
+
+
+def copy_bandwidth(size: int = 1 << 28) -> float:
+    """Bytes/s of one ``memcpy`` of `size` bytes (the best of 3): no input pipeline can
+    deliver records faster than this divided by their size."""
+    src, dst = np.ones(size, np.uint8), np.empty(size, np.uint8)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return size / best
+
+
+def parallel_capacity(count: int = 4_000) -> float:
+    """How many CPUs' worth of Python work two processes get right now (2.0 on an idle
+    2-core machine): the ceiling for any 2-worker speed-up measured at the same time."""
+    import multiprocessing
+
+    alone = burn_for(count)
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        pool.map(burn_for, [10, 10])  # start-up outside the measurement
+        start = time.perf_counter()
+        pool.map(burn_for, [count, count])
+        together = time.perf_counter() - start
+    return 2 * alone / together
 
 
 def burn_for(count: int) -> float:
     """Runs `burn_python` `count` times; returns the wall time it took."""
-    import time
-
     record = np.zeros(16, np.float32)
     start = time.perf_counter()
     for _ in range(count):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -35,15 +36,15 @@ class Row:
     bijective: str
 
 
-def _best_rate(work: Callable[[], int], repeats: int) -> float:
-    """Indices per second of the fastest of `repeats` runs (after one warm-up run)."""
+def _median_rate(work: Callable[[], int], repeats: int) -> float:
+    """Indices per second, the median of `repeats` runs (after one warm-up run)."""
     work()
-    best = 0.0
+    rates = []
     for _ in range(repeats):
         start = time.perf_counter()
         count = work()
-        best = max(best, count / (time.perf_counter() - start))
-    return best
+        rates.append(count / (time.perf_counter() - start))
+    return statistics.median(rates)
 
 
 def _is_bijection(order: np.ndarray, num_records: int) -> str:
@@ -70,9 +71,9 @@ def _ours(rows: list[Row], quick: bool) -> None:
 
         label = f"{num_records:.0e}"
         rows.append(Row("resumeloader, vectorised (chunks of 1e5)", label,
-                        _best_rate(vectorised, 3), "O(chunk)", bijective))
+                        _median_rate(vectorised, 3), "O(chunk)", bijective))
         rows.append(Row("resumeloader, one index at a time", label,
-                        _best_rate(one_at_a_time, 3), "O(1)", bijective))
+                        _median_rate(one_at_a_time, 3), "O(1)", bijective))
 
 
 def _numpy(rows: list[Row], quick: bool) -> None:
@@ -82,7 +83,7 @@ def _numpy(rows: list[Row], quick: bool) -> None:
             np.random.default_rng(0).permutation(num_records)
             return num_records
 
-        rate = _best_rate(permute, 1 if num_records > 10**7 else 3)
+        rate = _median_rate(permute, 1 if num_records > 10**7 else 3)
         rows.append(Row("numpy default_rng(seed).permutation(N)", f"{num_records:.0e}", rate,
                         f"{8 * num_records / 2**20:,.0f} MiB", bijective))
 
@@ -109,7 +110,7 @@ def _tensorflow(rows: list[Row], quick: bool) -> None:
             return chunks * CHUNK
 
         rows.append(Row("tf.random.experimental.index_shuffle (chunks of 1e5)",
-                        f"{num_records:.0e}", _best_rate(vectorised, 3), "O(chunk)", bijective))
+                        f"{num_records:.0e}", _median_rate(vectorised, 3), "O(chunk)", bijective))
 
 
 def _grain(rows: list[Row], quick: bool) -> None:
@@ -133,7 +134,7 @@ def _grain(rows: list[Row], quick: bool) -> None:
         return count
 
     rows.append(Row("grain IndexSampler, one index at a time", "1e+06",
-                    _best_rate(one_at_a_time, 2), "O(1)", bijective))
+                    _median_rate(one_at_a_time, 2), "O(1)", bijective))
 
 
 def measure(quick: bool = False) -> list[Row]:
@@ -165,7 +166,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
     args = parser.parse_args()
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     rows = measure(args.quick)
+    end = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    caption = (f"*{os.cpu_count()} CPUs; load average (1 / 5 / 15 min) {load} at the start, "
+               f"{end} at the end.*")
     try:
         from rich.console import Console
         from rich.markdown import Markdown
@@ -174,6 +179,7 @@ def main() -> None:
     except ImportError:
         pass
     print(render(rows))
+    print(caption)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,135 @@
+"""In-memory arrays through ``dataset()``: peak memory and throughput below and above 1 GiB.
+
+    python benchmarks/bench_arrays.py [--quick]
+
+(f) float32[16] records (the arrays NumPy allocates, whatever their alignment), batch
+    128, shuffled. Each size runs in a fresh process, so that its peak RSS (VmHWM) is
+    its own: memory added by building the loader and running two iterators of
+    ``dataset()``, as a multiple of the data's size; seconds to the first batch;
+    records/s in a ``tf.function`` with ``advance()`` (median of interleaved rounds),
+    next to the NumPy fancy-index loop on the same array. Up to 0.2 the gather path
+    switched off above 1 GiB (throughput / 3.2) and added 3.1x the data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _common  # noqa: E402
+from _common import Target  # noqa: E402
+
+GIB = 1 << 30
+ROW_BYTES = 64
+
+_CHILD = """
+import json, os, sys, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, sys.argv[3])
+import numpy as np
+import _common, resumeloader
+
+def status(field):
+    with open("/proc/self/status") as lines:
+        return int(next(l for l in lines if l.startswith(field + ":")).split()[1]) * 1024
+
+rows, batches = int(sys.argv[1]), int(sys.argv[2])
+warm = resumeloader.ResumableLoader(np.zeros((1000, 16), np.float32), batch_size=128, seed=0)
+_common.graph_rate(warm.dataset(), 10, loader=warm)
+data = np.empty((rows, 16), np.float32)
+data[...] = np.arange(16, dtype=np.float32)
+before = status("VmRSS")
+start = time.perf_counter()
+loader = resumeloader.ResumableLoader(data, batch_size=_common.BATCH, seed=_common.SEED)
+next(iter(loader.dataset()))
+first = time.perf_counter() - start
+rate = _common.graph_rate(loader.dataset(), batches, loader=loader)
+added = (status("VmHWM") - before) / data.nbytes
+reference = _common.steady_rate(lambda: _common.numpy_reference(data), share=0.5)
+print(json.dumps({"added": added, "first": first, "rate": rate, "numpy": reference,
+                  "in_place": data.ctypes.data % 64 == 0,
+                  "gather": "tf.gather" in loader.describe()}))
+"""
+
+
+def _child(rows: int, batches: int) -> dict[str, float]:
+    result = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(rows), str(batches), str(HERE)],
+        capture_output=True, text=True, timeout=900, check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run(quick: bool) -> _common.Report:
+    """The table's Markdown and its targets."""
+    if sys.platform != "linux":
+        return _common.Report("### (f) In-memory arrays: needs Linux (/proc).", [])
+    sizes = [4_000_000, 17_500_000] if quick else [10_000_000, 17_500_000, 35_000_000]
+    rounds, batches = (1, 4_000) if quick else (3, 20_000)
+    span = _common.Span()
+    runs: dict[int, list[dict[str, float]]] = {rows: [] for rows in sizes}
+    for _ in range(rounds):
+        for rows in sizes:  # interleaved: a round runs every size once
+            runs[rows].append(_child(rows, batches))
+            print(f"  {rows:,} rows: {runs[rows][-1]}", file=sys.stderr, flush=True)
+    table, medians = [], {}
+    for rows in sizes:
+        m = {key: statistics.median(r[key] for r in runs[rows]) for key in runs[rows][0]}
+        medians[rows] = m
+        table.append([
+            f"{rows:,} x 16 float32 = {rows * ROW_BYTES / GIB:.2f} GiB",
+            "gather, " + ("read in place" if m["in_place"] else "copied once, aligned"),
+            f"{m['added']:.2f}x", f"{m['first']:.2f}", f"{m['rate']:,.0f}",
+            f"{m['rate'] / m['numpy']:.2f}",
+        ])
+    below = [rows for rows in sizes if rows * ROW_BYTES < GIB]
+    above = [rows for rows in sizes if rows * ROW_BYTES > GIB]
+    text = "\n".join([
+        "### (f) In-memory arrays through `dataset()`, below and above 1 GiB "
+        "(`bench_arrays.py`)",
+        "",
+        f"Batch {_common.BATCH}, shuffled, one fresh process per size and round, median of "
+        f"{rounds} interleaved round(s); records/s over {batches:,} batches pulled in a "
+        "`tf.function` with `advance()`.",
+        "",
+        _common.table(["data", "path", "peak RSS added / data", "first batch (s)",
+                       "records/s", "/ NumPy"], table),
+        "",
+        span.caption("In-memory arrays"),
+    ])
+    targets = [
+        Target(f"(f) peak memory added / data, {rows * ROW_BYTES / GIB:.2f} GiB",
+               medians[rows]["added"], 1.3, at_most=True, item="3 (no 1 GiB cliff)")
+        for rows in sizes
+    ]
+    for rows in above:
+        targets.append(Target(
+            f"(f) throughput at {rows * ROW_BYTES / GIB:.2f} GiB / at "
+            f"{below[-1] * ROW_BYTES / GIB:.2f} GiB",
+            medians[rows]["rate"] / medians[below[-1]]["rate"], 0.8, item="3 (no 1 GiB cliff)",
+        ))
+    return _common.Report(text, targets)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, one round")
+    quick = parser.parse_args().quick
+    _common.BUDGET_SECONDS = 1.0 if quick else _common.BUDGET_SECONDS
+    report = run(quick)
+    print(report.markdown)
+    print()
+    print(_common.targets_table(report.targets))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    main()

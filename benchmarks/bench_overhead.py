@@ -1,0 +1,165 @@
+"""What the loader itself costs: per batch, and per record around a ``map_fn``.
+
+    python benchmarks/bench_overhead.py [--quick]
+
+(d) Fixed cost per batch: 8-byte records (so that moving the data costs nothing),
+    batch 128, shuffled, microseconds per batch (median of interleaved rounds) for
+    ``for batch in loader``, ``dataset()`` (in a ``tf.function`` and in a Python
+    loop), plain tf.data consumed both ways, and the NumPy fancy-index loop.
+(e) Per-record overhead around a ``map_fn``: a loader with an identity ``map_fn``
+    over float32[16] records, 0 workers, timed at two batch sizes; the slope is the
+    cost per record, from which the ``map_fn``'s own cost is subtracted. Its
+    ``record_rng`` part is measured directly, next to the construction of 0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common
+import numpy as np
+from _common import BATCH, SEED, Target
+
+FOR_LOOP = "resumeloader: `for batch in loader`"
+
+
+def fixed_cost(quick: bool) -> tuple[str, list[Target]]:
+    import tensorflow as tf
+
+    import resumeloader
+
+    rounds, batches = (3, 300) if quick else (7, 2_000)
+    records = np.arange(200_000, dtype=np.int64)
+    span = _common.Span()
+
+    def loader() -> resumeloader.ResumableLoader:
+        return resumeloader.ResumableLoader(records, batch_size=BATCH, seed=SEED)
+
+    def graph() -> float:
+        fresh = loader()
+        return _common.graph_rate(fresh.dataset(), batches, loader=fresh)
+
+    def eager_dataset() -> float:
+        fresh = loader()
+
+        def advancing() -> object:
+            for batch in fresh.dataset():
+                fresh.advance()
+                yield batch
+
+        return _common.steady_rate(advancing)
+
+    contenders: dict[str, Callable[[], float]] = {
+        FOR_LOOP: lambda: _common.steady_rate(loader),
+        "resumeloader: `dataset()` + `advance()` in a `tf.function`": graph,
+        "resumeloader: `dataset()` + `advance()`, Python loop": eager_dataset,
+        "plain tf.data, full shuffle, in a `tf.function`": lambda: _common.graph_rate(
+            _common.plain_tf(records), batches
+        ),
+        "plain tf.data, full shuffle, `for batch in ds`": lambda: _common.steady_rate(
+            lambda: _common.plain_tf(records)
+        ),
+        "NumPy permutation + fancy-index": lambda: _common.steady_rate(
+            lambda: _common.numpy_reference(records)
+        ),
+    }
+    rates = _common.interleaved(contenders, rounds)
+    rows = [[name, f"{BATCH / rate * 1e6:,.1f}"] for name, rate in rates.items()]
+    text = "\n".join([
+        "### (d) Fixed cost per batch (`bench_overhead.py`)",
+        "",
+        f"int64 records (8 bytes), batch {BATCH}, shuffled; microseconds per batch in "
+        f"steady state, median of {rounds} interleaved rounds.",
+        "",
+        _common.table(["consumer", "us per batch"], rows),
+        "",
+        span.caption(f"TensorFlow {tf.__version__}"),
+    ])
+    cost = BATCH / rates[FOR_LOOP] * 1e6
+    target = Target("(d) `for batch in loader` fixed cost per batch", cost, 100, unit=" us",
+                    at_most=True, item="2 (eager loop)")
+    return text, [target]
+
+
+def map_overhead(quick: bool) -> tuple[str, list[Target]]:
+    import resumeloader
+
+    rounds, small, large = (3, 32, 512) if quick else (7, 32, 512)
+    records = np.random.default_rng(0).random((100_000, 16), np.float32)
+    span = _common.Span()
+
+    def rate(batch_size: int) -> Callable[[], float]:
+        return lambda: _common.steady_rate(lambda: resumeloader.ResumableLoader(
+            records, batch_size=batch_size, seed=SEED, map_fn=_common.identity
+        ))
+
+    rates = _common.interleaved({small: rate(small), large: rate(large)}, rounds)
+    seconds = {size: size / rates[size] for size in (small, large)}
+    per_record = (seconds[large] - seconds[small]) / (large - small) * 1e6
+    fixed = seconds[small] * 1e6 - small * per_record
+    call = _common.per_call_us(lambda r: _common.identity(r, None), records[0])
+    rng_now = _common.per_call_us(lambda i: resumeloader.record_rng(SEED, 0, i), 12_345)
+
+    def rng_0_1(index: int) -> np.random.Generator:
+        # 0.1's construction: the same key, passed as Philox(key=...).
+        return np.random.Generator(np.random.Philox(key=(7 << 64) | index))
+
+    rng_before = _common.per_call_us(rng_0_1, 12_345)
+    burn = _common.per_call_us(lambda r: _common.burn_python(r), records[0])
+    overhead = per_record - call
+    rows = [
+        ["the `map_fn` itself (identity), per call", f"{call:.2f}"],
+        ["loader, per record (slope between batch sizes "
+         f"{small} and {large}), `map_fn` included", f"{per_record:.2f}"],
+        ["**overhead per record around the `map_fn`**", f"**{overhead:.2f}**"],
+        ["... of which `record_rng(seed, epoch, index)`", f"{rng_now:.2f}"],
+        ["... the rest (read, spec check, stacking, glue)", f"{overhead - rng_now:.2f}"],
+        ["`record_rng` as built by 0.1 (`Philox(key=...)`), for comparison",
+         f"{rng_before:.2f}"],
+        ["loader fixed cost per batch (intercept)", f"{fixed:.1f}"],
+        [f"a GIL-bound `map_fn` (`burn_python`), per call; overhead = "
+         f"{overhead / burn:.0%} of it", f"{burn:.1f}"],
+    ]
+    text = "\n".join([
+        "### (e) Per-record overhead around a `map_fn` (`bench_overhead.py`)",
+        "",
+        f"float32[16] records, identity `map_fn`, 0 workers, `for batch in loader`; "
+        f"records/s at batch sizes {small} and {large}, median of {rounds} interleaved "
+        "rounds; the per-call rows are medians of 5 runs of 2,000 calls.",
+        "",
+        _common.table(["what", "us"], rows),
+        "",
+        span.caption("Per-record overhead"),
+    ])
+    targets = [Target("(e) overhead per record around `map_fn`", overhead, 10, unit=" us",
+                      at_most=True, item="4 (thin map path)")]
+    return text, targets
+
+
+def run(quick: bool) -> _common.Report:
+    """Both tables' Markdown and their targets."""
+    first, targets = fixed_cost(quick)
+    second, more = map_overhead(quick)
+    return _common.Report(f"{first}\n\n{second}", targets + more)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and batches")
+    quick = parser.parse_args().quick
+    _common.BUDGET_SECONDS = 1.0 if quick else _common.BUDGET_SECONDS
+    report = run(quick)
+    print(report.markdown)
+    print()
+    print(_common.targets_table(report.targets))
+
+
+if __name__ == "__main__":
+    main()
