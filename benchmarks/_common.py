@@ -169,9 +169,11 @@ class Report:
 
 # -- user code -------------------------------------------------------------------------
 
-# Iterations of pure-Python arithmetic in `burn_python`: about 50 us here (measured and
-# printed with every table that uses it).
-BURN_ITERATIONS = 700
+# Iterations of pure-Python arithmetic in `burn_python`. `calibrate_burn` sets them for
+# ~50 us on the machine at hand and passes them to worker processes (which import this
+# module afresh) through the environment.
+_BURN_VARIABLE = "RESUMELOADER_BENCH_BURN_ITERATIONS"
+BURN_ITERATIONS = int(os.environ.get(_BURN_VARIABLE, "700"))
 
 
 def _burn() -> int:
@@ -184,6 +186,17 @@ def _burn() -> int:
 def burn_python(record: np.ndarray, rng: Any = None) -> np.ndarray:
     """GIL-bound work: pure-Python arithmetic, then a tiny NumPy op."""
     return record + np.float32(_burn() % 3)
+
+
+def calibrate_burn(target_us: float = 50.0) -> float:
+    """Sets BURN_ITERATIONS (here and in processes started afterwards) so that
+    `burn_python` takes about `target_us`; returns the cost measured after."""
+    global BURN_ITERATIONS
+    record = np.zeros(16, np.float32)
+    cost = per_call_us(burn_python, record, 500)
+    BURN_ITERATIONS = max(1, round(BURN_ITERATIONS * target_us / cost))
+    os.environ[_BURN_VARIABLE] = str(BURN_ITERATIONS)
+    return per_call_us(burn_python, record, 500)
 
 
 def burn_pair(record: tuple[np.ndarray, Any], rng: Any = None) -> tuple[np.ndarray, Any]:

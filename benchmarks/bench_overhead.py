@@ -91,7 +91,7 @@ def fixed_cost(quick: bool) -> tuple[str, list[Target]]:
 def map_overhead(quick: bool) -> tuple[str, list[Target]]:
     import resumeloader
 
-    rounds, small, large = (3, 32, 512) if quick else (7, 32, 512)
+    rounds, small, large = (5, 32, 1024) if quick else (7, 32, 1024)
     records = np.random.default_rng(0).random((100_000, 16), np.float32)
     span = _common.Span()
 
@@ -105,13 +105,17 @@ def map_overhead(quick: bool) -> tuple[str, list[Target]]:
     per_record = (seconds[large] - seconds[small]) / (large - small) * 1e6
     fixed = seconds[small] * 1e6 - small * per_record
     call = _common.per_call_us(lambda r: _common.identity(r, None), records[0])
-    rng_now = _common.per_call_us(lambda i: resumeloader.record_rng(SEED, 0, i), 12_345)
 
     def rng_0_1(index: int) -> np.random.Generator:
         # 0.1's construction: the same key, passed as Philox(key=...).
         return np.random.Generator(np.random.Philox(key=(7 << 64) | index))
 
-    rng_before = _common.per_call_us(rng_0_1, 12_345)
+    rngs = _common.interleaved({
+        "now": lambda: _common.per_call_us(
+            lambda i: resumeloader.record_rng(SEED, 0, i), 12_345),
+        "0.1": lambda: _common.per_call_us(rng_0_1, 12_345),
+    }, rounds)
+    rng_now, rng_before = rngs["now"], rngs["0.1"]
     burn = _common.per_call_us(lambda r: _common.burn_python(r), records[0])
     overhead = per_record - call
     rows = [
@@ -121,8 +125,8 @@ def map_overhead(quick: bool) -> tuple[str, list[Target]]:
         ["**overhead per record around the `map_fn`**", f"**{overhead:.2f}**"],
         ["... of which `record_rng(seed, epoch, index)`", f"{rng_now:.2f}"],
         ["... the rest (read, spec check, stacking, glue)", f"{overhead - rng_now:.2f}"],
-        ["`record_rng` as built by 0.1 (`Philox(key=...)`), for comparison",
-         f"{rng_before:.2f}"],
+        [f"`record_rng` as built by 0.1 (`Philox(key=...)`), for comparison: now "
+         f"{rng_now / rng_before:.2f}x of it", f"{rng_before:.2f}"],
         ["loader fixed cost per batch (intercept)", f"{fixed:.1f}"],
         [f"a GIL-bound `map_fn` (`burn_python`), per call; overhead = "
          f"{overhead / burn:.0%} of it", f"{burn:.1f}"],
@@ -132,7 +136,8 @@ def map_overhead(quick: bool) -> tuple[str, list[Target]]:
         "",
         f"float32[16] records, identity `map_fn`, 0 workers, `for batch in loader`; "
         f"records/s at batch sizes {small} and {large}, median of {rounds} interleaved "
-        "rounds; the per-call rows are medians of 5 runs of 2,000 calls.",
+        "rounds; the per-call rows are medians of 5 runs of 2,000 calls (the two "
+        "`record_rng` rows interleaved, median of the rounds).",
         "",
         _common.table(["what", "us"], rows),
         "",

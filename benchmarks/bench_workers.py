@@ -81,7 +81,7 @@ def steady(quick: bool) -> tuple[str, list[Target]]:
     capacity = [_common.parallel_capacity()]
     small = np.random.default_rng(1).random((records, 16), np.float32)
     mats = np.random.default_rng(2).random((records // 4, 64, 64), np.float32)
-    gil_us = _common.per_call_us(_common.burn_python, small[0], 500)
+    gil_us = _common.calibrate_burn()
     numpy_us = _common.per_call_us(_common.numpy_work, mats[0], 500)
     workloads = {
         f"(ii) GIL-bound `map_fn` (~{gil_us:.0f} us)": _workload(
@@ -189,7 +189,7 @@ def keras_fit_rate(workers: int, records: int, script: Path, timeout: float) -> 
 
 def run(quick: bool) -> _common.Report:
     """The tables' Markdown and their targets."""
-    text, targets = steady(quick)
+    text, targets = steady(quick)  # calibrates burn_python for the Keras runs too
     rounds, records, timeout = (1, 4_000, 300) if quick else (3, 20_000, 900)
     span = _common.Span()
     first = first_batches(rounds)
