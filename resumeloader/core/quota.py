@@ -54,7 +54,8 @@ def to_fraction(name: str, value: Any) -> fractions.Fraction:
             if not math.isfinite(float(value)):
                 raise ValueError(value)
             # The shortest decimal that prints the value in its own precision (float32 too).
-            result = fractions.Fraction(np.format_float_positional(value, unique=True, trim="-"))
+            real = value if isinstance(value, np.floating) else float(value)
+            result = fractions.Fraction(np.format_float_positional(real, unique=True, trim="-"))
         elif isinstance(value, str):
             result = fractions.Fraction(value.strip())
         else:
