@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from resumeloader import Pipeline, ResumableLoader, StateMismatchError, cli
 from resumeloader.sources import ArraySource, ConcatSource
 from resumeloader.stages import MixStage, Plan
+from resumeloader.tools import inspect
 
 F = fractions.Fraction
 SCRIPT = Path(__file__).parent / "scripts" / "train_mix.py"
@@ -416,6 +417,16 @@ def test_mix_stage_describe_and_order_fields_name_every_source():
     assert fields["source.code.num_records"] == 12 and fields["source.web.num_records"] == 40
     assert fields["mix.weights"] == "code:3/10,web:7/10"
     assert json.loads(json.dumps(fields)) == fields
+
+
+def test_mix_inspect_reports_offset_in_mixture_epoch():
+    """`resumeloader inspect` measures a mixture's epoch by its records_per_epoch."""
+    loader = _loader(mixed().batch(4))
+    loader.advance(12)  # 10 batches in epoch 0 (39 records), then 2 of 4
+    lines = dict(inspect.describe(loader.get_state()))
+    assert lines["epoch"] == "1"
+    assert lines["offset in epoch"] == "8 of 39 records (all shards)"
+    assert lines["position"] == "47 records (all shards)"
 
 
 # -- across processes: SIGKILL and resume through `resumeloader verify` ---------------------
