@@ -380,6 +380,13 @@ def test_mix_bad_argument_raises_naming_it(kwargs, error, message):
     assert message in str(info.value)
 
 
+def test_mix_stage_mismatched_entries_raise():
+    """A MixStage built by hand needs one name, length and weight per source."""
+    with pytest.raises(ValueError, match="one entry per source") as info:
+        MixStage(["a", "b"], [3], [F(1), F(1)], seed=0, shuffle=True)
+    assert "2 names, 1 lengths, 2 weights" in str(info.value)
+
+
 def test_pipeline_shuffle_on_mixture_raises():
     """shuffle() would replace the mixture's order with one over the concatenation: refused."""
     with pytest.raises(ValueError, match=r"`shuffle\(\)` orders a single source") as info:

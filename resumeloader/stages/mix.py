@@ -85,7 +85,13 @@ class MixStage(base.IndexStage):
         records_per_epoch: validate.Int | str = "first_exhausted",
     ) -> None:
         self.names = tuple(names)
-        self.lengths = tuple(lengths)
+        self.lengths = tuple(validate.integer("lengths[]", n, low=1) for n in lengths)
+        if not len(self.names) == len(self.lengths) == len(weights) >= 1:
+            msg = (
+                "`names`, `lengths` and `weights` must give one entry per source. Received: "
+                f"{len(self.names)} names, {len(self.lengths)} lengths, {len(weights)} weights."
+            )
+            raise ValueError(msg)
         self._seed = validate.seed(seed)
         self._shuffle = validate.boolean("shuffle", shuffle)
         self._quota = quota.QuotaSequence(list(weights))
