@@ -125,3 +125,41 @@ def _composed() -> ResumableLoader:
     return ResumableLoader.from_pipeline(pipeline, num_epochs=2, prefetch=None)
 
 
+
+
+# Mixtures: two sources of other lengths and one record structure, 70/30.
+_WEB = np.arange(29 * 3, dtype=np.float32).reshape(29, 3)
+_CODE = -np.arange(11 * 3, dtype=np.float32).reshape(11, 3)
+
+
+def _mixture(seed: int, **kwargs) -> Pipeline:
+    return Pipeline.mix({"web": _WEB, "code": _CODE}, weights={"web": 0.7, "code": 0.3},
+                        seed=seed, **kwargs)
+
+
+@register("mix-70-30-read_batch", num_steps=9)
+def _mix() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(_mixture(11).batch(5), num_epochs=2)
+
+
+@register("mix-map_fn-process-workers", num_steps=9, break_points=(3, 8))
+def _mix_processes() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _mixture(12).map(_worker_fns.augment).batch(5), num_epochs=2, num_workers=2,
+        worker_type="process",
+    )
+
+
+@register("mix-shard-1-of-2-thread-workers-metadata", num_steps=5)
+def _mix_shard() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _mixture(13).map(_worker_fns.augment).batch(3), num_epochs=3, shard_index=1,
+        shard_count=2, num_workers=2, with_metadata=True,
+    )
+
+
+@register("mix-unshuffled-fixed-epoch-endless", num_steps=9)
+def _mix_endless() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _mixture(14, shuffle=False, records_per_epoch=23).batch(4, drop_remainder=True)
+    )

@@ -6,7 +6,16 @@
 
 from resumeloader.sources.arrays import ArraySource
 from resumeloader.sources.base import RandomAccessSource, Source
+from resumeloader.sources.concat import ConcatSource
 from resumeloader.sources.indexable import IndexableSource
 from resumeloader.sources.registry import adapt, register
 
-__all__ = ["ArraySource", "IndexableSource", "RandomAccessSource", "Source", "adapt", "register"]
+__all__ = [
+    "ArraySource",
+    "ConcatSource",
+    "IndexableSource",
+    "RandomAccessSource",
+    "Source",
+    "adapt",
+    "register",
+]

@@ -7,6 +7,7 @@
 from resumeloader.stages.base import BatchStage, IndexStage, RecordStage, Stage
 from resumeloader.stages.batch import FixedBatchStage
 from resumeloader.stages.map import MapStage
+from resumeloader.stages.mix import MixStage
 from resumeloader.stages.pipeline import Pipeline
 from resumeloader.stages.plan import Plan, Task
 from resumeloader.stages.sampler import SamplerStage
@@ -16,6 +17,7 @@ __all__ = [
     "FixedBatchStage",
     "IndexStage",
     "MapStage",
+    "MixStage",
     "Pipeline",
     "Plan",
     "RecordStage",

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from resumeloader import sources
 from resumeloader.core import validate
-from resumeloader.stages import base, batch, sampler
+from resumeloader.stages import base, batch, mix, sampler
 from resumeloader.stages import map as map_stage
 
 __all__ = ["Pipeline"]
@@ -54,6 +54,50 @@ class Pipeline:
         self._records: tuple[base.RecordStage, ...] = ()
         self._batch: base.BatchStage | None = None
 
+    @classmethod
+    @validate.typechecked
+    def mix(
+        cls,
+        sources: Mapping[str, Any],
+        *,
+        weights: Mapping[str, Any],
+        seed: validate.Int,
+        shuffle: bool = True,
+        records_per_epoch: validate.Int | str = "first_exhausted",
+    ) -> Pipeline:
+        """A pipeline reading a weighted mixture of named sources (README, "Mixing sources").
+
+        The source at every position is exact: after any ``n`` records each source
+        has supplied ``weight * n`` of them to within one. Each source walks its own
+        seeded permutation and starts a new one whenever it runs out. An epoch is
+        `records_per_epoch` consecutive records of the endless mixed stream (see
+        `resumeloader.stages.mix` for the details and the record index).
+
+        Args:
+            sources: source name -> a source (anything `Pipeline` accepts); records
+                of every source must have one structure.
+            weights: source name -> a positive weight (int, float read as its
+                decimal, Fraction, Decimal or a string like ``"7/10"``), normalised.
+            seed: integer in [0, 2**64); keys every source's walk and record ``rng``.
+            shuffle: False walks every source in its natural order.
+            records_per_epoch: ``"first_exhausted"`` (an epoch ends where the first
+                source has supplied all its records once), ``"all_exhausted"`` (the
+                last one), or a number of records.
+
+        Example:
+            >>> import numpy as np
+            >>> pipeline = Pipeline.mix(
+            ...     {"web": np.arange(100), "code": np.arange(1000, 1030)},
+            ...     weights={"web": 0.7, "code": 0.3}, seed=0, shuffle=False)
+            >>> pipeline.index_stage.num_records   # "code" has given its 30 records once
+            99
+        """
+        source, stage = mix.build(
+            sources, weights=weights, seed=seed, shuffle=shuffle,
+            records_per_epoch=records_per_epoch,
+        )
+        return cls(source, seed=seed).apply(stage)
+
     def _with(self, **changes: Any) -> Pipeline:
         new = object.__new__(Pipeline)
         new.__dict__.update(self.__dict__)
@@ -88,7 +132,18 @@ class Pipeline:
 
         Args:
             enabled: False keeps the natural order (for a flag passed through).
+
+        Raises:
+            ValueError: the order comes from another index stage (a mixture: pass
+                ``shuffle=`` to `Pipeline.mix`), which this would replace.
         """
+        if not isinstance(self._index, sampler.SamplerStage):
+            msg = (
+                "`shuffle()` orders a single source, and would replace this pipeline's index "
+                f"stage ({self._index.describe()}). Received: {self!r}. Choose the order where "
+                "the stage is made (e.g. `Pipeline.mix(..., shuffle=False)`)."
+            )
+            raise ValueError(msg)
         return self.apply(sampler.SamplerStage(len(self._source), seed=self._seed, shuffle=enabled))
 
     def map(self, fn: Callable[[Any, np.random.Generator], Any]) -> Pipeline:

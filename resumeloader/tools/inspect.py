@@ -71,8 +71,10 @@ def describe(state: dict[str, Any]) -> list[tuple[str, str]]:
     step = -(-state["offset"] // records_per_batch)
     offset = f"{state['offset']} records (all shards)"
     position = "-"
-    if "source.num_records" in state:
-        num_records = state["source.num_records"]
+    # An epoch is the source unless the index stage fixes its length (a mixture).
+    lengths = [v for k, v in state.items() if k.endswith(".records_per_epoch")]
+    if lengths or "source.num_records" in state:
+        num_records = lengths[0] if lengths else state["source.num_records"]
         kept = num_records - num_records % shards
         offset = f"{state['offset']} of {kept} records (all shards)"
         position = f"{state['epoch'] * kept + state['offset']} records (all shards)"
