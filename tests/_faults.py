@@ -57,7 +57,13 @@ def alive(pid: int) -> bool:
 class Job:
     """One run of the fault job in its own process group (like a terminal's job)."""
 
-    def __init__(self, workdir: pathlib.Path, *options: str, stdin_script: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: pathlib.Path,
+        *options: str,
+        stdin_script: bool = False,
+        wrapper: tuple[str, ...] = (),
+    ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.shm_before = shm_entries()
         log = open(workdir / "stderr.log", "a")  # noqa: SIM115 - closed in finish()
@@ -69,7 +75,7 @@ class Job:
             stdin = subprocess.DEVNULL
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         self.proc = subprocess.Popen(
-            command, stdin=stdin, stdout=subprocess.PIPE, stderr=log, text=True,
+            [*wrapper, *command], stdin=stdin, stdout=subprocess.PIPE, stderr=log, text=True,
             start_new_session=True, env=env,
         )
         self._log = log
@@ -164,8 +170,8 @@ def lost_and_duplicated(got: list[int]) -> tuple[int, int]:
     return sum((want - have).values()), sum((have - want).values())
 
 
-def resume(workdir: pathlib.Path, *options: str) -> Outcome:
+def resume(workdir: pathlib.Path, *options: str, wrapper: tuple[str, ...] = ()) -> Outcome:
     """Runs the job again, without faults, to its end (it resumes from its state)."""
-    job = Job(workdir, *options)
+    job = Job(workdir, *options, "--stall", "none", wrapper=wrapper)
     job.wait_for("done", timeout=300)
     return job.finish([job.proc.pid])

@@ -136,7 +136,7 @@ class ProcessPool:
                 self._end(session, queue)
 
     def close(self) -> None:
-        """Stops the workers (idle ones exit at once; busy ones are killed after 0.3 s)."""
+        """Stops the workers (idle ones exit at once; busy ones are killed after 0.1 s)."""
         with self._lock:
             self._closed = True
         self._finalizer()

@@ -26,7 +26,7 @@ from resumeloader.workers import shm
 __all__ = ["WorkerProcess", "shutdown"]
 
 # On shutdown an idle worker exits at once (its socket closes); a busy one is killed.
-GRACE_SECONDS = 0.3
+GRACE_SECONDS = 0.1
 _BOOT = "import sys; sys.path[:] = {path!r}; from resumeloader.workers import child; child.main()"
 _HINTS = {
     "SIGKILL": " (also what the kernel's out-of-memory killer sends)",
@@ -113,7 +113,7 @@ class WorkerProcess:
 
 
 def shutdown(workers: list[WorkerProcess]) -> None:
-    """Stops `workers` in parallel: idle ones exit at once, busy ones are killed after 0.3 s."""
+    """Stops `workers` in parallel: idle ones exit at once, busy ones are killed after 0.1 s."""
     for worker in workers:  # all sockets first: the workers stop in parallel
         worker.conn.close()
     deadline = time.monotonic() + GRACE_SECONDS
