@@ -360,6 +360,17 @@ def test_dataset_iterator_garbage_collected_stops_workers():
     del iterator, loader
 
 
+def test_dataset_kept_loader_dropped_still_streams_exactly(reference):
+    """A dataset outlives the loader it came from (it keeps what its generator needs)."""
+    dataset = _loader(2, "process").dataset()
+    gc.collect()
+    stream = [batch.numpy() for batch in dataset]
+    del dataset
+    assert len(stream) == len(reference)
+    for got, want in zip(stream, reference, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_keyboard_interrupt_in_loop_then_iteration_continues_exactly(reference):
     """After a KeyboardInterrupt raised in the loop, the loader continues the exact stream."""
     loader = _loader(2, "process")

@@ -62,6 +62,8 @@ class Delivery:
             num_workers, worker_type, pipeline=plan.pipeline, timeout=worker_timeout
         )
         self.producer = produce.BatchProducer(plan.pipeline, spec)
+        # The generators of this delivery's datasets (see resumeloader.tfdata.generator).
+        self.generators: list[Any] = []
         self.spec = self.producer.spec
         columns = plan.pipeline.source.columns()
         self.gatherer: gather.Gatherer | None = None
@@ -130,7 +132,7 @@ class Delivery:
             )
         else:
             ds = generator.from_generator(
-                lambda: self.batches(plan, *layout_and_start()), element_spec
+                lambda: self.batches(plan, *layout_and_start()), element_spec, keep=self.generators
             )
         return self.prefetched(ds)
 

@@ -135,7 +135,7 @@ def dataset(
             yield from pipe.split(batch)
 
     spec = delivery.element_spec(pipe.per_replica_batch_size)
-    return delivery.prefetched(generator.from_generator(generate, spec))
+    return delivery.prefetched(generator.from_generator(generate, spec, keep=delivery.generators))
 
 
 def in_replica_context() -> bool:

@@ -4,9 +4,11 @@ In eager mode TensorFlow (2.21 and earlier) keeps every ``from_generator`` calla
 alive for the life of the process (``script_ops`` appends it to the global graph's
 ``_py_funcs_used_in_graph``), and with it everything it references: the loader, its
 source and its worker processes would never be garbage collected. Here TensorFlow
-gets a callable that holds the real one only weakly, and the dataset object holds it
-strongly: a dataset and its iterators (which keep their dataset) work as before, and
-once the user drops them and the loader, the loader is collected and its workers stop.
+gets a callable that holds the real one only weakly; the dataset object and the
+loader's `keep` list hold it strongly. So a dataset works as long as it or its loader
+lives (its iterators keep it; a dataset TensorFlow rebuilt from its graph, e.g. for
+distribution, needs the loader), and once the user drops both, the loader is
+collected and its workers stop.
 
 Inside a ``tf.function`` the dataset object only lives while tracing, yet the traced
 graph calls the generator later: there the callable is passed on as is.
@@ -25,8 +27,16 @@ __all__ = ["from_generator"]
 _ATTRIBUTE = "_resumeloader_generator"
 
 
-def from_generator(make: Callable[[], Iterator[Any]], output_signature: Any) -> tf.data.Dataset:
-    """``tf.data.Dataset.from_generator(make, output_signature=...)``, see the module docstring."""
+def from_generator(
+    make: Callable[[], Iterator[Any]], output_signature: Any, *, keep: list[Any]
+) -> tf.data.Dataset:
+    """``tf.data.Dataset.from_generator(make, output_signature=...)``, see the module docstring.
+
+    Args:
+        make: returns the generator of one iteration.
+        output_signature: the element spec.
+        keep: a list owned by the loader; `make` is appended to it.
+    """
     if tf.inside_function():
         return tf.data.Dataset.from_generator(make, output_signature=output_signature)
     ref = weakref.ref(make)
@@ -41,4 +51,5 @@ def from_generator(make: Callable[[], Iterator[Any]], output_signature: Any) -> 
     ds = tf.data.Dataset.from_generator(generate, output_signature=output_signature)
     # Not a tracked attribute: the dataset must not gain checkpoint dependencies.
     object.__setattr__(ds, _ATTRIBUTE, make)
+    keep.append(make)
     return ds

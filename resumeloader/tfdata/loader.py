@@ -81,8 +81,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
             start once and serve every iteration and epoch until `close` (or garbage
             collection, or exit); they never import ``__main__`` nor TensorFlow.
         worker_timeout: seconds to wait for one batch from a worker before raising a
-            `WorkerError` naming it (a stalled process worker is stopped and replaced);
-            None (default) waits as long as the worker lives. Needs ``num_workers >= 1``.
+            `WorkerError` naming it (a stalled process worker is stopped and replaced
+            by the next iteration; a process's start-up is not counted); None (default)
+            waits as long as the worker lives. Needs ``num_workers >= 1``.
 
     Example:
         >>> import numpy as np

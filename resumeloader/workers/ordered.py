@@ -82,8 +82,9 @@ class WorkerSettings:
         pipeline: the pipeline whose batches the workers produce (sent pickled to
             process workers).
         timeout: seconds to wait for one batch from a worker before raising a
-            `WorkerError` naming it (a stalled process worker is stopped); None waits
-            as long as the worker lives. Needs ``num_workers >= 1``.
+            `WorkerError` naming it (a stalled process worker is stopped; a process's
+            start-up is not counted); None waits as long as the worker lives. Needs
+            ``num_workers >= 1``.
 
     Raises:
         TypeError: process workers are requested and the pipeline's source or a
