@@ -109,6 +109,24 @@ def _load() -> str:
     return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def parallel_capacity(count: int = 20_000) -> float:
+    """CPUs' worth of Python work two processes get now (2.0 on an idle 2-core machine):
+    no 2-worker speed-up can exceed it."""
+    import subprocess
+
+    code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+        f"import _common; print(_common.burn_for({count}))"
+    )
+
+    def timed(copies: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                  text=True) for _ in range(copies)]
+        return statistics.mean(float(p.communicate()[0]) for p in procs)
+
+    return 2 * timed(1) / timed(2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer records and rounds")
@@ -138,8 +156,8 @@ def main() -> None:
     base = statistics.median(fits[CONFIGS[0]])
     total = num_records * epochs
     print(f"\n(b) Keras fit, {epochs} epochs of {num_records:,} records, start-up included "
-          f"({os.cpu_count()} CPUs, load average {_load()}; median of {rounds} interleaved "
-          "rounds)\n")
+          f"({os.cpu_count()} CPUs, load average {_load()}; parallel capacity "
+          f"{parallel_capacity():.2f}; median of {rounds} interleaved rounds)\n")
     print("| workers | seconds | records/s | vs 0 workers |")
     print("|---|---|---|---|")
     for config, times in fits.items():
