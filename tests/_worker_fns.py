@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -41,6 +42,23 @@ def kill_self_at_index(record: np.ndarray, rng: np.random.Generator) -> np.ndarr
     return record
 
 
+def stall_at_index(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sleeps for an hour on record FAILING_INDEX (a stalled worker process)."""
+    if int(record[0]) == FAILING_INDEX:
+        time.sleep(3600)
+    return record
+
+
+RELEASE = threading.Event()
+
+
+def wait_at_index(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Blocks on record FAILING_INDEX until RELEASE is set (a stalled worker thread)."""
+    if int(record[0]) == FAILING_INDEX:
+        RELEASE.wait(60)
+    return record
+
+
 def slow(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Takes a few milliseconds per record, so that a stream stays busy for a while."""
     time.sleep(0.002)
@@ -67,10 +85,8 @@ class CountingSource:
         return self.data[indices]
 
 
-def _rebuild_only_in_parent(data: np.ndarray) -> np.ndarray:
-    import multiprocessing
-
-    if multiprocessing.parent_process() is not None:
+def _rebuild_only_in_parent(data: np.ndarray, pid: int) -> np.ndarray:
+    if os.getpid() != pid:
         msg = "this source cannot be opened in a worker"
         raise RuntimeError(msg)
     return data
@@ -79,5 +95,5 @@ def _rebuild_only_in_parent(data: np.ndarray) -> np.ndarray:
 class ParentOnlySource(CountingSource):
     """Pickles fine, but unpickling it in a worker process raises RuntimeError."""
 
-    def __reduce__(self) -> tuple[object, tuple[np.ndarray]]:
-        return _rebuild_only_in_parent, (self.data,)
+    def __reduce__(self) -> tuple[object, tuple[np.ndarray, int]]:
+        return _rebuild_only_in_parent, (self.data, os.getpid())

@@ -23,7 +23,7 @@ import tensorflow as tf
 from resumeloader.core import positions, rng
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.tfdata import gather, graph, prefetch
+from resumeloader.tfdata import gather, generator, graph, prefetch
 from resumeloader.workers import ordered, produce
 
 __all__ = ["Delivery"]
@@ -41,6 +41,7 @@ class Delivery:
         with_metadata: deliver ``(batch, metadata)``.
         num_workers: workers preparing batches in parallel (0: none).
         worker_type: "thread" or "process".
+        worker_timeout: seconds to wait for one batch from a worker, or None.
     """
 
     def __init__(
@@ -52,12 +53,17 @@ class Delivery:
         with_metadata: bool,
         num_workers: int,
         worker_type: str,
+        worker_timeout: float | None = None,
     ) -> None:
         self.plan = plan
         self.prefetch = prefetch
         self.with_metadata = with_metadata
-        self.workers = ordered.WorkerSettings(num_workers, worker_type, pipeline=plan.pipeline)
+        self.workers = ordered.WorkerSettings(
+            num_workers, worker_type, pipeline=plan.pipeline, timeout=worker_timeout
+        )
         self.producer = produce.BatchProducer(plan.pipeline, spec)
+        # The generators of this delivery's datasets (see resumeloader.tfdata.generator).
+        self.generators: list[Any] = []
         self.spec = self.producer.spec
         columns = plan.pipeline.source.columns()
         self.gatherer: gather.Gatherer | None = None
@@ -112,6 +118,7 @@ class Delivery:
             element_spec: the element spec the batches are given.
         """
         plan = self.plan
+        self.workers.start(self.producer)
 
         def layout_and_start() -> tuple[positions.Layout, int]:
             position = start()
@@ -124,8 +131,8 @@ class Delivery:
                 with_metadata=self.with_metadata,
             )
         else:
-            ds = tf.data.Dataset.from_generator(
-                lambda: self.batches(plan, *layout_and_start()), output_signature=element_spec
+            ds = generator.from_generator(
+                lambda: self.batches(plan, *layout_and_start()), element_spec, keep=self.generators
             )
         return self.prefetched(ds)
 
@@ -137,7 +144,12 @@ class Delivery:
         """
         depth = 2 if self.prefetch == AUTOTUNE else self.prefetch or 0
         plan = self.plan
+        self.workers.start(self.producer)
         return prefetch.prefetched(lambda: self.batches(plan, plan.layout, position), depth)
+
+    def close(self) -> None:
+        """Stops the process workers (a later iteration starts new ones)."""
+        self.workers.close()
 
     def describe(self) -> list[tuple[str, str, str, str]]:
         """Rows (stage, what, element, state) of the delivery, for ``describe()``."""

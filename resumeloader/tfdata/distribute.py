@@ -28,6 +28,7 @@ from resumeloader import errors
 from resumeloader.core import positions
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import delivery as delivery_lib
+from resumeloader.tfdata import generator
 
 __all__ = ["InputPipeline", "dataset", "in_replica_context", "merge", "pipeline"]
 
@@ -134,7 +135,7 @@ def dataset(
             yield from pipe.split(batch)
 
     spec = delivery.element_spec(pipe.per_replica_batch_size)
-    return delivery.prefetched(tf.data.Dataset.from_generator(generate, output_signature=spec))
+    return delivery.prefetched(generator.from_generator(generate, spec, keep=delivery.generators))
 
 
 def in_replica_context() -> bool:

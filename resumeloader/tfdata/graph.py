@@ -28,30 +28,52 @@ def element_spec(spec: spec_lib.RecordSpec, batch_dim: int | None, with_metadata
 
 
 def advance(variable: tf.Variable, layout: positions.Layout, num_batches: Any) -> None:
-    """Advances the position `variable` by `num_batches` batches with tensor ops."""
+    """Advances the position `variable` by `num_batches` batches with O(1) tensor ops.
+
+    The same arithmetic as `positions.Layout.advance` (no loop over batches). A
+    negative `num_batches`, or an endless stream passing 2**63 - 1 records, fails the
+    step with ``InvalidArgumentError`` instead of storing a wrong position.
+    """
     per_epoch = tf.constant(layout.records_per_epoch, tf.int64)
     size = tf.constant(layout.batch_size, tf.int64)
-    end = layout.end
-
-    def one_batch(position: tf.Tensor) -> tf.Tensor:
-        # Mirrors positions.Layout.batch_end + normalise with tensor ops.
-        position += tf.minimum(size, per_epoch - position % per_epoch)
-        if layout.drop_remainder:
-            offset = position % per_epoch
-            left = per_epoch - offset
-            position += tf.where((offset > 0) & (left < size), left, tf.zeros_like(left))
-        if end is not None:
-            position = tf.minimum(position, tf.constant(end, tf.int64))
-        return position
-
-    position = variable.read_value()
     count = tf.cast(num_batches, tf.int64)
-    _, position = tf.while_loop(
-        lambda i, _: i < count,
-        lambda i, p: (i + 1, one_batch(p)),
-        (tf.constant(0, tf.int64), position),
-    )
-    variable.assign(position)
+    checks = [
+        tf.debugging.assert_non_negative(
+            count, message="`num_batches` of loader.advance() must be >= 0"
+        )
+    ]
+    position = variable.read_value()
+    offset = position % per_epoch
+    if layout.drop_remainder:  # normalise: a position in a dropped remainder moves on
+        left_in_epoch = per_epoch - offset
+        moved = (offset > 0) & (left_in_epoch < size)
+        position += tf.where(moved, left_in_epoch, tf.zeros_like(left_in_epoch))
+        offset = position % per_epoch
+    full, rest = (per_epoch - offset) // size, (per_epoch - offset) % size
+    left = full + (0 if layout.drop_remainder else tf.cast(rest > 0, tf.int64))
+    left = tf.maximum(left, 1)  # a normalised position before the end starts a batch
+    within = position + tf.minimum(count, left) * size
+    epochs = tf.maximum(count - left, 0) // layout.batches_per_epoch
+    batches = tf.maximum(count - left, 0) % layout.batches_per_epoch
+    epoch = position // per_epoch + 1
+    if layout.num_epochs is not None:
+        # Clamped before multiplying, so that no count can overflow.
+        epoch = tf.minimum(epoch + tf.minimum(epochs, layout.num_epochs), layout.num_epochs)
+    else:
+        limit = (positions.MAX_POSITION - batches * size) // per_epoch
+        checks.append(
+            tf.debugging.Assert(
+                (count < left) | (epochs <= limit - epoch),
+                ["loader.advance(num_batches) would pass the largest position, 2**63 - 1."],
+            )
+        )
+        epoch += epochs
+    beyond = epoch * per_epoch + batches * size
+    advanced = tf.where(count < left, within, beyond)
+    if layout.end is not None:
+        advanced = tf.minimum(advanced, layout.end)
+    with tf.control_dependencies(checks):
+        variable.assign(advanced)
 
 
 def record_spec(output_signature: Any) -> spec_lib.RecordSpec:

@@ -77,9 +77,13 @@ class ResumableLoader(tf.train.experimental.PythonState):
             the stream does not depend on `num_workers` or `worker_type`.
         worker_type: "thread", or "process" (spawned processes that receive the
             pipeline pickled once and return batches through shared memory; use it for
-            GIL-bound ``map_fn``). A dead worker raises `WorkerError`. The pool lives
-            for one iteration (process start-up costs about a second), so prefer one
-            long iteration (``num_epochs=None``) to a loop per epoch.
+            GIL-bound ``map_fn``). A dead worker raises `WorkerError`. Process workers
+            start once and serve every iteration and epoch until `close` (or garbage
+            collection, or exit); they never import ``__main__`` nor TensorFlow.
+        worker_timeout: seconds to wait for one batch from a worker before raising a
+            `WorkerError` naming it (a stalled process worker is stopped and replaced
+            by the next iteration; a process's start-up is not counted); None (default)
+            waits as long as the worker lives. Needs ``num_workers >= 1``.
 
     Example:
         >>> import numpy as np
@@ -109,6 +113,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         with_metadata: bool = False,
         num_workers: int = 0,
         worker_type: str = "thread",
+        worker_timeout: float | None = None,
     ) -> None:
         if map_fn is not None and not callable(map_fn):
             msg = f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}."
@@ -130,6 +135,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             with_metadata=with_metadata,
             num_workers=num_workers,
             worker_type=worker_type,
+            worker_timeout=worker_timeout,
         )
 
     @classmethod
@@ -145,6 +151,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         with_metadata: bool = False,
         num_workers: int = 0,
         worker_type: str = "thread",
+        worker_timeout: float | None = None,
     ) -> ResumableLoader:
         """A loader delivering the batches of `pipeline` (which must end in a batch stage).
 
@@ -177,6 +184,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             with_metadata=with_metadata,
             num_workers=num_workers,
             worker_type=worker_type,
+            worker_timeout=worker_timeout,
         )
         return loader
 
@@ -192,6 +200,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         with_metadata: bool,
         num_workers: int,
         worker_type: str,
+        worker_timeout: float | None,
     ) -> None:
         if prefetch is not None and prefetch != AUTOTUNE:
             validate.integer("prefetch", prefetch, low=0)
@@ -205,6 +214,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             with_metadata=validate.boolean("with_metadata", with_metadata),
             num_workers=validate.integer("num_workers", num_workers, low=0, high=1024),
             worker_type=worker_type,
+            worker_timeout=worker_timeout,
         )
         self._layout = self._plan.layout
         self._dataset: tf.data.Dataset | None = None
@@ -216,6 +226,20 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 name="resumeloader_position",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
+
+    def close(self) -> None:
+        """Stops the loader's worker processes, if any; iterating again restarts them.
+
+        Also done when the loader is garbage collected or the interpreter exits; a
+        ``with`` block closes it on leaving.
+        """
+        self._delivery.close()
+
+    def __enter__(self) -> ResumableLoader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # -- description -------------------------------------------------------------------
     plan = property(
