@@ -147,6 +147,7 @@ class Generation:
         self.superseded = False
         self.finished = False  # produced its last batch (read-ahead may still be queued)
         self.closed = False  # its iterator is gone: nothing more can be handed out
+        # (tf.data may read ahead even without a `prefetch`: it injects one.)
 
 
 class Ledger:
@@ -298,9 +299,11 @@ class Ledger:
                 generation.end = self._layout.advance(task.position, 1)
                 yield task
             generation.finished = True
-        finally:
-            if not generation.finished:
-                generation.closed = True
+        except GeneratorExit:
+            # Its iterator is gone. After any other error, batches produced before it
+            # may still be handed out, so the iteration is not closed.
+            generation.closed = True
+            raise
 
     def _supersede(self) -> None:
         if self._current is not None:

@@ -150,8 +150,12 @@ class GuardedDataset(dataset_ops.UnaryUnchangedStructureDataset):
     Args:
         dataset: the dataset to guard; this one reads the same variant tensor.
         finite: whether the loader ends (``repeat`` is refused then).
-        count: the number of elements an iteration started now yields, or None.
+        count: the number of elements an iteration started now yields (or
+            ``tf.data.INFINITE_CARDINALITY``), or None when unknown.
     """
+
+    #: The refused transformations (``repeat`` only on a finite loader).
+    REFUSED = tuple(UNSAFE)
 
     def __init__(self, dataset: tf.data.Dataset, *, finite: bool, count: Count | None) -> None:
         self._guarded = dataset
@@ -198,7 +202,8 @@ class GuardedDataset(dataset_ops.UnaryUnchangedStructureDataset):
         parent = self._count
         taken: Count | None = None
         if parent is not None and isinstance(count, int) and count >= 0:
-            taken = lambda: min(count, parent())  # noqa: E731
+            # A negative parent count is tf.data's INFINITE_CARDINALITY.
+            taken = lambda: count if parent() < 0 else min(count, parent())  # noqa: E731
         return self._guard(super().take(count, name=name), taken)
 
     def take_while(self, *args: Any, **kwargs: Any) -> GuardedDataset:

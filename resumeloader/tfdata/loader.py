@@ -398,13 +398,17 @@ class ResumableLoader(tf.train.experimental.PythonState):
             element_spec=self.element_spec,
             watch=self._ledger.watch,
         )
+        count: Callable[[], int] | None = None
+        if rest_of_epoch:
+            # Keras fixes an epoch's length from the cardinality at fit start, so the
+            # one-epoch dataset (whose first epoch may be short) keeps it unknown.
+            pass
+        elif self.num_epochs is None:
+            count = lambda: tf.data.INFINITE_CARDINALITY  # noqa: E731
+        else:
+            count = self.__len__
         finite = rest_of_epoch or self.num_epochs is not None
-        # Keras fixes an epoch's length from the cardinality at fit start, so the
-        # one-epoch dataset (whose first epoch may be short) keeps it unknown.
-        count = len if self.num_epochs is not None and not rest_of_epoch else None
-        guarded = guard.GuardedDataset(
-            ds, finite=finite, count=None if count is None else lambda: count(self)
-        )
+        guarded = guard.GuardedDataset(ds, finite=finite, count=count)
         if reusable:
             self._dataset = guarded
         return guarded
@@ -586,17 +590,19 @@ class ResumableLoader(tf.train.experimental.PythonState):
     def deserialize(self, string_value: Any) -> None:
         """`tf.train.experimental.PythonState` hook: restores the JSON text of a state."""
         if isinstance(string_value, tf.Tensor):
-            if string_value.dtype != tf.string:
-                msg = (
-                    "The checkpoint holds a tensor under the loader's key, not a loader "
-                    "state: it was saved from a tf.Variable or tensor (e.g. "
-                    "tf.train.Checkpoint(loader=<a variable>)), not from a ResumableLoader. "
-                    "Save the loader itself under that key, or restore the variable into a "
-                    "variable. Received: a "
-                    f"{string_value.dtype.name} tensor of shape {string_value.shape}."
-                )
-                raise errors.StateError(msg)
             string_value = string_value.numpy()
+        if isinstance(string_value, (np.ndarray, np.generic)) and string_value.dtype.kind != "O":
+            # A string tensor reads back as bytes (an object scalar): anything else
+            # was saved from a variable or tensor, not from a loader.
+            msg = (
+                "The checkpoint holds a number under the loader's key, not a loader state: "
+                "it was saved from a tf.Variable or tensor (e.g. tf.train.Checkpoint("
+                "loader=<a variable>)), not from a ResumableLoader. Save the loader itself "
+                "under that key. Received: a value of dtype "
+                f"{string_value.dtype.name} and shape {string_value.shape}: "
+                f"{string_value!r:.80}."
+            )
+            raise errors.StateError(msg)
         if isinstance(string_value, bytes):
             string_value = string_value.decode()
         self.set_state(string_value)

@@ -1,0 +1,328 @@
+"""Who consumes a loader, checked: one live eager loop, no position change under it,
+dataset() iterations that cannot be read twice or over-counted, the batch in flight."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import resumeloader
+from resumeloader import ResumableLoader
+
+
+def _loader(**kwargs) -> ResumableLoader:
+    options = dict(batch_size=4, seed=3, num_epochs=2, shuffle=False)
+    options.update(kwargs)
+    return ResumableLoader(np.arange(20), **options)
+
+
+def _ids(batch) -> list[int]:
+    return np.asarray(batch).tolist()
+
+
+# -- one live `for batch in loader` ----------------------------------------------------
+
+
+def _zip_two_loops(loader):
+    return list(zip(loader, loader, strict=False))
+
+
+def _nested_loops(loader):
+    return [(a, b) for a in loader for b in loader]
+
+
+def _two_threads(loader):
+    errors: list[BaseException] = []
+    first = iter(loader)
+    next(first)
+
+    def second():
+        try:
+            next(iter(loader))
+        except BaseException as err:  # handed to the test thread
+            errors.append(err)
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    thread.join()
+    first.close()
+    raise errors[0]
+
+
+@pytest.mark.parametrize(
+    "consume",
+    [_zip_two_loops, _nested_loops, _two_threads],
+    ids=["zip-loader-loader", "nested-loops", "two-threads"],
+)
+def test_iter_second_live_iterator_raises_naming_the_first(consume):
+    """A second `for batch in loader` while one is live raises, naming the live one."""
+    loader = _loader()
+
+    with pytest.raises(resumeloader.ResumeLoaderError, match="second live iterator") as info:
+        consume(loader)
+
+    assert "started at" in str(info.value) and "test_consumption.py" in str(info.value)
+    assert loader.position <= 4  # at most the first loop's one batch was counted
+
+
+def test_iter_after_loop_left_by_break_starts_a_new_loop():
+    """Leaving a loop (break) ends it: the next loop continues with the next batch."""
+    loader = _loader()
+    for batch in loader:
+        first = _ids(batch)
+        break
+
+    rest = [_ids(b) for b in loader]
+
+    assert first == [0, 1, 2, 3]
+    assert rest[0] == [4, 5, 6, 7] and len(rest) == 9
+    assert loader.position == 40
+
+
+def test_iter_abandoned_iterator_collected_frees_the_loader():
+    """An iterator dropped mid-way ends when collected; its handed-out batch stays counted."""
+    loader = _loader()
+    iterator = iter(loader)
+    next(iterator)
+    del iterator
+    gc.collect()
+
+    assert _ids(next(iter(loader))) == [4, 5, 6, 7]
+
+
+def test_iter_iterator_closed_explicitly_frees_the_loader():
+    """close() on a live iterator ends it, so a new loop may start."""
+    loader = _loader()
+    iterator = iter(loader)
+    next(iterator)
+    iterator.close()
+
+    assert next(iterator, None) is None
+    assert _ids(next(iter(loader))) == [4, 5, 6, 7]
+
+
+# -- no position change under a live loop ------------------------------------------------
+
+
+def _advance(loader, _state, _tmp_path):
+    loader.advance()
+
+
+def _set_state(loader, state, _tmp_path):
+    loader.set_state(state)
+
+
+def _checkpoint_restore(loader, _state, tmp_path):
+    path = tf.train.Checkpoint(loader=_loader()).write(str(tmp_path / "ckpt"))
+    tf.train.Checkpoint(loader=loader).read(path)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_advance, _set_state, _checkpoint_restore],
+    ids=["advance", "set_state", "checkpoint-restore"],
+)
+def test_iter_position_change_during_live_loop_raises(change, tmp_path):
+    """advance(), set_state() or a restore inside `for batch in loader` raises, unchanged."""
+    loader = _loader()
+    state = loader.get_state()
+    seen = []
+
+    with pytest.raises(resumeloader.ResumeLoaderError, match="during a live") as info:
+        for batch in loader:
+            seen.append(_ids(batch))
+            change(loader, state, tmp_path)
+
+    assert "started at" in str(info.value)
+    assert seen == [[0, 1, 2, 3]]
+    assert loader.position == 4
+
+
+def test_iter_save_in_loop_body_records_the_python_position(tmp_path):
+    """During a loop the position lives in Python; every reader sees it (no variable write)."""
+    loader = _loader(num_epochs=1)
+    checkpoint = tf.train.Checkpoint(loader=loader)
+    manager = tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=None)
+    for step, _ in enumerate(loader):
+        if step == 1:
+            path = manager.save()
+            state = loader.get_state()
+            break
+    fresh = _loader(num_epochs=1)
+    tf.train.Checkpoint(loader=fresh).read(path).expect_partial()
+
+    assert fresh.position == 8
+    assert state["offset"] == 8
+    assert [_ids(b) for b in fresh] == [[8, 9, 10, 11], [12, 13, 14, 15], [16, 17, 18, 19]]
+
+
+# -- dataset() iterations -----------------------------------------------------------------
+
+
+def _records_path(**kwargs) -> ResumableLoader:
+    # A map_fn makes the generator produce one batch per request (the gather path of a
+    # plain array produces index arrays 16 batches at a time).
+    return _loader(map_fn=lambda record, rng: record, **kwargs)
+
+
+def test_dataset_two_iterations_read_at_once_raise():
+    """zip(ds, ds) reads two iterations of one loader: it raises instead of pairing twins."""
+    loader = _records_path(prefetch=None)
+    ds = loader.dataset()
+    pairs = []
+
+    with pytest.raises(tf.errors.OpError, match="Two iterations of this loader") as info:
+        for a, b in tf.data.Dataset.zip((ds, ds)):
+            pairs.append((_ids(a), _ids(b)))
+            loader.advance()
+
+    assert "StreamIntegrityError" in str(info.value)
+    assert len(pairs) <= 1  # its first step, before the second iteration started
+    assert loader.position <= 4
+
+
+def test_dataset_while_eager_loop_live_raises():
+    """Iterating dataset() inside a live `for batch in loader` raises (two consumers)."""
+    loader = _loader()
+
+    with pytest.raises(tf.errors.OpError, match="while a `for batch in loader` is live"):
+        for _ in loader:
+            next(iter(loader.dataset()))
+
+    assert loader.position == 4
+
+
+def _mixed_with_other_data(loader):
+    other = tf.data.Dataset.from_tensors(tf.constant([-1, -1, -1, -1], tf.int64)).repeat()
+    return tf.data.Dataset.sample_from_datasets([loader.dataset(), other], seed=1)
+
+
+def _advance_twice_per_batch(loader):
+    return loader.dataset()
+
+
+@pytest.mark.parametrize(
+    ("make", "advances"),
+    [(_mixed_with_other_data, 1), (_advance_twice_per_batch, 2)],
+    ids=["sample-from-datasets", "advance-twice-per-batch"],
+)
+def test_dataset_advance_past_produced_batches_raises(make, advances):
+    """Counting batches that did not come from the loader raises once it outruns production."""
+    loader = _loader(num_epochs=None, prefetch=1)
+    steps = 0
+
+    with pytest.raises(resumeloader.ResumeLoaderError, match="past the last batch") as info:
+        for _ in make(loader):
+            loader.advance(advances)
+            steps += 1
+            assert steps < 100, "the over-count was never detected"
+
+    assert "sample_from_datasets" in str(info.value)
+
+
+def test_dataset_advance_before_iterating_skips_batches():
+    """An advance with no iteration running skips batches on purpose, unchecked."""
+    loader = _loader()
+
+    loader.advance(3)
+
+    assert _ids(next(iter(loader.dataset()))) == [12, 13, 14, 15]
+
+
+def test_dataset_iterator_from_before_restore_then_advance_raises():
+    """An iterator started before set_state serves the old position: advancing on it raises."""
+    loader = _records_path(prefetch=None)
+    iterator = iter(loader.dataset())
+    next(iterator)
+    loader.advance()
+    saved = loader.get_state()
+    next(iterator)
+    loader.advance()
+
+    loader.set_state(saved)
+
+    next(iterator)
+    with pytest.raises(resumeloader.ResumeLoaderError, match=r"restored .* while an iterator"):
+        loader.advance()
+    assert loader.position == 4
+
+
+# -- the batch in flight ------------------------------------------------------------------
+
+
+def test_excluding_in_flight_in_except_block_saves_before_the_failed_batch(tmp_path):
+    """A save in `except` with excluding_in_flight() resumes with the batch whose step failed."""
+    loader = _loader(num_epochs=1)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(loader=loader), str(tmp_path), 2)
+    trained = []
+    try:
+        for batch in loader:
+            if len(trained) == 2:
+                raise RuntimeError("the training step failed")
+            trained.append(_ids(batch))
+    except RuntimeError:
+        with loader.excluding_in_flight():
+            manager.save()
+    fresh = _loader(num_epochs=1)
+    tf.train.Checkpoint(loader=fresh).read(manager.latest_checkpoint).expect_partial()
+
+    assert trained + [_ids(b) for b in fresh] == [
+        [0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15], [16, 17, 18, 19]
+    ]
+    assert loader.position == 12  # outside the block, the failed batch still counts
+
+
+def test_excluding_in_flight_in_live_loop_reads_the_position_before_the_batch():
+    """Inside the loop body the block gives the position before the batch handed out."""
+    loader = _loader()
+    inside = []
+    for _ in itertools.islice(loader, 2):
+        with loader.excluding_in_flight() as position:
+            inside.append((position, loader.get_state()["offset"]))
+        inside.append(loader.position)
+
+    assert inside == [(0, 0), 4, (4, 4), 8]
+
+
+def test_excluding_in_flight_after_position_change_changes_nothing():
+    """Once the position moved after the loop ended, no batch is in flight any more."""
+    loader = _loader()
+    for _ in loader:
+        break
+    loader.advance()
+
+    with loader.excluding_in_flight() as position:
+        assert position == loader.position == 8
+
+
+@pytest.mark.parametrize("seed", range(4), ids=lambda s: f"seed{s}")
+def test_iter_saves_at_random_steps_resume_exactly(seed, tmp_path):
+    """States saved at random steps of a loop, by every save path, each resume exactly."""
+    rng = np.random.default_rng(seed)
+    make = lambda: ResumableLoader(np.arange(37), batch_size=5, seed=seed, num_epochs=3)  # noqa: E731
+    reference = [_ids(b) for b in make()]
+    loader = make()
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(loader=loader), str(tmp_path / "manager"), max_to_keep=None
+    )
+    saved = []  # (steps consumed, how to restore a fresh loader)
+    for step, _ in enumerate(loader):
+        way = rng.integers(4)
+        if way == 0:
+            state = loader.get_state()
+            saved.append((step + 1, lambda fresh, s=state: fresh.set_state(s)))
+        elif way == 1:
+            path = tf.train.Checkpoint(loader=loader).write(str(tmp_path / f"write{step}"))
+            saved.append((step + 1, lambda f, p=path: tf.train.Checkpoint(loader=f).read(p)))
+        elif way == 2:
+            path = manager.save()
+            saved.append((step + 1, lambda f, p=path: tf.train.Checkpoint(loader=f).read(p)))
+    for consumed, restore in saved:
+        fresh = make()
+        restore(fresh)
+        assert [_ids(b) for b in fresh] == reference[consumed:]
