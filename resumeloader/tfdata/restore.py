@@ -17,7 +17,7 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 from resumeloader import errors
 from resumeloader.tfdata import loader as loader_lib
 
-__all__ = ["check_tracks_loader", "restore"]
+__all__ = ["check_tracks_loader", "checked_path", "restore"]
 
 _GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
@@ -95,6 +95,23 @@ def restore(
         ...
         resumeloader.errors.StateError: The checkpoint ... holds no state for the loader ...
     """
+    path = checked_path(manager, loader, path=path)
+    if path is not None:
+        manager.checkpoint.restore(path)
+    return path
+
+
+def checked_path(
+    manager: tf.train.CheckpointManager,
+    loader: loader_lib.ResumableLoader,
+    *,
+    path: str | None = None,
+) -> str | None:
+    """The checkpoint `restore` would restore (None if there is none), checked, unrestored.
+
+    Raises:
+        TypeError, ValueError, StateError: as `restore`.
+    """
     if not isinstance(manager, tf.train.CheckpointManager):
         msg = (
             "`manager` must be a tf.train.CheckpointManager. "
@@ -117,5 +134,4 @@ def restore(
             f"or start from a new directory. Received: loader={loader!r}."
         )
         raise errors.StateError(msg)
-    manager.checkpoint.restore(path)
     return path
