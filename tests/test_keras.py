@@ -504,3 +504,23 @@ def test_verify_keras_early_stopping_job_killed_twice_is_identical(tmp_path):
     assert (report.reference_steps, report.resumed_steps, report.processes) == (42, 42, 3)
     assert report.weights_identical is True
     assert report.resumed_loss == report.reference_loss
+
+
+def test_fit_resumes_from_checkpoint_without_callback_state(tmp_path):
+    """A checkpoint of model, optimizer and loader only (as 0.1 wrote) still resumes the fit."""
+    loader = job.make_loader()
+    model = job.make_model({})
+    model.optimizer.build(model.trainable_variables)
+    loader.advance(3)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, loader=loader)
+    tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=1).save()
+    batches: list[int] = []
+    fresh = job.make_loader()
+    count = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: batches.append(b))
+    callback = resumeloader.keras.ResumeCallback(fresh, str(tmp_path))
+
+    job.make_model({}).fit(resumeloader.keras.epoch_dataset(fresh), epochs=1, verbose=0,
+                           callbacks=[callback, count])
+
+    assert len(batches) == fresh.batches_per_epoch - 3
+    assert fresh.epoch == 1

@@ -65,6 +65,9 @@ class _EpochBoundary:
 
 
 _BOUNDARY = _EpochBoundary()
+# Where the fit state is tracked in the checkpoint.
+_FIT_STATE = "resumeloader_fit"
+_BEST_WEIGHTS = "resumeloader_best_weights"
 
 
 class ResumeCallback(keras.callbacks.Callback):
@@ -169,13 +172,17 @@ class ResumeCallback(keras.callbacks.Callback):
                 checkpoint, self._directory, max_to_keep=self._max_to_keep
             )
         checkpoint = self._manager.checkpoint
-        checkpoint.resumeloader_fit = fit_state
-        checkpoint.resumeloader_best_weights = fit_state.best_weights
         fit_state.restored, fit_state.stopped = None, False
         path = restore_lib.checked_path(self._manager, self._loader)
+        # A checkpoint written without the fit state (by resumeloader 0.1, or by your
+        # code) still restores: the fit state is tracked after it then.
+        saved = set() if path is None else {n for n, _ in tf.train.list_variables(path)}
+        if any(name.startswith(f"{_FIT_STATE}/") for name in saved):
+            self._track_fit_state(checkpoint, fit_state)
         if path is not None:
             checkpoint.restore(path).assert_existing_objects_matched()
             fit_state.apply_callbacks()
+        self._track_fit_state(checkpoint, fit_state)
         self._saved_position = self._loader.position
         self._since_save = 0
         self._resumed_mid_epoch = self._loader.step > 0
@@ -185,6 +192,11 @@ class ResumeCallback(keras.callbacks.Callback):
         # A fit a callback had stopped trains no more epochs.
         epochs = self.params.get("epochs") if fit_state.stopped else None
         self.model._initial_epoch = epochs or self._loader.epoch or None
+
+    @staticmethod
+    def _track_fit_state(checkpoint: Any, fit_state: callback_state.FitState) -> None:
+        setattr(checkpoint, _FIT_STATE, fit_state)
+        setattr(checkpoint, _BEST_WEIGHTS, fit_state.best_weights)
 
     def _track_callbacks(self, callbacks: list[Any]) -> callback_state.FitState:
         if self._fit_state is None:
