@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import gc
 import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -326,3 +332,67 @@ def test_iter_saves_at_random_steps_resume_exactly(seed, tmp_path):
         fresh = make()
         restore(fresh)
         assert [_ids(b) for b in fresh] == reference[consumed:]
+
+
+_PREEMPTED_JOB = textwrap.dedent(
+    """
+    import json, signal, sys, time
+    import numpy as np, tensorflow as tf
+    import resumeloader
+
+    ckpt_dir, trace_path, slow_step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    loader = resumeloader.ResumableLoader(np.arange(40), batch_size=4, seed=1, num_epochs=1)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(loader=loader), ckpt_dir, 2)
+    resumeloader.restore(manager, loader)
+
+    def on_sigterm(signum, frame):  # a preemption notice: save and leave
+        with loader.excluding_in_flight():  # the step in progress did not finish
+            manager.save()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    with open(trace_path, "a") as trace:
+        for step, batch in enumerate(loader):
+            print("in step", step, flush=True)
+            if step == slow_step:
+                time.sleep(60)  # the training step; SIGTERM arrives here
+            trace.write(json.dumps(batch.numpy().tolist()) + "\\n")  # the step is done
+            trace.flush()
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("excluding", [True, False], ids=["excluding-in-flight", "plain-save"])
+def test_sigterm_save_during_step_keeps_the_batch_only_excluding_in_flight(tmp_path, excluding):
+    """SIGTERM during a step: a save excluding the batch in flight trains it after the restore;
+    a plain save (the batch counted when handed out) loses it."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    trace = tmp_path / "trace.jsonl"
+    job_code = _PREEMPTED_JOB
+    if not excluding:
+        job_code = job_code.replace("with loader.excluding_in_flight():", "if True:")
+    command = [sys.executable, "-c", job_code, str(tmp_path / "ckpt"), str(trace)]
+    # cwd: `python -c` imports from its working directory first.
+    job = subprocess.Popen([*command, "3"], stdout=subprocess.PIPE, text=True, env=env,
+                           cwd=tmp_path)
+    try:
+        for line in job.stdout:
+            if line.strip() == "in step 3":
+                job.send_signal(signal.SIGTERM)
+                break
+        assert job.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        job.kill()
+    resumed = subprocess.run([*command, "-1"], capture_output=True, text=True, env=env,
+                             cwd=tmp_path, timeout=120, check=False)
+
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert resumed.stdout.splitlines()[0] == "in step 0"
+    trained = [json.loads(line) for line in trace.read_text().splitlines()]
+    order = resumeloader.IndexSampler(40, seed=1).epoch_indices(0, 0, 40).tolist()
+    if excluding:
+        assert [i for batch in trained for i in batch] == order
+    else:
+        assert trained == [order[i : i + 4] for i in (0, 4, 8, *range(16, 40, 4))]
