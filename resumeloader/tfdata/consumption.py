@@ -5,10 +5,8 @@ one loader, a position changed under a live loop, or an advance for batches the
 loader never produced would silently lose or repeat records, so the `Ledger` of a
 loader refuses them with a `StreamIntegrityError` at the first moment it can see them:
 
-* ``for batch in loader`` is an `EagerLoop`: one live loop per loader (a second one
-  raises, naming the first); while it is live the position lives in Python (it is
-  written to the TensorFlow variable once, when the loop ends) and `set_state` or an
-  eager `advance` raises.
+* ``for batch in loader`` is a `Loop`: one live loop per loader (a second one raises,
+  naming the first); while it is live `set_state` or an eager `advance` raises.
 * Every iteration of ``dataset()`` is a `Generation` that records how far it
   produced. A newer one supersedes the older ones: a superseded iteration that is
   still read raises (``zip(ds, ds)``, nested loops). An eager `advance` past what the
@@ -23,17 +21,16 @@ without over-counting — is refused earlier, by the guarded dataset
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import weakref
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import Protocol
 
 from resumeloader import errors
 from resumeloader.core import positions
 from resumeloader.stages import plan as plan_lib
 
-__all__ = ["EagerLoop", "Generation", "Ledger", "caller"]
+__all__ = ["Generation", "Ledger", "Loop", "caller"]
 
 
 def caller(depth: int = 2) -> str:
@@ -42,97 +39,15 @@ def caller(depth: int = 2) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
-class EagerLoop:
-    """A live ``for batch in loader``: hands out batches and counts each as consumed.
+class Loop(Protocol):
+    """What the ledger needs of a live eager loop (`resumeloader.tfdata.position.EagerLoop`)."""
 
-    A batch counts as consumed when it is handed out (a checkpoint saved in the loop
-    body, after the training step, resumes with the next batch). Until the loop asks
-    for the next batch it is also *in flight* (`in_flight` is the position before it),
-    for an emergency save during the step that consumed it.
+    live: bool
+    in_flight: int | None
+    position: int
+    origin: str
 
-    Args:
-        batches: the batches from `position` on (closed with the loop).
-        layout: the loader's batch arithmetic.
-        position: the normalised position the loop starts at.
-        origin: where the loop was started (``file:line``), for error messages.
-        on_close: called once with the loop when it ends, however it ends.
-    """
-
-    __slots__ = (
-        "__weakref__",
-        "_batches",
-        "_layout",
-        "_on_close",
-        "handed_out",
-        "in_flight",
-        "live",
-        "origin",
-        "position",
-    )
-
-    def __init__(
-        self,
-        batches: Iterator[Any],
-        layout: positions.Layout,
-        position: int,
-        *,
-        origin: str,
-        on_close: Callable[[EagerLoop], None],
-    ) -> None:
-        self._batches = batches
-        self._layout = layout
-        self._on_close = on_close
-        self.position = position
-        self.in_flight: int | None = None  # the position before the batch in flight
-        self.handed_out = 0
-        self.origin = origin
-        self.live = True
-
-    def __iter__(self) -> EagerLoop:
-        return self
-
-    def __next__(self) -> Any:
-        # Asking for the next batch means the step of the previous one is over.
-        self.in_flight = None
-        if not self.live:
-            raise StopIteration
-        try:
-            batch = next(self._batches)
-        except BaseException:
-            self.close()
-            raise
-        start = self.position
-        end = self._layout.advance(start, 1)
-        # Both stores together, no call between: a signal handler sees either state.
-        self.position, self.in_flight = end, start
-        self.handed_out += 1
-        return batch
-
-    def close(self) -> None:
-        """Ends the loop: stops its producer and hands the position back to the loader.
-
-        A batch in flight stays recorded in `in_flight` (the loop may end because its
-        step raised).
-        """
-        if not self.live:
-            return
-        self.live = False
-        try:
-            self._batches.close()  # type: ignore[attr-defined]
-        finally:
-            self._on_close(self)
-
-    def describe(self) -> str:
-        return (
-            f"`for batch in loader` started at {self.origin}, {self.handed_out} batches "
-            f"handed out, position {self.position}"
-        )
-
-    def __del__(self) -> None:
-        # An abandoned loop (dropped without finishing) ends when it is collected; at
-        # interpreter shutdown there may be nothing left to hand the position to.
-        with contextlib.suppress(Exception):
-            self.close()
+    def describe(self) -> str: ...
 
 
 class Generation:
@@ -159,7 +74,7 @@ class Ledger:
 
     def __init__(self, layout: positions.Layout) -> None:
         self._layout = layout
-        self._loop: weakref.ref[EagerLoop] | None = None
+        self._loop: weakref.ref[Loop] | None = None
         self._current: Generation | None = None
         self._serial = 0
         # A dataset() iteration that was live when the position was restored.
@@ -170,7 +85,7 @@ class Ledger:
         self.excluding = 0
 
     # -- the eager loop ----------------------------------------------------------------
-    def loop(self) -> EagerLoop | None:
+    def loop(self) -> Loop | None:
         """The live ``for batch in loader``, if any."""
         loop = None if self._loop is None else self._loop()
         return loop if loop is not None and loop.live else None
@@ -191,14 +106,14 @@ class Ledger:
             )
             raise errors.StreamIntegrityError(msg)
 
-    def open_loop(self, loop: EagerLoop) -> None:
+    def open_loop(self, loop: Loop) -> None:
         """Registers `loop` as the live loop; every dataset() iteration is superseded."""
         self.check_no_loop(loop.origin)
         self._supersede()
         self._ended_in_flight = None
         self._loop = weakref.ref(loop)
 
-    def close_loop(self, loop: EagerLoop) -> None:
+    def close_loop(self, loop: Loop) -> None:
         """Forgets `loop` (now ended), remembering its batch in flight, if any."""
         if self._loop is not None and self._loop() is loop:
             self._loop = None

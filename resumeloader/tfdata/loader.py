@@ -26,9 +26,10 @@ from resumeloader.core import state as state_lib
 from resumeloader.core import validate
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.tfdata import consumption, distribute, graph, guard, ordering
+from resumeloader.tfdata import consumption, distribute, graph, guard
 from resumeloader.tfdata import delivery as delivery_lib
 from resumeloader.tfdata import describe as describe_lib
+from resumeloader.tfdata import position as position_lib
 
 __all__ = ["AUTOTUNE", "ResumableLoader"]
 
@@ -213,16 +214,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
             worker_type=worker_type,
         )
         self._layout = self._plan.layout
-        self._ledger = consumption.Ledger(self._layout)
+        self._position = position_lib.Position(self._layout)
         self._dataset: tf.data.Dataset | None = None
-        with tf.init_scope():
-            self._position = tf.Variable(
-                0,
-                dtype=tf.int64,
-                trainable=False,
-                name="resumeloader_position",
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-            )
 
     # -- description -------------------------------------------------------------------
     plan = property(
@@ -263,19 +256,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
 
         Inside `excluding_in_flight`, the position before the batch in flight.
         """
-        live = self._ledger.loop()
-        if live is not None:
-            # A live loop keeps the position in Python; the variable is written when
-            # it ends (a variable write per batch costs more than the rest of the loop).
-            position = live.position
-        else:
-            _eager_only("loader.position")
-            position = self._layout.normalise(int(self._position.numpy()))
-        if self._ledger.excluding:
-            before = self._ledger.in_flight_before(position)
-            if before is not None:
-                return before
-        return position
+        return self._position.read()
 
     @property
     def epoch(self) -> int:
@@ -396,7 +377,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             lambda: self.position,
             rest_of_epoch=rest_of_epoch,
             element_spec=self.element_spec,
-            watch=self._ledger.watch,
+            watch=self._position.ledger.watch,
         )
         count: Callable[[], int] | None = None
         if rest_of_epoch:
@@ -416,7 +397,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
     def _start_distributed(self) -> int:
         """The position an input pipeline starts from (no eager loop may be live)."""
         position = self.position
-        self._ledger.check_no_loop_under("an iteration of dataset(input_context=...)", position)
+        what = "an iteration of dataset(input_context=...)"
+        self._position.ledger.check_no_loop_under(what, position)
         return position
 
     def __iter__(self) -> Iterator[Any]:
@@ -440,26 +422,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 "`loader.dataset()` and call `loader.advance()` per step."
             )
             raise TypeError(msg)
-        origin = consumption.caller()
-        self._ledger.check_no_loop(origin)
-        position = self.position
-        loop = consumption.EagerLoop(
-            self._delivery.eager(position),
-            self._layout,
-            position,
-            origin=origin,
-            on_close=self._loop_ended,
-        )
-        try:
-            self._ledger.open_loop(loop)
-        except BaseException:
-            loop.live = False  # never started: nothing to hand back
-            raise
-        return loop
-
-    def _loop_ended(self, loop: consumption.EagerLoop) -> None:
-        self._ledger.close_loop(loop)
-        self._position.assign(loop.position, read_value=False)
+        return self._position.loop(self._delivery.eager, consumption.caller())
 
     @contextlib.contextmanager
     def excluding_in_flight(self) -> Iterator[int]:
@@ -490,11 +453,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
             >>> saved_position, state["offset"], loader.position
             (2, 2, 4)
         """
-        self._ledger.excluding += 1
-        try:
-            yield self.position
-        finally:
-            self._ledger.excluding -= 1
+        with self._position.excluding_in_flight() as position:
+            yield position
 
     # -- advancing ---------------------------------------------------------------------
     @tf.autograph.experimental.do_not_convert  # plain Python branching on Python values
@@ -524,17 +484,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             # Each replica calls it for the same step: advance once for all of them.
             distribute.merge(lambda: self.advance(num_batches))
             return
-        self._ledger.check_position_change("advance")
-        if tf.inside_function():
-            with tf.control_dependencies(ordering.pending_get_next()):
-                graph.advance(self._position, self._layout, num_batches)
-            return
-        num_batches = validate.integer("num_batches", _python_int(num_batches), low=0)
-        start = self.position
-        end = self._layout.advance(start, num_batches)
-        self._ledger.check_advance(start, end)
-        self._position.assign(end, read_value=False)
-        self._ledger.moved()
+        self._position.advance(num_batches)
 
     # -- state -----------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -544,7 +494,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         their fingerprint, and the position as (``epoch``, global ``offset``,
         ``row``). The fingerprint covers the order fields only. Eager only.
         """
-        _eager_only("loader.get_state()")
+        position_lib.eager_only("loader.get_state()")
         epoch, offset = divmod(self.position, self._layout.records_per_epoch)
         return state_lib.make(
             self._plan.order_fields(),
@@ -566,7 +516,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             ElasticResumeError: the new shard count cannot continue it exactly.
             StreamIntegrityError: a ``for batch in loader`` is live.
         """
-        self._ledger.check_position_change("set_state")
+        self._position.ledger.check_position_change("set_state")
         saved = state_lib.parse(state)
         state_lib.check_order(saved, self._plan.order_fields())
         epoch, offset = state_lib.local_offset(
@@ -579,9 +529,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 f"{self._layout.records_per_epoch} records per shard is past 2**63 records."
             )
             raise errors.StateError(msg)
-        self._position.assign(self._layout.normalise(position))
-        self._ledger.restored()
-        self._ledger.moved()
+        self._position.set(position)
 
     def serialize(self) -> str:
         """`tf.train.experimental.PythonState` hook: the state as JSON text."""
@@ -607,21 +555,3 @@ class ResumableLoader(tf.train.experimental.PythonState):
             string_value = string_value.decode()
         self.set_state(string_value)
 
-
-def _eager_only(what: str) -> None:
-    if tf.inside_function():
-        msg = (
-            f"`{what}` runs eagerly only: inside a tf.function the position is a symbolic "
-            "value. Read it (or save a checkpoint) outside the function, between steps. "
-            f"Received: {what} while tracing a tf.function."
-        )
-        raise TypeError(msg)
-
-
-def _python_int(value: Any) -> Any:
-    """An integer scalar tensor or NumPy value as an int (eagerly); anything else as is."""
-    if isinstance(value, (tf.Tensor, np.ndarray, np.generic)):
-        array = np.asarray(value)
-        if array.shape == () and array.dtype.kind in "iu":
-            return int(array)
-    return value
