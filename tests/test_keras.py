@@ -524,3 +524,16 @@ def test_fit_resumes_from_checkpoint_without_callback_state(tmp_path):
 
     assert len(batches) == fresh.batches_per_epoch - 3
     assert fresh.epoch == 1
+
+
+def test_fit_dataset_of_finite_loader_without_steps_raises(tmp_path):
+    """fit(loader.dataset()) of a 2-epoch loader: Keras sees all its batches as one epoch."""
+    loader = job.make_loader(num_epochs=2)
+    model = job.make_model({})
+    callback = resumeloader.keras.ResumeCallback(loader, str(tmp_path))
+
+    with pytest.raises(ValueError, match="epoch_dataset") as info:
+        model.fit(loader.dataset(), epochs=2, verbose=0, callbacks=[callback])
+
+    assert "steps_per_epoch=14" in str(info.value)
+    assert loader.position == 0
