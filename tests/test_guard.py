@@ -204,6 +204,16 @@ def test_len_endless_loader_raises_type_error():
     assert int(loader.dataset().cardinality()) == tf.data.INFINITE_CARDINALITY
 
 
+@pytest.mark.parametrize("num_epochs", [None, 1], ids=["endless", "exhausted"])
+def test_loader_is_truthy_whatever_its_length(num_epochs):
+    """bool(loader) is True for an endless and for an exhausted loader (len() aside)."""
+    loader = _loader(num_epochs=num_epochs)
+    if num_epochs is not None:
+        loader.advance(5)
+
+    assert bool(loader) is True
+
+
 def test_dataset_cardinality_follows_map_prefetch_and_take():
     """map and prefetch keep the cardinality; take(n) caps it."""
     loader = _loader()

@@ -295,6 +295,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
         epochs_after = self.num_epochs - position // self._layout.records_per_epoch - 1
         return self.batches_left_in_epoch + epochs_after * self.batches_per_epoch
 
+    def __bool__(self) -> bool:
+        # With __len__ defined, `if loader:` would be False once exhausted and raise for
+        # an endless loader.
+        return True
+
     def __repr__(self) -> str:
         # Inside a tf.function the position is symbolic, and repr must not raise
         # (TensorFlow's own warnings format bound methods of the loader).
