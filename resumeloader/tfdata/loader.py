@@ -384,15 +384,12 @@ class ResumableLoader(tf.train.experimental.PythonState):
             element_spec=self.element_spec,
             watch=self._position.ledger.watch,
         )
+        # Keras fixes an epoch's length from the cardinality at fit start, so the
+        # one-epoch dataset (whose first epoch may be short after a resume) keeps it
+        # unknown.
         count: Callable[[], int] | None = None
-        if rest_of_epoch:
-            # Keras fixes an epoch's length from the cardinality at fit start, so the
-            # one-epoch dataset (whose first epoch may be short) keeps it unknown.
-            pass
-        elif self.num_epochs is None:
-            count = lambda: tf.data.INFINITE_CARDINALITY  # noqa: E731
-        else:
-            count = self.__len__
+        if not rest_of_epoch:
+            count = self.__len__ if self.num_epochs is not None else _infinite
         finite = rest_of_epoch or self.num_epochs is not None
         guarded = guard.GuardedDataset(ds, finite=finite, count=count)
         if reusable:
@@ -560,3 +557,6 @@ class ResumableLoader(tf.train.experimental.PythonState):
             string_value = string_value.decode()
         self.set_state(string_value)
 
+
+def _infinite() -> int:
+    return int(tf.data.INFINITE_CARDINALITY)
