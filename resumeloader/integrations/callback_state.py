@@ -14,19 +14,22 @@ JSON text) and holds:
   more).
 
 `EarlyStopping`'s ``best_weights`` (a copy of the model's weights) are stored in
-`BestWeights`, a module of variables shaped like the model's weights.
+`BestWeights`, a module of variables shaped like the model's weights. `fit_callbacks`
+finds the stateful callbacks of the fit a `ResumeCallback` belongs to.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+import types
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["STATEFUL", "BestWeights", "FitState", "stateful"]
+__all__ = ["STATEFUL", "BestWeights", "FitState", "fit_callbacks", "stateful"]
 
 VERSION = 1
 # The callbacks whose state decides what a fit does next, and the fields that hold it.
@@ -180,3 +183,51 @@ class FitState(tf.train.experimental.PythonState):
             raise ValueError(msg)
         for variable, value in zip(variables, saved, strict=True):
             variable.assign(np.asarray(value, dtype=np.dtype(variable.dtype)))
+
+
+def fit_callbacks(resume: Any) -> list[Any]:
+    """The stateful callbacks of the fit that `resume` (a ResumeCallback) is part of, in
+    list order.
+
+    Keras gives a callback no handle on the others: they are read from the
+    `CallbackList` whose ``on_train_begin`` is calling `resume` (a few frames up).
+
+    Raises:
+        ValueError: a stateful callback comes after `resume`, or `resume` is combined
+            with `BackupAndRestore`.
+        RuntimeError: the `CallbackList` was not found (a Keras this was not made for).
+    """
+    frame: types.FrameType | None = sys._getframe(1)
+    callbacks = None
+    while frame is not None and callbacks is None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, keras.callbacks.CallbackList) and any(
+            c is resume for c in owner.callbacks
+        ):
+            callbacks = list(owner.callbacks)
+        frame = frame.f_back
+    if callbacks is None:
+        msg = (
+            "ResumeCallback could not find the other callbacks of this fit, so it cannot "
+            "save their state. Call it through model.fit(callbacks=[...]). Received: "
+            f"keras {keras.__version__}."
+        )
+        raise RuntimeError(msg)
+    if any(isinstance(c, keras.callbacks.BackupAndRestore) for c in callbacks):
+        msg = (
+            "ResumeCallback replaces BackupAndRestore (which restarts the interrupted epoch "
+            "from its first batch): pass only ResumeCallback. Received: callbacks="
+            f"{[type(c).__name__ for c in callbacks]}."
+        )
+        raise ValueError(msg)
+    index = next(i for i, c in enumerate(callbacks) if c is resume)
+    late = [type(c).__name__ for c in callbacks[index + 1 :] if stateful(c)]
+    if late:
+        msg = (
+            "Put ResumeCallback after the callbacks whose state it saves, so it saves their "
+            "state once they updated it for the batch or epoch (saved before, a resumed fit "
+            f"would not decide as the interrupted one). Received: {', '.join(late)} after "
+            "ResumeCallback in `callbacks`."
+        )
+        raise ValueError(msg)
+    return [c for c in callbacks[:index] if stateful(c)]

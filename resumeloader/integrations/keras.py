@@ -16,8 +16,6 @@ the fit's stateful callbacks and its training metrics are checkpointed too
 from __future__ import annotations
 
 import os
-import sys
-import types
 from typing import Any
 
 import keras
@@ -163,7 +161,7 @@ class ResumeCallback(keras.callbacks.Callback):
         if optimizer is not None and not optimizer.built:
             # Built now, its slots are restored immediately instead of never.
             optimizer.build(self.model.trainable_variables)
-        fit_state = self._track_callbacks(_stateful_callbacks(self))
+        fit_state = self._track_callbacks(callback_state.fit_callbacks(self))
         if self._manager is None:
             checkpoint = tf.train.Checkpoint(
                 model=self.model, optimizer=optimizer, loader=self._loader
@@ -298,49 +296,3 @@ class ResumeCallback(keras.callbacks.Callback):
         self._saved_position = self._loader.position
         self._since_save = 0
 
-
-def _stateful_callbacks(resume: ResumeCallback) -> list[Any]:
-    """The stateful callbacks of the fit that `resume` is part of, in list order.
-
-    Keras gives a callback no handle on the others: they are read from the
-    `CallbackList` whose ``on_train_begin`` is calling `resume` (a few frames up).
-
-    Raises:
-        ValueError: a stateful callback comes after `resume`, or `resume` is combined
-            with `BackupAndRestore`.
-        RuntimeError: the `CallbackList` was not found (a Keras this was not made for).
-    """
-    frame: types.FrameType | None = sys._getframe(1)
-    callbacks = None
-    while frame is not None and callbacks is None:
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, keras.callbacks.CallbackList) and any(
-            c is resume for c in owner.callbacks
-        ):
-            callbacks = list(owner.callbacks)
-        frame = frame.f_back
-    if callbacks is None:
-        msg = (
-            "ResumeCallback could not find the other callbacks of this fit, so it cannot "
-            "save their state. Call it through model.fit(callbacks=[...]). Received: "
-            f"keras {keras.__version__}."
-        )
-        raise RuntimeError(msg)
-    if any(isinstance(c, keras.callbacks.BackupAndRestore) for c in callbacks):
-        msg = (
-            "ResumeCallback replaces BackupAndRestore (which restarts the interrupted epoch "
-            "from its first batch): pass only ResumeCallback. Received: callbacks="
-            f"{[type(c).__name__ for c in callbacks]}."
-        )
-        raise ValueError(msg)
-    index = next(i for i, c in enumerate(callbacks) if c is resume)
-    late = [type(c).__name__ for c in callbacks[index + 1 :] if callback_state.stateful(c)]
-    if late:
-        msg = (
-            "Put ResumeCallback after the callbacks whose state it saves, so it saves their "
-            "state once they updated it for the batch or epoch (saved before, a resumed fit "
-            f"would not decide as the interrupted one). Received: {', '.join(late)} after "
-            "ResumeCallback in `callbacks`."
-        )
-        raise ValueError(msg)
-    return [c for c in callbacks[:index] if callback_state.stateful(c)]
