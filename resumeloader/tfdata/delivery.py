@@ -29,6 +29,8 @@ from resumeloader.workers import ordered, produce
 __all__ = ["Delivery"]
 
 AUTOTUNE = tf.data.AUTOTUNE
+# (start position, tasks) -> the same tasks, observed.
+Watch = Callable[[int, Iterator[plan_lib.Task]], Iterator[plan_lib.Task]]
 
 
 class Delivery:
@@ -91,15 +93,29 @@ class Delivery:
         return value, rng.metadata(seed, task.indices, task.epoch, task.position)
 
     def batches(
-        self, plan: plan_lib.Plan, layout: positions.Layout, position: int
+        self,
+        plan: plan_lib.Plan,
+        layout: positions.Layout,
+        position: int,
+        watch: Watch | None = None,
     ) -> Iterator[Any]:
-        """NumPy batches of `plan`'s stream cut by `layout`, from normalised `position` on."""
+        """NumPy batches of `plan`'s stream cut by `layout`, from normalised `position` on.
+
+        `watch(position, tasks)`, when given, sees the tasks before they are produced.
+        """
         tasks = plan.tasks(position, layout)
+        if watch is not None:
+            tasks = watch(position, tasks)
         for task, batch in self.workers.produce(self.producer, tasks):
             yield self._labelled(batch, task)
 
-    def _index_arrays(self, layout: positions.Layout, position: int) -> Iterator[Any]:
-        for task in self.plan.tasks(position, layout):
+    def _index_arrays(
+        self, layout: positions.Layout, position: int, watch: Watch | None = None
+    ) -> Iterator[Any]:
+        tasks = self.plan.tasks(position, layout)
+        if watch is not None:
+            tasks = watch(position, tasks)
+        for task in tasks:
             yield self._labelled(task.indices, task)
 
     # -- how -----------------------------------------------------------------------
@@ -108,7 +124,12 @@ class Delivery:
         return ds.prefetch(self.prefetch) if self.prefetch else ds
 
     def dataset(
-        self, start: Callable[[], int], *, rest_of_epoch: bool, element_spec: Any
+        self,
+        start: Callable[[], int],
+        *,
+        rest_of_epoch: bool,
+        element_spec: Any,
+        watch: Watch | None = None,
     ) -> tf.data.Dataset:
         """A dataset of the plan's batches from ``start()``, read when iteration begins.
 
@@ -116,6 +137,8 @@ class Delivery:
             start: returns the normalised position to start from.
             rest_of_epoch: end at the end of that position's epoch.
             element_spec: the element spec the batches are given.
+            watch: ``watch(position, tasks)`` is called when an iteration begins and
+                its tasks pass through what it returns (the loader's ledger).
         """
         plan = self.plan
         self.workers.start(self.producer)
@@ -126,13 +149,15 @@ class Delivery:
 
         if self.gatherer is not None:
             ds = self.gatherer.dataset(
-                lambda: self._index_arrays(*layout_and_start()),
+                lambda: self._index_arrays(*layout_and_start(), watch),
                 element_spec,
                 with_metadata=self.with_metadata,
             )
         else:
             ds = generator.from_generator(
-                lambda: self.batches(plan, *layout_and_start()), element_spec, keep=self.generators
+                lambda: self.batches(plan, *layout_and_start(), watch),
+                element_spec,
+                keep=self.generators,
             )
         return self.prefetched(ds)
 
