@@ -209,13 +209,22 @@ def _batch_leaf(column: Any, want: spec_lib.LeafSpec, size: int) -> tuple[Any, s
 
 
 def _shape_hint(want: spec_lib.LeafSpec, got: tuple[int, ...], *, per_record: bool) -> str:
-    """A hint when the expected shape looks like it includes the batch dimension."""
+    """Advice when the expected shape includes the batch dimension, or is fixed where a
+    record's shape varies."""
     fits = want.shape[1:] == got if per_record else want.shape == got
-    if not want.shape or not fits:
+    if want.shape and fits:
+        return (
+            " (`output_signature` describes one record, without the batch dimension: "
+            f"it looks like yours includes it; try {want.shape[1:]})"
+        )
+    if not per_record or len(got) != len(want.shape) or not want.shape:
         return ""
+    dims = tuple(w if w == g else None for w, g in zip(want.shape, got, strict=True))
+    dtype = "tf.string" if want.is_string else f"tf.{want.dtype.name}"
     return (
-        " (`output_signature` describes one record, without the batch dimension: "
-        f"it looks like yours includes it; try {want.shape[1:]})"
+        " (records whose arrays vary in shape need None for the dimensions that vary in "
+        f"`output_signature`, e.g. tf.TensorSpec({dims}, {dtype}): their batches become "
+        "tf.RaggedTensor)"
     )
 
 
