@@ -106,7 +106,10 @@ def test_loader_map_fn_with_output_signature_yields_ragged_batches(workers):
         num_epochs=1,
         shuffle=False,
         map_fn=_repeat_record,
-        output_signature={"tokens": tf.TensorSpec((None,), tf.int32), "n": tf.TensorSpec((), tf.int64)},
+        output_signature={
+            "tokens": tf.TensorSpec((None,), tf.int32),
+            "n": tf.TensorSpec((), tf.int64),
+        },
         **workers,
     )
 
@@ -196,7 +199,10 @@ def test_loader_record_of_other_dtype_raises_spec_error_naming_leaf_in_words():
 def test_loader_fixed_spec_then_longer_record_raises_with_none_advice():
     """Inferred from record 0 through a map_fn, a longer record says how to allow it."""
     loader = ResumableLoader(
-        np.arange(1, 5), batch_size=4, seed=0, shuffle=False,
+        np.arange(1, 5),
+        batch_size=4,
+        seed=0,
+        shuffle=False,
         map_fn=lambda record, rng: np.zeros(int(record), np.float32),
     )
 
@@ -254,7 +260,10 @@ def test_loader_read_batch_with_ragged_leaf_of_other_dtype_raises_spec_error():
 def test_loader_string_signature_accepts_str_and_bytes():
     """output_signature tf.string takes str and bytes records alike."""
     loader = ResumableLoader(
-        ["x", b"y"], batch_size=2, seed=0, shuffle=False,
+        ["x", b"y"],
+        batch_size=2,
+        seed=0,
+        shuffle=False,
         output_signature=tf.TensorSpec((), tf.string),
     )
 
@@ -264,7 +273,10 @@ def test_loader_string_signature_accepts_str_and_bytes():
 def test_loader_ragged_tensor_spec_signature_is_accepted():
     """A tf.RaggedTensorSpec per record means a None dimension."""
     loader = ResumableLoader(
-        TOKENS, batch_size=7, seed=0, shuffle=False,
+        TOKENS,
+        batch_size=7,
+        seed=0,
+        shuffle=False,
         output_signature=tf.RaggedTensorSpec((None,), tf.int64, ragged_rank=0),
     )
 
@@ -289,7 +301,9 @@ def test_dataset_input_context_splits_strings_and_ragged_per_replica(replicas):
     assert len(split) == len(whole) * replicas
     for step, batch in enumerate(whole):
         parts = split[step * replicas : (step + 1) * replicas]
-        assert [t for p in parts for t in p["text"].numpy().tolist()] == batch["text"].numpy().tolist()
+        assert [t for p in parts for t in p["text"].numpy().tolist()] == batch[
+            "text"
+        ].numpy().tolist()
         assert [t for p in parts for t in p["tokens"].to_list()] == batch["tokens"].to_list()
         assert all(p["tokens"].shape[0] == 8 // replicas for p in parts)
 
@@ -299,8 +313,12 @@ def test_dataset_mirrored_strategy_runs_ragged_batches():
     devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
     strategy = tf.distribute.MirroredStrategy(devices)
     with strategy.scope():
-        loader = ResumableLoader(TOKENS * 2, batch_size=4, seed=0, drop_remainder=True, num_epochs=1)
-    dataset = strategy.distribute_datasets_from_function(lambda ctx: loader.dataset(input_context=ctx))
+        loader = ResumableLoader(
+            TOKENS * 2, batch_size=4, seed=0, drop_remainder=True, num_epochs=1
+        )
+    dataset = strategy.distribute_datasets_from_function(
+        lambda ctx: loader.dataset(input_context=ctx)
+    )
 
     rows = []
     for batch in dataset:
@@ -331,7 +349,9 @@ def test_wire_decode_of_encode_returns_every_record(dims, data):
             max_size=5,
         )
     )
-    column = [np.arange(int(np.prod(s)), dtype=np.int16).reshape(s) + i for i, s in enumerate(shapes)]
+    column = [
+        np.arange(int(np.prod(s)), dtype=np.int16).reshape(s) + i for i, s in enumerate(shapes)
+    ]
 
     decoded = wire.decode(wire.encode(column, leaf), leaf)
 
