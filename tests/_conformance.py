@@ -125,3 +125,39 @@ def _composed() -> ResumableLoader:
     return ResumableLoader.from_pipeline(pipeline, num_epochs=2, prefetch=None)
 
 
+
+
+_WORDS = [f"record-{i}" * (i % 4) for i in range(37)]
+_TOKENS = [np.arange(i % 6, dtype=np.int64) + i for i in range(37)]
+
+
+@register("strings-and-ragged-columns", num_steps=7)
+def _variable() -> ResumableLoader:
+    data = {"text": _WORDS, "tokens": _TOKENS, "label": _LABELS}
+    return ResumableLoader(data, batch_size=5, seed=11, num_epochs=2)
+
+
+@register("ragged-map_fn-thread-workers", num_steps=7)
+def _ragged_threads() -> ResumableLoader:
+    import tensorflow as tf
+
+    return ResumableLoader(
+        ListSource(_TOKENS), batch_size=5, seed=12, num_epochs=2, map_fn=_worker_fns.augment,
+        output_signature=tf.TensorSpec((None,), tf.int64), num_workers=2, worker_type="thread",
+    )
+
+
+def _tf_augment(batch, seeds):
+    import tensorflow as tf
+
+    def one(args):
+        row, seed = args
+        return row + tf.random.stateless_uniform(tf.shape(row), seed)
+
+    return tf.map_fn(one, (batch, seeds), fn_output_signature=tf.float32)
+
+
+@register("tf_map-stateless-random", num_steps=7)
+def _tf_map() -> ResumableLoader:
+    pipeline = Pipeline(_IMAGES, seed=13).shuffle().batch(5).tf_map(_tf_augment)
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2)
