@@ -8,5 +8,15 @@ from resumeloader.sources.arrays import ArraySource
 from resumeloader.sources.base import RandomAccessSource, Source
 from resumeloader.sources.indexable import IndexableSource
 from resumeloader.sources.registry import adapt, register
+from resumeloader.sources.tfrecord import CorruptRecordError, TFRecordSource
 
-__all__ = ["ArraySource", "IndexableSource", "RandomAccessSource", "Source", "adapt", "register"]
+__all__ = [
+    "ArraySource",
+    "CorruptRecordError",
+    "IndexableSource",
+    "RandomAccessSource",
+    "Source",
+    "TFRecordSource",
+    "adapt",
+    "register",
+]

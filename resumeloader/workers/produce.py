@@ -259,4 +259,9 @@ def _batch_error(
         f"The source's {call} raised {type(err).__name__} on the batch starting at record "
         f"index {first} (epoch {epoch}, position {position}): {err}"
     )
+    # A source that knows which record failed (e.g. a checksum) says so: point at it.
+    index = getattr(err, "record_index", None)
+    if isinstance(index, int) and index in indices:
+        position += int(np.flatnonzero(indices == index)[0])
+        return errors.RecordError(msg, record_index=index, epoch=epoch, position=position)
     return errors.RecordError(msg, record_index=first, epoch=epoch, position=position)
