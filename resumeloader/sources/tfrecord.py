@@ -12,13 +12,10 @@ TensorFlow with `Pipeline.tf_map`.
 from __future__ import annotations
 
 import contextlib
-import glob
-import hashlib
 import os
 import struct
 import threading
 import weakref
-from collections.abc import Sequence
 from concurrent import futures
 from typing import Any
 
@@ -26,6 +23,7 @@ import numpy as np
 
 from resumeloader.core import spec as spec_lib
 from resumeloader.sources import base
+from resumeloader.sources import files as files_lib
 from resumeloader.sources import tfrecord_index as index_lib
 
 __all__ = ["CorruptRecordError", "TFRecordSource"]
@@ -51,30 +49,6 @@ class CorruptRecordError(ValueError):
 
 class _Corrupt(Exception):
     pass
-
-
-def _expand(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
-    entries = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    files: list[str] = []
-    for entry in entries:
-        entry = os.fspath(entry)
-        matched = sorted(glob.glob(entry)) if glob.has_magic(entry) else [entry]
-        if not matched:
-            msg = f"`paths` pattern {entry!r} matches no file."
-            raise FileNotFoundError(msg)
-        files += matched
-    if not files:
-        msg = f"`paths` must name at least one TFRecord file. Received: paths={paths!r}."
-        raise ValueError(msg)
-    for path in files:
-        if not os.path.isfile(path):
-            msg = f"TFRecord file {path!r} does not exist or is not a file."
-            raise FileNotFoundError(msg)
-    return files
-
-
-def _digest(*parts: Any) -> str:
-    return hashlib.blake2b("\n".join(map(str, parts)).encode(), digest_size=8).hexdigest()
 
 
 class TFRecordSource(base.Source):
@@ -114,12 +88,12 @@ class TFRecordSource(base.Source):
 
     def __init__(
         self,
-        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        paths: files_lib.Paths,
         *,
         index_dir: str | os.PathLike[str] | None = None,
         verify_checksums: bool = True,
     ) -> None:
-        files = _expand(paths)
+        files = files_lib.expand_paths(paths, "TFRecord")
         folder = os.fspath(index_dir) if index_dir is not None else index_lib.default_dir()
         with futures.ThreadPoolExecutor(min(8, len(files))) as pool:
             indexes = list(pool.map(lambda path: index_lib.load_or_build(path, folder), files))
@@ -130,15 +104,10 @@ class TFRecordSource(base.Source):
         self._starts = self._ends - counts
         self._fds: _Handles | None = None
         self._lock = threading.Lock()
-        names = [os.path.basename(ix.path) for ix in indexes]
-        count = f"{len(files)} file{'s' if len(files) > 1 else ''}"
-        self.description = f"TFRecordSource({count})"
-        span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
+        self.description = files_lib.describe("TFRecordSource", files)
         self._fields: dict[str, int | str] = {
             "num_records": int(self._ends[-1]),
-            "files": f"{count}: {span}"[:120],
-            "names": _digest(*names),
-            "content": _digest(*(f"{ix.size}:{ix.digest}" for ix in indexes)),
+            **files_lib.identity(files, [f"{ix.size}:{ix.digest}" for ix in indexes]),
         }
 
     def __getstate__(self) -> dict[str, Any]:
