@@ -20,6 +20,7 @@ there are tensor stages, so that their ops run in the same runtime as ``dataset(
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -75,6 +76,9 @@ class Delivery:
             leaves, treespec = columns
             if gather.Gatherer.supports(leaves, treespec, self.spec):
                 self.gatherer = gather.Gatherer(leaves, treespec)
+        self._eager_lock = threading.Lock()
+        self._eager_dataset: tf.data.Dataset | None = None
+        self._eager_start = 0
         if self.gatherer is not None:
             self.path = "gather"
         elif self.producer.reads_batches:
@@ -186,19 +190,32 @@ class Delivery:
         With tensor stages the batches come from the tf.data pipeline of `dataset`
         instead (their ops then run exactly as in ``dataset()``).
         """
-        plan = self.plan
         if self.finisher.stages:
-            return iter(
-                self.dataset(
-                    lambda: position,
-                    rest_of_epoch=False,
-                    element_spec=self.element_spec(self.batch_dim),
-                )
-            )
+            return self._eager_graph(position)
         depth = 2 if self.prefetch == AUTOTUNE else self.prefetch or 0
+        plan = self.plan
         return prefetch.prefetched(
             lambda: self._tensors(self.batches(plan, plan.layout, position)), depth
         )
+
+    def _eager_graph(self, position: int) -> Iterator[Any]:
+        # One tf.data pipeline serves every loop (building one costs ~50 ms); it reads
+        # its start when its first batch is produced, so the start is set and the
+        # first batch taken under a lock: two loops starting at once cannot mix up.
+        with self._eager_lock:
+            if self._eager_dataset is None:
+                self._eager_dataset = self.dataset(
+                    lambda: self._eager_start,
+                    rest_of_epoch=False,
+                    element_spec=self.element_spec(self.batch_dim),
+                )
+            self._eager_start = position
+            iterator = iter(self._eager_dataset)
+            first = next(iterator, None)
+        if first is None:
+            return
+        yield first
+        yield from iterator
 
     def _tensors(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Eager elements of produced `batches` (variable leaves decoded and assembled)."""
