@@ -200,3 +200,19 @@ def test_tf_map_keras_fit_trains_on_stage_output(tmp_path):
 
     assert len(history.history["loss"]) == 2
     assert loader.exhausted
+
+
+def test_tf_map_loop_after_set_state_on_same_loader_restarts_there():
+    """The loop's reused tf.data pipeline starts at the position of each new loop."""
+    loader = _loader()
+    first = [b.numpy().tobytes() for _, b in zip(range(3), loader)]
+    state = loader.get_state()
+    rest = [b.numpy().tobytes() for _, b in zip(range(2), loader)]
+
+    loader.set_state(state)
+    again = [b.numpy().tobytes() for _, b in zip(range(2), loader)]
+    loader.set_state(dict(state, offset=0))
+    restart = [b.numpy().tobytes() for _, b in zip(range(3), loader)]
+
+    assert again == rest
+    assert restart == first
