@@ -51,8 +51,10 @@ class BatchProducer:
         self.reads_batches = not self._stages and self._source.batched
         if spec is None and not self._stages:
             spec = self._source.record_spec()
-        self.spec = spec if spec is not None else spec_lib.RecordSpec.of(
-            self.record(0, epoch=0, position=0)
+        self.spec = (
+            spec
+            if spec is not None
+            else spec_lib.RecordSpec.of(self.record(0, epoch=0, position=0))
         )
 
     def record(self, index: int, *, epoch: int, position: int) -> Any:
@@ -80,19 +82,20 @@ class BatchProducer:
         indices, epoch, position = task.indices, task.epoch, task.position
         if self.reads_batches:
             return self._read_batch(indices, epoch=epoch, position=position)
+        # A source that reads many records at once is read once per batch.
+        read = None
         if self._source.reads_many:
-            records = self._read_many(indices, epoch=epoch, position=position)
-        else:
-            records = [
-                self.record(index, epoch=epoch, position=position + offset)
-                for offset, index in enumerate(indices.tolist())
-            ]
+            read = self._read_many(indices, epoch=epoch, position=position)
         columns: list[list[np.ndarray]] = [[] for _ in self.spec.leaves]
-        for offset, (index, record) in enumerate(zip(indices.tolist(), records, strict=True)):
-            where = {"index": index, "epoch": epoch, "position": position + offset}
-            if self._source.reads_many:
-                record = self._transform(record, **where)
-            for column, leaf in zip(columns, self._check(record, **where), strict=True):
+        for offset, index in enumerate(indices.tolist()):
+            where = {"epoch": epoch, "position": position + offset}
+            if read is None:
+                record = self.record(index, **where)
+            else:
+                record = self._transform(read[offset], index=index, **where)
+            for column, leaf in zip(
+                columns, self._check(record, index=index, **where), strict=True
+            ):
                 column.append(leaf)
         leaves = self._batch_stage.assemble(columns, self.spec)
         return self._encoded(leaves)
