@@ -3,6 +3,8 @@ graph, with per-record stateless seeds; the same bytes in every way of consuming
 
 from __future__ import annotations
 
+import itertools
+
 import keras
 import numpy as np
 import pytest
@@ -205,14 +207,14 @@ def test_tf_map_keras_fit_trains_on_stage_output(tmp_path):
 def test_tf_map_loop_after_set_state_on_same_loader_restarts_there():
     """The loop's reused tf.data pipeline starts at the position of each new loop."""
     loader = _loader()
-    first = [b.numpy().tobytes() for _, b in zip(range(3), loader)]
+    first = [b.numpy().tobytes() for b in itertools.islice(loader, 3)]
     state = loader.get_state()
-    rest = [b.numpy().tobytes() for _, b in zip(range(2), loader)]
+    rest = [b.numpy().tobytes() for b in itertools.islice(loader, 2)]
 
     loader.set_state(state)
-    again = [b.numpy().tobytes() for _, b in zip(range(2), loader)]
+    again = [b.numpy().tobytes() for b in itertools.islice(loader, 2)]
     loader.set_state(dict(state, offset=0))
-    restart = [b.numpy().tobytes() for _, b in zip(range(3), loader)]
+    restart = [b.numpy().tobytes() for b in itertools.islice(loader, 3)]
 
     assert again == rest
     assert restart == first

@@ -95,7 +95,7 @@ def decode(buffer: np.ndarray, leaf: spec_lib.LeafSpec) -> np.ndarray | Ragged:
     used = 1 + (num_records * rank if leaf.ragged else 0)
     if leaf.is_string:
         ends = np.cumsum(words[used:]).tolist()
-        starts = [0, *ends[:-1]]
+        starts = [0, *ends[:-1]][: len(ends)]
         blob = payload.tobytes()
         values = np.empty(len(ends), dtype=spec_lib.STRING)
         values[:] = [blob[start:end] for start, end in zip(starts, ends, strict=True)]
@@ -118,4 +118,5 @@ def _partitions(values: np.ndarray, shapes: np.ndarray, dims: tuple[int | None, 
             parts.append(np.array(rows.sum(), dtype=np.int64))
         rows = rows * shapes[:, i]
     inner = tuple(int(d) for d in dims[last + 1 :])  # type: ignore[arg-type]
-    return values.reshape(-1, *inner), tuple(parts)
+    # `rows` now counts each record's innermost rows (-1 cannot be inferred for size 0).
+    return values.reshape(int(rows.sum()), *inner), tuple(parts)

@@ -20,8 +20,9 @@ there are tensor stages, so that their ops run in the same runtime as ``dataset(
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -101,7 +102,7 @@ class Delivery:
 
     def batches(
         self, plan: plan_lib.Plan, layout: positions.Layout, position: int
-    ) -> Iterator[Any]:
+    ) -> Generator[Any, None, None]:
         """NumPy batches of `plan`'s stream cut by `layout`, from normalised `position` on."""
         tasks = plan.tasks(position, layout)
         for task, batch in self.workers.produce(self.producer, tasks):
@@ -116,18 +117,25 @@ class Delivery:
         """`ds` followed by the loader's prefetch."""
         return ds.prefetch(self.prefetch) if self.prefetch else ds
 
-    def _decoded(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """The generator's elements: `batches` with their variable leaves decoded."""
+    def _decoded(self, batches: Generator[Any, None, None]) -> Generator[Any, None, None]:
+        """The generator's elements: `batches` with their variable leaves decoded. Closing
+        it closes `batches` at once (and so their worker pool)."""
         spec, seeded = self.spec, self.finisher.seeded
-        for item in batches:
-            if seeded:
-                yield graph.decode(spec, item[0]), item[1]
-            else:
-                yield graph.decode(spec, item)
+        try:
+            if not spec.variable:
+                yield from batches
+                return
+            for item in batches:
+                if seeded:
+                    yield graph.decode(spec, item[0]), item[1]
+                else:
+                    yield graph.decode(spec, item)
+        finally:
+            batches.close()
 
     def generated(
         self,
-        make_batches: Callable[[], Iterator[Any]],
+        make_batches: Callable[[], Generator[Any, None, None]],
         batch_dim: int | None,
         *,
         rebatch: int | None = None,
@@ -217,14 +225,15 @@ class Delivery:
         yield first
         yield from iterator
 
-    def _tensors(self, batches: Iterator[Any]) -> Iterator[Any]:
+    def _tensors(self, batches: Generator[Any, None, None]) -> Iterator[Any]:
         """Eager elements of produced `batches` (variable leaves decoded and assembled)."""
         if not self.spec.variable:
             yield from batches
             return
-        for item in self._decoded(batches):
-            tensors = tf.nest.map_structure(tf.convert_to_tensor, item)
-            yield self.finisher.eager(tensors, self.batch_dim)
+        with contextlib.closing(self._decoded(batches)) as decoded:
+            for item in decoded:
+                tensors = tf.nest.map_structure(tf.convert_to_tensor, item)
+                yield self.finisher.eager(tensors, self.batch_dim)
 
     def describe(self) -> list[tuple[str, str, str, str]]:
         """Rows (stage, what, element, state) of the delivery, for ``describe()``."""

@@ -18,7 +18,7 @@ each epoch's short last batch (or have none).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import tensorflow as tf
@@ -123,7 +123,7 @@ def dataset(
     per_epoch = plan.records_per_epoch
     pipe.start(position(), per_epoch)  # fail now rather than inside tf.data
 
-    def generate() -> Iterator[Any]:
+    def generate() -> Generator[Any, None, None]:
         start = pipe.start(position(), per_epoch)
         yield from delivery.batches(pipe.plan, pipe.layout, start)
 
