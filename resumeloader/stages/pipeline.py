@@ -33,8 +33,10 @@ class Pipeline:
     refused.
 
     Args:
-        source: a NumPy array, a dict or tuple of equal-length arrays, a `Source`,
-            or any object with ``len()`` and ``__getitem__(int)``.
+        source: a NumPy array or tensor, a dict or tuple of equal-length columns
+            (arrays, lists, tensors), a Hugging Face ``datasets.Dataset``, a `Source`
+            (e.g. `TFRecordSource`), or any object with ``len()`` and
+            ``__getitem__(int)`` (a list is a sequence of records).
         seed: integer in [0, 2**64); keys the shuffle and every record's ``rng``.
 
     Example:
