@@ -5,7 +5,7 @@
 Builds its datasets in a temporary directory: JPEG-encoded 64x64 ``tf.train.Example``
 records (20,000; 4,000 with ``--quick``) in 8 TFRecord files and the same records in 8
 ArrayRecord files (``group_size:1``), an image folder of JPEG files in 10 class folders
-(5,000; 1,000), token sequences of length 5-200 (20,000; 4,000), and a TFRecord file of
+(5,000; 2,000), token sequences of length 5-200 (20,000; 4,000), and a TFRecord file of
 1,000,000 small records for the restore and index measurements. Then, batch 128, one
 shuffled epoch per contender, rounds interleaved, median records/s:
 
@@ -423,7 +423,7 @@ def main() -> None:
     console = Console(width=140)
     with tempfile.TemporaryDirectory(prefix="bench-data-") as root:
         start = time.perf_counter()
-        data = build_data(root, 4_000 if quick else 20_000, 1_000 if quick else 5_000, 1_000_000)
+        data = build_data(root, 4_000 if quick else 20_000, 2_000 if quick else 5_000, 1_000_000)
         console.print(f"Datasets written in {time.perf_counter() - start:.0f} s.")
         index = index_costs(data["tfrecord"], os.path.join(root, "index"))
         restore_index = index_costs([data["restore"]], os.path.join(root, "index"))
