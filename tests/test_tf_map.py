@@ -218,3 +218,23 @@ def test_tf_map_loop_after_set_state_on_same_loader_restarts_there():
 
     assert again == rest
     assert restart == first
+
+
+def _fail_at_three(record, rng):
+    if int(record) == 3:
+        raise ValueError("bad record 3")
+    return record
+
+
+@pytest.mark.parametrize("way", ["for-loop", "dataset"])
+def test_tf_map_pipeline_record_error_surfaces_with_message(way):
+    """A failing map_fn before a tensor stage surfaces as tf.data's error with the message."""
+    pipeline = Pipeline(np.arange(8), seed=0).map(_fail_at_three).batch(4)
+    loader = ResumableLoader.from_pipeline(pipeline.tf_map(lambda b, s: b * 2), num_epochs=1)
+
+    with pytest.raises(tf.errors.OpError) as info:
+        list(loader) if way == "for-loop" else list(loader.dataset())
+
+    assert "record index 3 (epoch 0, position 3)" in str(info.value)
+    assert "bad record 3" in str(info.value)
+    assert loader.position == 0

@@ -136,7 +136,10 @@ class Pipeline:
         per-record stateless seeds keyed by (seed, epoch, record index): random ops
         seeded from it (``tf.random.stateless_*``, ``tf.image.stateless_random_*``) give
         the same result after any restore. With ``dataset(input_context=...)`` it runs
-        on each replica's batch. Must follow `batch`.
+        on each replica's batch. Must follow `batch`. An error of the source or a
+        ``map_fn`` of such a pipeline reaches ``for batch in loader`` as tf.data raises
+        it (a ``tf.errors.OpError`` carrying the `RecordError` message), as it reaches
+        ``dataset()``.
         """
         if not callable(fn):
             msg = f"`fn` must be callable. Received: fn={fn!r} of type {type(fn).__name__}."

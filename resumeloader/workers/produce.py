@@ -133,10 +133,9 @@ class BatchProducer:
             if treespec != self.spec.treespec:
                 problem = f"its structure differs ({treespec_text(treespec)})"
             else:
-                for leaf, want, path in zip(
-                    leaves, self.spec.leaves, self.spec.paths(), strict=True
-                ):
+                for number, (leaf, want) in enumerate(zip(leaves, self.spec.leaves, strict=True)):
                     if not want.accepts(leaf):
+                        path = self.spec.paths()[number]  # only on failure: it costs
                         got = spec_lib.describe_value(leaf)
                         problem = f"{path} is {got}, expected {want.describe()}"
                         problem += _shape_hint(want, leaf.shape, per_record=True)
