@@ -22,6 +22,12 @@ def augment(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return record + rng.normal(size=record.shape).astype(record.dtype)
 
 
+def augment_tokens(record: dict, rng: np.random.Generator) -> dict:
+    """Drops the label and adds keyed noise to a record's tokens."""
+    noise = rng.integers(0, 3, size=len(record["tokens"]))
+    return {"text": record["text"], "tokens": np.asarray(record["tokens"]) + noise}
+
+
 def tensorflow_imported(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """1 when the process running it has imported TensorFlow, else 0."""
     return np.int64("tensorflow" in sys.modules)

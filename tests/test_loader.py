@@ -36,6 +36,11 @@ class _CountingArray(np.ndarray):
 
     calls: list[str]
 
+    def __array_finalize__(self, obj):
+        # Views share the log (the source keeps a read-only view of the array).
+        if obj is not None and hasattr(obj, "calls"):
+            self.calls = obj.calls
+
     def __getitem__(self, index):
         kind = "array" if isinstance(index, np.ndarray) else "scalar"
         self.calls.append(kind)

@@ -9,22 +9,23 @@ import numpy as np
 
 from resumeloader import sources
 from resumeloader.core import validate
-from resumeloader.stages import base, batch, mix, sampler
+from resumeloader.stages import base, batch, mix, sampler, tf_map
 from resumeloader.stages import map as map_stage
 
 __all__ = ["Pipeline"]
 
-_KINDS = ("index", "record", "batch")
+_KINDS = ("index", "record", "batch", "tensor")
 
 
 class Pipeline:
     """An immutable chain of stages that defines which bytes land in which batch.
 
     A pipeline reads a source in an index order (natural, or shuffled per epoch),
-    runs record stages on each record and groups records into batches. Each method
-    returns a new pipeline. How the batches are delivered (workers, prefetch, the
-    tf.data graph, distribution) is not part of it: pass the pipeline to
-    `ResumableLoader.from_pipeline` with those options.
+    runs record stages on each record, groups records into batches and runs tensor
+    stages (TensorFlow ops) on each batch. Each method returns a new pipeline. How
+    the batches are delivered (workers, prefetch, the tf.data graph, distribution)
+    is not part of it: pass the pipeline to `ResumableLoader.from_pipeline` with
+    those options.
 
     Guarantees: the batch at a position is a pure function of the pipeline, its
     seed, the epoch and the position; the state a loader saves names every stage
@@ -32,8 +33,10 @@ class Pipeline:
     refused.
 
     Args:
-        source: a NumPy array, a dict or tuple of equal-length arrays, a `Source`,
-            or any object with ``len()`` and ``__getitem__(int)``.
+        source: a NumPy array or tensor, a dict or tuple of equal-length columns
+            (arrays, lists, tensors), a Hugging Face ``datasets.Dataset``, a `Source`
+            (e.g. `TFRecordSource`), or any object with ``len()`` and
+            ``__getitem__(int)`` (a list is a sequence of records).
         seed: integer in [0, 2**64); keys the shuffle and every record's ``rng``.
 
     Example:
@@ -53,6 +56,7 @@ class Pipeline:
         )
         self._records: tuple[base.RecordStage, ...] = ()
         self._batch: base.BatchStage | None = None
+        self._tensors: tuple[base.TensorStage, ...] = ()
 
     @classmethod
     @validate.typechecked
@@ -108,7 +112,8 @@ class Pipeline:
     # -- composing ------------------------------------------------------------------
     def apply(self, stage: base.Stage) -> Pipeline:
         """The pipeline with `stage` added: an index stage replaces the order, a record
-        stage runs after the others, a batch stage ends the pipeline.
+        stage runs after the others, a batch stage groups the records, a tensor stage
+        (after the batch stage) runs after the other tensor stages.
 
         The methods below are shorthands for it; a stage of your own (see
         `resumeloader.stages.base` for the contract) is added the same way.
@@ -121,6 +126,14 @@ class Pipeline:
             raise TypeError(msg)
         if stage.kind == "index":
             return self._with(index=stage)
+        if stage.kind == "tensor":
+            if self._batch is None:
+                msg = (
+                    f"The tensor stage `{stage.name}` runs on batches and must come after the "
+                    f"batch stage: add `.batch(batch_size)` first. Received: {self!r}."
+                )
+                raise ValueError(msg)
+            return self._with(tensors=(*self._tensors, stage))
         self._check_unbatched(f"{stage.kind} stage `{stage.name}`")
         if stage.kind == "record":
             return self._with(records=(*self._records, stage))
@@ -167,6 +180,27 @@ class Pipeline:
         batch_size = validate.integer("batch_size", batch_size, low=1, high=validate.MAX_COUNT)
         return self.apply(batch.FixedBatchStage(batch_size, drop_remainder=bool(drop_remainder)))
 
+    def tf_map(self, fn: Callable[[Any, Any], Any]) -> Pipeline:
+        """Runs ``fn(batch, seeds)``, a function of TensorFlow ops, on every batch.
+
+        It runs inside the loader's tf.data graph (``map(num_parallel_calls=AUTOTUNE,
+        deterministic=True)``: batches in parallel, in order) for ``dataset()``, and
+        as a ``tf.function`` on the same batches for ``for batch in loader``, with the
+        same bytes. ``batch`` is the batch as tensors (``tf.string``,
+        ``tf.RaggedTensor`` included); ``seeds`` is an int64 ``[batch, 2]`` tensor of
+        per-record stateless seeds keyed by (seed, epoch, record index): random ops
+        seeded from it (``tf.random.stateless_*``, ``tf.image.stateless_random_*``) give
+        the same result after any restore. With ``dataset(input_context=...)`` it runs
+        on each replica's batch. Must follow `batch`. An error of the source or a
+        ``map_fn`` of such a pipeline reaches ``for batch in loader`` as tf.data raises
+        it (a ``tf.errors.OpError`` carrying the `RecordError` message), as it reaches
+        ``dataset()``.
+        """
+        if not callable(fn):
+            msg = f"`fn` must be callable. Received: fn={fn!r} of type {type(fn).__name__}."
+            raise TypeError(msg)
+        return self.apply(tf_map.TFMapStage(fn))
+
     def with_batch_size(self, batch_size: int) -> Pipeline:
         """The same pipeline with another batch size (the record order is unchanged)."""
         if self._batch is None:
@@ -188,12 +222,18 @@ class Pipeline:
     index_stage = property(lambda self: self._index, doc="The index stage.")
     record_stages = property(lambda self: self._records, doc="The record stages, in order.")
     batch_stage = property(lambda self: self._batch, doc="The batch stage, or None.")
+    tensor_stages = property(lambda self: self._tensors, doc="The tensor stages, in order.")
 
     @property
     def stages(self) -> tuple[base.Stage, ...]:
-        """Every stage, in order: index, records, batch."""
+        """Every stage, in order: index, records, batch, tensor stages."""
         tail = () if self._batch is None else (self._batch,)
-        return (self._index, *self._records, *tail)
+        return (self._index, *self._records, *tail, *self._tensors)
+
+    def python_part(self) -> Pipeline:
+        """The pipeline without its tensor stages: what runs in Python (and is sent to
+        process workers)."""
+        return self._with(tensors=()) if self._tensors else self
 
     def order_fields(self) -> dict[str, int | str]:
         """Every field that defines the order, as ``"<stage>.<field>"``."""

@@ -36,7 +36,7 @@ class _Failure:
 
 def to_tensors(batch: Any) -> Any:
     """The batch with every NumPy leaf converted to an eager tensor."""
-    return tf.nest.map_structure(tf.convert_to_tensor, batch)
+    return tf.nest.map_structure(tf.convert_to_tensor, batch, expand_composites=True)
 
 
 def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
