@@ -124,9 +124,9 @@ class Quarantine:
         shard = f" of shard {plan.shard_index}/{plan.shard_count}" if plan.shard_count > 1 else ""
         msg = (
             f"The bad-record policy's error budget is exceeded: {count} records of epoch "
-            f"{skip['epoch']}{shard} were replaced up to position {skip['position']}, more "
-            f"than max_fraction={self.max_fraction} of its {per_epoch} records allows "
-            f"({allowed}). The last: record index {skip['record_index']} failed with "
+            f"{skip['epoch']}{shard} up to position {skip['position']} were replaced; "
+            f"max_fraction={self.max_fraction} of its {per_epoch} records allows "
+            f"{allowed}. The last: record index {skip['record_index']} failed with "
             f"{skip['error']}: {skip['message']}. Every replacement is in the quarantine "
             f"log {self.path}. Fix or remove the failing records, or raise `max_fraction`."
         )
