@@ -227,6 +227,46 @@ def test_skip_batched_source_falls_back_to_records_with_the_same_stream(tmp_path
     assert len(_lines(tmp_path / "b.jsonl")) == 4
 
 
+def test_skip_batches_made_again_name_their_replacements_each_time(tmp_path):
+    """An abandoned iteration's read-ahead and a new one from the start: the metadata of
+    every replaced batch names its replacements, and the log holds each once."""
+    log = tmp_path / "q.jsonl"
+    loader = _loader(log, {1, 2, 7, 8, 19, 25}, with_metadata=True, num_epochs=1)
+    first = [m["index"].numpy() for _, (_, m) in zip(range(3), loader, strict=False)]
+    loader.set_state(dict(loader.get_state(), offset=0))
+
+    again = [(b.numpy()[:, 0], m["index"].numpy()) for b, m in loader]
+
+    for ids, meta_ids in again:
+        np.testing.assert_array_equal(meta_ids, ids)
+    for got, (want, _) in zip(first, again, strict=False):
+        np.testing.assert_array_equal(got, want)
+    lines = [(line["epoch"], line["position"]) for line in _lines(log)]
+    assert len(lines) == len(set(lines)) == 6
+
+
+def _fail_on_seven(record, rng):
+    if len(record) == 7:
+        msg = "seven tokens"
+        raise ValueError(msg)
+    return record
+
+
+def test_skip_variable_length_records_replaced_in_ragged_batches(tmp_path):
+    """Ragged leaves: the replaced batch is assembled (and wire-encoded) like any other."""
+    tokens = [np.arange(n % 9, dtype=np.int64) for n in range(20)]
+    pipeline = Pipeline(tokens, seed=0).shuffle().map(_fail_on_seven)
+    pipeline = pipeline.on_error("skip", max_fraction=1.0, quarantine=tmp_path / "q.jsonl")
+    loader = ResumableLoader.from_pipeline(
+        pipeline.batch(4), num_epochs=1, output_signature=tf.TensorSpec((None,), tf.int64)
+    )
+
+    lengths = [n for b in loader for n in b.row_lengths().numpy().tolist()]
+
+    assert len(lengths) == 20 and 7 not in lengths
+    assert [line["record_index"] for line in _lines(tmp_path / "q.jsonl")] == [7, 16]
+
+
 def _truncate_seven(record, rng):
     return record[:1] if int(record[0]) == 7 else record
 

@@ -47,24 +47,40 @@ def _key(task: plan_lib.Task) -> tuple[int, int, bytes]:
 
 
 class SkipLedger:
-    """The skips of the batches a producer made, until the consumer side takes them."""
+    """The skips of the batches a producer made, until the consumer side takes them.
+
+    A task's batch may be made more than once (a new iteration from an earlier
+    position, two iterations racing): every making puts, every hand-out takes, and
+    the entry is forgotten when the hand-outs have caught up with the makings. A
+    batch made and never handed out (an abandoned iteration's read-ahead) leaves
+    its entry, which the next making of that batch reuses.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._skips: dict[tuple[int, int, bytes], Skips] = {}
+        # task key -> [makings not yet handed out, skips (the same each time)]
+        self._skips: dict[tuple[int, int, bytes], list[Any]] = {}
 
     def put(self, task: plan_lib.Task, skips: Skips) -> None:
-        """Keeps `skips`, the replacements in `task`'s batch (nothing when empty)."""
+        """Records that `task`'s batch was made with `skips` (nothing when empty)."""
         if skips:
             with self._lock:
-                self._skips[_key(task)] = list(skips)
+                entry = self._skips.setdefault(_key(task), [0, list(skips)])
+                entry[0] += 1
 
     def take(self, task: plan_lib.Task) -> Skips:
-        """The skips of `task`'s batch, forgotten here."""
+        """The skips of `task`'s batch, as it is handed out."""
         if not self._skips:  # the common case, without the lock or the key
             return []
         with self._lock:
-            return self._skips.pop(_key(task), [])
+            key = _key(task)
+            entry = self._skips.get(key)
+            if entry is None:
+                return []
+            entry[0] -= 1
+            if entry[0] <= 0:
+                del self._skips[key]
+            return list(entry[1])
 
 
 class Quarantine:
