@@ -28,6 +28,7 @@ quarantine log, and more than ``max_fraction`` of an epoch's records replaced ra
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable
 from typing import Any
@@ -218,9 +219,7 @@ class ErrorPolicy:
 
 
 def _fraction(value: Any) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
-    )
+    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
     if not ok:
         msg = (
             "`max_fraction` must be a number in [0, 1]. "

@@ -55,7 +55,7 @@ UNSAFE: dict[str, tuple[str, str]] = {
         "drops failing batches silently: the position falls behind what was trained",
         "`Pipeline.on_error('skip', quarantine=path)`: each failing record replaced by a "
         "seeded other record of its epoch (the same after a restore), logged, within an "
-        "error budget (README, \"Bad records\")",
+        "error budget (README, 'Bad records')",
     ),
     "unique": ("drops batches: the position falls behind", f"a filtering stage {_COMING}"),
     "skip": (
