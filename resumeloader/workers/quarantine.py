@@ -115,10 +115,7 @@ class Quarantine:
             self._catch_up()
             lines = []
             for skip in skips:
-                positions = self._seen.setdefault((*layout, skip["epoch"]), [])
-                at = bisect.bisect_left(positions, skip["position"])
-                if at == len(positions) or positions[at] != skip["position"]:
-                    positions.insert(at, skip["position"])
+                if self._note((*layout, skip["epoch"]), skip["position"]):
                     line = {**skip, "shard_index": layout[0], "shard_count": layout[1]}
                     lines.append(json.dumps({**line, "fingerprint": self._fingerprint}))
             self._append(lines)
@@ -129,6 +126,15 @@ class Quarantine:
             if skip["replacement"] is not None:
                 indices[skip["position"] - task.position] = skip["replacement"]
         return dataclasses.replace(task, indices=indices)
+
+    def _note(self, key: tuple[int, int, int], position: int) -> bool:
+        """Adds a replacement at `position` of `key`; False if it was known."""
+        positions = self._seen.setdefault(key, [])
+        at = bisect.bisect_left(positions, position)
+        if at < len(positions) and positions[at] == position:
+            return False
+        positions.insert(at, position)
+        return True
 
     def _check_budget(self, plan: plan_lib.Plan, skip: dict[str, Any]) -> None:
         per_epoch = plan.records_per_epoch
@@ -154,6 +160,8 @@ class Quarantine:
         """Reads the lines appended to the log since the last look (by any process)."""
         try:
             with open(self.path, "rb") as log:
+                if os.fstat(log.fileno()).st_size < self._read:
+                    self._read = 0  # truncated or replaced: read it again
                 log.seek(self._read)
                 data = log.read()
         except FileNotFoundError:
@@ -163,16 +171,13 @@ class Quarantine:
         for raw in data[:end].splitlines():
             try:
                 line = json.loads(raw)
+                fields = ("shard_index", "shard_count", "epoch", "position")
+                values = [line[name] for name in fields]
                 ours = line["fingerprint"] == self._fingerprint
-                key = (line["shard_index"], line["shard_count"], line["epoch"])
-                position = line["position"]
             except (ValueError, TypeError, KeyError):
                 continue  # not a line of ours (a hand-written note, a torn write)
-            if ours and isinstance(position, int):
-                positions = self._seen.setdefault(key, [])
-                at = bisect.bisect_left(positions, position)
-                if at == len(positions) or positions[at] != position:
-                    positions.insert(at, position)
+            if ours and all(type(value) is int for value in values):
+                self._note((values[0], values[1], values[2]), values[3])
 
     def _append(self, lines: list[str]) -> None:
         if not lines:
