@@ -22,6 +22,7 @@ from resumeloader.core.rng import record_rng
 from resumeloader.core.sampler import IndexSampler
 from resumeloader.errors import (
     ElasticResumeError,
+    ErrorBudgetError,
     HarnessError,
     RecordError,
     RecordSpecError,
@@ -49,6 +50,7 @@ _LAZY = {
 __all__ = [
     "AUTOTUNE",
     "ElasticResumeError",
+    "ErrorBudgetError",
     "HarnessError",
     "IndexSampler",
     "Pipeline",

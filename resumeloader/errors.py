@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "ElasticResumeError",
+    "ErrorBudgetError",
     "HarnessError",
     "RecordError",
     "RecordSpecError",
@@ -73,6 +74,15 @@ class RecordError(ResumeLoaderError, RuntimeError):
 
 class RecordSpecError(RecordError, ValueError):
     """A record's structure, dtype or shape differs from the element spec."""
+
+
+class ErrorBudgetError(RecordError):
+    """More records of an epoch were replaced than the bad-record policy's budget allows.
+
+    Raised by ``Pipeline.on_error("skip" or a callable, max_fraction=...)`` instead of
+    the batch holding the replacement that exceeds it; the message names the budget,
+    the count and the quarantine log. Its attributes name that record.
+    """
 
 
 class WorkerError(RecordError):

@@ -170,6 +170,32 @@ def _mix_endless() -> ResumableLoader:
     return ResumableLoader.from_pipeline(
         _mixture(14, shuffle=False, records_per_epoch=23).batch(4, drop_remainder=True)
     )
+
+
+@register("on_error-skip-mix-map_fn-shard-1-of-2-thread-workers-metadata", num_steps=7)
+def _on_error_skip() -> ResumableLoader:
+    # Failing records in both sources, replaced by seeded records of the mixture.
+    web = _worker_fns.BadRecordSource(29, {3, 17, 20})
+    code = _worker_fns.BadRecordSource(11, {4})
+    pipeline = (
+        Pipeline.mix({"web": web, "code": code}, weights={"web": 0.7, "code": 0.3}, seed=15)
+        .map(_worker_fns.augment)
+        .on_error("skip", max_fraction=1.0, quarantine=_quarantine())
+        .batch(3)
+    )
+    return ResumableLoader.from_pipeline(
+        pipeline, num_epochs=3, shard_index=1, shard_count=2, num_workers=2,
+        with_metadata=True,
+    )
+
+
+@functools.cache
+def _quarantine() -> str:
+    folder = tempfile.mkdtemp(prefix="resumeloader-quarantine-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return os.path.join(folder, "quarantine.jsonl")
+
+
 _WORDS = [f"record-{i}" * (i % 4) for i in range(37)]
 _TOKENS = [np.arange(i % 6, dtype=np.int64) + i for i in range(37)]
 

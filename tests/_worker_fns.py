@@ -103,3 +103,34 @@ class ParentOnlySource(CountingSource):
 
     def __reduce__(self) -> tuple[object, tuple[np.ndarray, int]]:
         return _rebuild_only_in_parent, (self.data, os.getpid())
+
+
+class BadRecordSource:
+    """Records ``[i, 10 * i]`` (int64); reading an index in `bad` always raises ValueError.
+
+    With `batched`, it also reads whole batches (``read_batch``), which raise when the
+    batch holds a bad index: the batched path of the bad-record policy.
+    """
+
+    def __init__(self, num_records: int, bad: frozenset[int] | set[int], *, batched: bool = False):
+        self.num_records = num_records
+        self.bad = frozenset(bad)
+        if batched:
+            self.read_batch = self._read_batch
+
+    def __len__(self) -> int:
+        return self.num_records
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if index in self.bad:
+            msg = f"record {index} is corrupt"
+            raise ValueError(msg)
+        return np.array([index, 10 * index], dtype=np.int64)
+
+    def _read_batch(self, indices: np.ndarray) -> np.ndarray:
+        return np.stack([self[int(i)] for i in indices])
+
+
+def placeholder(record_index: int, epoch: int, error: Exception) -> np.ndarray:
+    """A bad-record policy: a record of -1s, with the failing index (a mask the model skips)."""
+    return np.array([-1, record_index], dtype=np.int64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from resumeloader import sources
 from resumeloader.core import validate
-from resumeloader.stages import base, batch, mix, sampler, tf_map
+from resumeloader.stages import base, batch, mix, on_error, sampler, tf_map
 from resumeloader.stages import map as map_stage
 
 __all__ = ["Pipeline"]
@@ -57,6 +58,7 @@ class Pipeline:
         self._records: tuple[base.RecordStage, ...] = ()
         self._batch: base.BatchStage | None = None
         self._tensors: tuple[base.TensorStage, ...] = ()
+        self._on_error = on_error.ErrorPolicy()
 
     @classmethod
     @validate.typechecked
@@ -201,6 +203,45 @@ class Pipeline:
             raise TypeError(msg)
         return self.apply(tf_map.TFMapStage(fn))
 
+    def on_error(
+        self,
+        policy: str | Callable[[int, int, Exception], Any] = "raise",
+        *,
+        max_fraction: float = 0.01,
+        quarantine: str | os.PathLike[str] | None = None,
+    ) -> Pipeline:
+        """What a failing record becomes: an error, a seeded replacement, or your record.
+
+        A record fails when reading it, a record stage (``map_fn``) or its check
+        against the element spec raises (README, "Bad records").
+
+        * ``"raise"`` (default): the stream ends with a `RecordError` naming the
+          record index, epoch and position.
+        * ``"skip"``: the record is replaced by the first of a seeded sequence of
+          other records of its epoch, keyed by (seed, epoch, record index), that does
+          not fail (16 tries, then `RecordError`). Batch shapes and counts do not
+          change; the stream after a restore is the uninterrupted one, provided a
+          record that fails always fails.
+        * ``fn(record_index, epoch, error) -> record``: its return value replaces
+          the record as it is (no record stage runs on it); raising ends the stream.
+
+        Every replacement is appended to the JSON-lines `quarantine` log by the
+        process that hands batches out (whatever the workers), once per position.
+        The error budget: when the replacements in an epoch exceed ``max_fraction``
+        of its records (of this shard; counted over the stream's positions up to the
+        failing one, the log's earlier lines included, so a restore counts the same),
+        `ErrorBudgetError` names the budget, the count and the log.
+
+        Args:
+            policy: ``"raise"``, ``"skip"`` or ``fn(record_index, epoch, error)``.
+            max_fraction: the error budget, in [0, 1].
+            quarantine: the log's path (its folder must exist); required unless
+                `policy` is ``"raise"``.
+        """
+        return self._with(
+            on_error=on_error.ErrorPolicy(policy, max_fraction=max_fraction, quarantine=quarantine)
+        )
+
     def with_batch_size(self, batch_size: int) -> Pipeline:
         """The same pipeline with another batch size (the record order is unchanged)."""
         if self._batch is None:
@@ -223,6 +264,7 @@ class Pipeline:
     record_stages = property(lambda self: self._records, doc="The record stages, in order.")
     batch_stage = property(lambda self: self._batch, doc="The batch stage, or None.")
     tensor_stages = property(lambda self: self._tensors, doc="The tensor stages, in order.")
+    error_policy = property(lambda self: self._on_error, doc="The bad-record `ErrorPolicy`.")
 
     @property
     def stages(self) -> tuple[base.Stage, ...]:
@@ -241,8 +283,11 @@ class Pipeline:
         fields.update({f"source.{k}": v for k, v in self._source.order_fields().items()})
         for stage in self.stages:
             fields.update({f"{stage.name}.{k}": v for k, v in stage.order_fields().items()})
+        fields.update({f"on_error.{k}": v for k, v in self._on_error.order_fields().items()})
         return fields
 
     def __repr__(self) -> str:
         stages = " -> ".join(stage.describe() for stage in self.stages)
+        if self._on_error.replaces:
+            stages += f", {self._on_error.describe()}"
         return f"Pipeline({self._source.description}: {stages}, seed={self._seed})"

@@ -31,7 +31,7 @@ from resumeloader.core import positions, rng
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import gather, generator, graph, prefetch, tf_map
-from resumeloader.workers import ordered, produce
+from resumeloader.workers import ordered, produce, quarantine
 
 __all__ = ["Delivery"]
 
@@ -71,6 +71,11 @@ class Delivery:
             num_workers, worker_type, pipeline=plan.pipeline, timeout=worker_timeout
         )
         self.producer = produce.BatchProducer(plan.pipeline, spec)
+        policy = plan.pipeline.error_policy
+        #: Logs the bad-record policy's replacements as batches are handed out.
+        self.quarantine = (
+            quarantine.Quarantine(policy, plan.order_fields()) if policy.replaces else None
+        )
         # The generators of this delivery's datasets (see resumeloader.tfdata.generator).
         self.generators: list[Any] = []
         self.spec = self.producer.spec
@@ -123,6 +128,8 @@ class Delivery:
         if watch is not None:
             tasks = watch(position, tasks)
         for task, batch in self.workers.produce(self.producer, tasks):
+            if self.quarantine is not None:
+                task = self.quarantine.hand_out(plan, task, self.producer.skips.take(task))
             yield self._labelled(batch, task)
 
     def _index_arrays(

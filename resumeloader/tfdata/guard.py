@@ -53,7 +53,9 @@ UNSAFE: dict[str, tuple[str, str]] = {
     ),
     "ignore_errors": (
         "drops failing batches silently: the position falls behind what was trained",
-        f"a bad-record stage {_COMING}; until then a failing record raises RecordError",
+        "`Pipeline.on_error('skip', quarantine=path)`: each failing record replaced by a "
+        "seeded other record of its epoch (the same after a restore), logged, within an "
+        "error budget (README, 'Bad records')",
     ),
     "unique": ("drops batches: the position falls behind", f"a filtering stage {_COMING}"),
     "skip": (

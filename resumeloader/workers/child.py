@@ -13,7 +13,8 @@ Protocol on the socket (pickled messages, `multiprocessing.connection.Connection
   of an older session is stale) and ``None`` (stop);
 * worker -> parent: ``(-1, 0, "ready", None)`` once set up, then
   ``(seq, session, kind, body)`` for every task, where kind is ``"ok"`` (body: slot,
-  block size, leaf layout, whether a new block's descriptor follows on the socket),
+  block size, leaf layout, whether a new block's descriptor follows on the socket,
+  the batch's replaced records as `resumeloader.workers.quarantine` describes them),
   ``"error"``, ``"setup_error"`` or ``"skipped"`` (stale).
 
 A worker writes its batches into `SLOTS` blocks that it reuses; the parent copies a
@@ -149,13 +150,15 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
                 reply = (seq, session, "setup_error", setup_error)
             else:
                 try:
-                    batch = producer.batch(plan_lib.Task(indices, epoch, position))
+                    task = plan_lib.Task(indices, epoch, position)
+                    batch = producer.batch(task)
                     leaves = [
                         np.ascontiguousarray(a)
                         for a in optree.tree_leaves(batch, none_is_leaf=True)
                     ]
                     body, new = writer.write(leaves)
-                    reply = (seq, session, "ok", body)
+                    # The batch's replaced records travel with it (the parent logs them).
+                    reply = (seq, session, "ok", (*body, producer.skips.take(task)))
                 except Exception as err:
                     reply = (seq, session, "error", failures.describe(err))
             conn.send(reply)

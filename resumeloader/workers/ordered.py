@@ -128,6 +128,8 @@ class WorkerSettings:
             for stage in pipeline.record_stages:
                 name = "map_fn" if stage.name == "map" else f"stage {stage.name}"
                 _check_picklable(name, getattr(stage, "fn", stage))
+            if pipeline.error_policy.fn is not None:
+                _check_picklable("on_error policy", pipeline.error_policy.fn)
         self._pool: processes.ProcessPool | None = None
         self._lock = threading.Lock()
 
@@ -156,7 +158,8 @@ class WorkerSettings:
                     (producer.pipeline, producer.spec), protocol=pickle.HIGHEST_PROTOCOL
                 )
                 self._pool = processes.ProcessPool(
-                    payload, producer.spec, self.num_workers, timeout=self.timeout
+                    payload, producer.spec, self.num_workers, timeout=self.timeout,
+                    on_skips=producer.skips.put,
                 )
             return self._pool
 

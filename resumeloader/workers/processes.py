@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing import connection
 from typing import Any
 
@@ -61,12 +61,21 @@ class ProcessPool:
         num_workers: worker processes (>= 1).
         timeout: seconds the consumer waits for one batch before the worker is
             stopped and a `WorkerError` raised; None waits as long as the worker lives.
+        on_skips: ``on_skips(task, skips)`` receives the replaced records of a
+            batch (the error policy's), before the batch is yielded.
     """
 
     def __init__(
-        self, payload: bytes, spec: spec_lib.RecordSpec, num_workers: int, *, timeout: float | None
+        self,
+        payload: bytes,
+        spec: spec_lib.RecordSpec,
+        num_workers: int,
+        *,
+        timeout: float | None,
+        on_skips: Callable[[Task, list[Any]], None] | None = None,
     ) -> None:
         self._payload = payload
+        self._on_skips = on_skips
         self._spec = spec
         self._timeout = timeout
         self._lock = threading.Lock()
@@ -215,7 +224,7 @@ class ProcessPool:
                 continue
             worker.outstanding.popleft()
             if session == self._session and kind != "skipped":
-                value = self._copy(worker, body) if kind == "ok" else body
+                value = (self._copy(worker, body), body[4]) if kind == "ok" else body
                 self._results[seq] = (kind, value)
         if not ready:  # a dead worker whose socket a grandchild keeps open
             for worker in busy.values():
@@ -230,7 +239,7 @@ class ProcessPool:
         worker.outstanding.clear()
 
     def _copy(self, worker: worker_process.WorkerProcess, body: Any) -> Any:
-        slot, _, layout, _ = body
+        slot, _, layout = body[:3]
         buffer = worker.blocks[slot].buf
         leaves = [
             np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset).copy()
@@ -265,7 +274,10 @@ class ProcessPool:
 
     def _unpack(self, item: _Item, kind: str, body: Any) -> Any:
         if kind == "ok":
-            return body
+            batch, skips = body
+            if skips and self._on_skips is not None:
+                self._on_skips(item.task, skips)
+            return batch
         task = item.task
         first = int(task.indices[0])
         if kind == "died":

@@ -9,6 +9,8 @@ varying shape) in the batch wire format (`resumeloader.core.wire`).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,7 @@ from resumeloader.core import spec as spec_lib
 from resumeloader.core import wire
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
+from resumeloader.workers import quarantine
 
 __all__ = ["BatchProducer"]
 
@@ -49,13 +52,13 @@ class BatchProducer:
         self._batch_stage = pipeline.batch_stage
         # Without record stages a batched source returns whole batches in one call.
         self.reads_batches = not self._stages and self._source.batched
+        policy = pipeline.error_policy
+        self._policy = policy if policy.replaces else None
+        #: The replacements in the batches made here, until the consumer side takes them.
+        self.skips = quarantine.SkipLedger()
         if spec is None and not self._stages:
             spec = self._source.record_spec()
-        self.spec = (
-            spec
-            if spec is not None
-            else spec_lib.RecordSpec.of(self.record(0, epoch=0, position=0))
-        )
+        self.spec = spec if spec is not None else spec_lib.RecordSpec.of(self._probe())
 
     def record(self, index: int, *, epoch: int, position: int) -> Any:
         """Reads record `index` and runs the record stages; user errors become `RecordError`."""
@@ -78,7 +81,16 @@ class BatchProducer:
         return record
 
     def batch(self, task: plan_lib.Task) -> Any:
-        """The batch of `task`'s records, whose first record sits at ``task.position``."""
+        """The batch of `task`'s records, whose first record sits at ``task.position``;
+        a failing record raises `RecordError` or is replaced, as the error policy says."""
+        try:
+            return self._batch(task)
+        except errors.RecordError:
+            if self._policy is None:
+                raise
+        return self._batch_replacing(task)
+
+    def _batch(self, task: plan_lib.Task) -> Any:
         indices, epoch, position = task.indices, task.epoch, task.position
         if self.reads_batches:
             return self._read_batch(indices, epoch=epoch, position=position)
@@ -99,6 +111,48 @@ class BatchProducer:
                 column.append(leaf)
         leaves = self._batch_stage.assemble(columns, self.spec)
         return self._encoded(leaves)
+
+    # -- the error policy's path: only for a batch in which a record failed --------
+    def _batch_replacing(self, task: plan_lib.Task) -> Any:
+        """`task`'s batch made again record by record, each failing record replaced as
+        the error policy says; the replacements are left in `skips`."""
+        epoch = task.epoch
+        columns: list[list[np.ndarray]] = [[] for _ in self.spec.leaves]
+        skips = []
+        for position, index in enumerate(task.indices.tolist(), start=task.position):
+            read = functools.partial(self._checked, epoch=epoch, position=position)
+            try:
+                leaves = read(index)
+            except errors.RecordError as err:
+                check = functools.partial(self._check, index=index, epoch=epoch, position=position)
+                leaves, skip = self._replaced(err, read, check)
+                skips.append(skip)
+            for column, leaf in zip(columns, leaves, strict=True):
+                column.append(leaf)
+        batch = self._encoded(self._batch_stage.assemble(columns, self.spec))
+        self.skips.put(task, skips)
+        return batch
+
+    def _checked(self, index: int, *, epoch: int, position: int) -> list[np.ndarray]:
+        record = self.record(index, epoch=epoch, position=position)
+        return self._check(record, index=index, epoch=epoch, position=position)
+
+    def _replaced(
+        self, err: errors.RecordError, read: Callable[[int], Any], check: Callable[[Any], Any]
+    ) -> tuple[Any, dict[str, Any]]:
+        assert self._policy is not None
+        order = self.pipeline.index_stage
+        return self._policy.replace(err, read, check, order=order, seed=self.pipeline.seed)
+
+    def _probe(self) -> Any:
+        """Record 0 of epoch 0, whose spec is the batches' (replaced if it fails)."""
+        try:
+            return self.record(0, epoch=0, position=0)
+        except errors.RecordError as err:
+            if self._policy is None:
+                raise
+            read = functools.partial(self.record, epoch=0, position=0)
+            return self._replaced(err, read, lambda record: record)[0]
 
     def _encoded(self, leaves: list[Any]) -> Any:
         encoded = [
