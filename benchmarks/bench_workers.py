@@ -1,19 +1,26 @@
-"""Workers for a Python ``map_fn``: resumeloader's threads and processes, tf.data and grain.
+"""Workers that live as long as the loader: first batch of a new iteration, and Keras fit.
 
-    python benchmarks/bench_workers.py [--quick]
+    python benchmarks/bench_workers.py [--quick] [--rounds 3]
 
-(g) Steady state, records/s after 4 batches (median of interleaved rounds), batch 128:
-    (ii) a GIL-bound ``map_fn`` (~50 us of pure Python per record) and (iii) a
-    GIL-releasing NumPy one (64x64 matrix products), each with 0 workers, 2 thread
-    and 2 process workers, plain tf.data (``numpy_function`` in ``map(AUTOTUNE)``)
-    and grain's ``DataLoader`` with 0 and 2 worker processes (``num_threads=0``).
-(h) Start-up: ms to the first batch of the first, second and third iteration of one
-    loader with 2 process workers, and a Keras ``fit`` of 5 short epochs (start-up
-    included) with 0 and 2 process workers, run as a user's training script that
-    imports TensorFlow at the top.
+Prints two tables (markdown), each with the load average and CPU count:
 
-"Parallel capacity" (printed) is how many CPUs' worth of Python two processes got
-during the run (2.0 on an idle 2-core machine): no 2-worker speed-up can exceed it.
+(a) First batch of a new iteration, ms: a loader over 1,280 records (16 float32
+    each, 10 batches per epoch) with a GIL-bound ``map_fn`` (``_common.burn_python``,
+    ~50 us of pure Python per record), batch 128. For each configuration the loader is
+    built once, then (1) 7 epochs are read as Keras reads them, a new
+    ``iter(epoch_dataset(loader))`` per epoch, each to its end, and (2) 7 times a
+    ``for batch in loader`` takes one batch and breaks (leaving batches in flight),
+    then the state is moved (``set_state``). The first iteration includes the
+    workers' start-up; the median of iterations 2-7 is what every later iteration
+    pays. This script imports TensorFlow at the top, like a training script: worker
+    processes must not pay for it.
+(b) Keras ``fit`` of 5 epochs of 20,000 records (a small dense model, so the input
+    pipeline dominates) through ``epoch_dataset`` + ``ResumeCallback``: wall time from
+    building the loader to the end of ``fit`` (start-up included), records/s, and the
+    ratio to 0 workers. Configurations are interleaved round by round; medians.
+
+Absolute numbers depend on the machine and its load; the ratios in one run are the
+result.
 """
 
 from __future__ import annotations
@@ -21,220 +28,142 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# Single-threaded BLAS everywhere (worker processes inherit it), so that the workers are
-# the only parallelism compared.
-for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_name, "1")
 
-import _common  # noqa: E402
-import numpy as np  # noqa: E402
-from _common import BATCH, SEED, Target  # noqa: E402
-
-ZERO, PROCESSES = "resumeloader, 0 workers", "resumeloader, 2 process workers"
-GRAIN_TWO = "grain `DataLoader`, 2 workers"
-EXIT_PROBLEMS: list[str] = []  # training processes that had to be killed
-
-
-def _ours(source: np.ndarray, fn: Callable[..., object], workers: int = 0,
-          kind: str = "thread") -> Callable[[], float]:
-    import resumeloader
-
-    return lambda: _common.steady_rate(lambda: resumeloader.ResumableLoader(
-        source, batch_size=BATCH, seed=SEED, map_fn=fn, num_workers=workers, worker_type=kind
-    ))
-
-
-def _workload(source: np.ndarray, fn: Callable[..., object], operation: str,
-              rounds: int) -> dict[str, float]:
-    import _grain_ops
-
-    contenders = {
-        ZERO: _ours(source, fn),
-        "resumeloader, 2 thread workers": _ours(source, fn, 2),
-        PROCESSES: _ours(source, fn, 2, "process"),
-        "plain tf.data, `map(numpy_function, AUTOTUNE)`": lambda: _common.steady_rate(
-            lambda: _common.plain_tf(source, fn)
-        ),
-        "grain `DataLoader`, 0 workers": lambda: _common.steady_rate(
-            lambda: _common.grain_loader(source, getattr(_grain_ops, operation)())
-        ),
-        GRAIN_TWO: lambda: _common.steady_rate(
-            lambda: _common.grain_loader(source, getattr(_grain_ops, operation)(), 2)
-        ),
-    }
-    return _common.interleaved(contenders, rounds)
-
-
-def steady(quick: bool) -> tuple[str, list[Target]]:
-    rounds, records = (1, 4_000) if quick else (3, 20_000)
-    span = _common.Span()
-    capacity = [_common.parallel_capacity()]
-    small = np.random.default_rng(1).random((records, 16), np.float32)
-    mats = np.random.default_rng(2).random((records // 4, 64, 64), np.float32)
-    gil_us = _common.calibrate_burn()
-    numpy_us = _common.per_call_us(_common.numpy_work, mats[0], 500)
-    workloads = {
-        f"(ii) GIL-bound `map_fn` (~{gil_us:.0f} us)": _workload(
-            small, _common.burn_python, "BurnPython", rounds),
-        f"(iii) GIL-releasing NumPy `map_fn` (~{numpy_us:.0f} us)": _workload(
-            mats, _common.numpy_work, "NumpyWork", rounds),
-    }
-    capacity.append(_common.parallel_capacity())
-    rows = []
-    for workload, rates in workloads.items():
-        first = rates[ZERO]
-        rows += [[workload, name, f"{rate:,.0f}", f"{rate / first:.2f}"]
-                 for name, rate in rates.items()]
-    text = "\n".join([
-        "### (g) Workers for a Python `map_fn`, steady state (`bench_workers.py`)",
-        "",
-        f"{records:,} records per source, batch {BATCH}; records/s after "
-        f"{_common.WARMUP_BATCHES} batches (worker start-up excluded), median of {rounds} "
-        "interleaved round(s). Parallel capacity (before, after): "
-        f"{capacity[0]:.2f}, {capacity[1]:.2f} CPUs.",
-        "",
-        _common.table(["workload", "pipeline", "records/s", "/ 0 workers"], rows),
-        "",
-        span.caption("Workers"),
-    ])
-    gil = next(iter(workloads.values()))
-    targets = [
-        Target("(g) GIL-bound: 2 process workers / 0 workers", gil[PROCESSES] / gil[ZERO], 1.8,
-               item="1 (workers)"),
-        Target("(g) GIL-bound: 2 process workers / grain 2 workers",
-               gil[PROCESSES] / gil[GRAIN_TWO], 1.3, item="1 (workers)"),
-    ]
-    return text, targets
-
-
-def first_batches(rounds: int) -> list[float]:
-    """Median ms to the first batch of iterations 1, 2 and 3 of one 2-process loader."""
-    import resumeloader
-
-    source = np.random.default_rng(1).random((4_000, 16), np.float32)
-    times: list[list[float]] = [[], [], []]
-    for _ in range(rounds):
-        loader = resumeloader.ResumableLoader(source, batch_size=BATCH, seed=SEED,
-                                              map_fn=_common.burn_python, num_workers=2,
-                                              worker_type="process")
-        for column in times:
-            start = time.perf_counter()
-            next(iter(loader.dataset(rest_of_epoch=True)))
-            column.append((time.perf_counter() - start) * 1e3)
-        del loader
-    return [statistics.median(column) for column in times]
-
-
-# A user's training script: TensorFlow imported at the top, which spawned workers run
-# again when they import the main module (unless the library keeps them from it).
-_KERAS_SCRIPT = """
-import sys, tempfile, time
-import tensorflow as tf
 import keras
 import numpy as np
-import resumeloader
-from resumeloader.keras import ResumeCallback, epoch_dataset
+import tensorflow  # noqa: F401 - imported at the top, like a training script
 
-sys.path.insert(0, {here!r})
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 import _common
 
-if __name__ == "__main__":
-    workers, records = int(sys.argv[1]), int(sys.argv[2])
-    data = np.random.default_rng(1).random((records, 16), np.float32)
+import resumeloader
+from resumeloader import keras as rl_keras
+
+CONFIGS = [(0, "thread"), (2, "thread"), (2, "process")]
+BATCH = 128
+
+
+def _name(workers: int, kind: str) -> str:
+    return "0 workers" if workers == 0 else f"{workers} {kind} workers"
+
+
+def _loader(records: np.ndarray, workers: int, kind: str) -> resumeloader.ResumableLoader:
+    return resumeloader.ResumableLoader(
+        records, batch_size=BATCH, seed=0, map_fn=_common.burn_python, num_epochs=None,
+        num_workers=workers, worker_type=kind,
+    )
+
+
+def first_batches(records: np.ndarray, workers: int, kind: str, iterations: int) -> dict:
+    """Milliseconds to the first batch of each iteration: a new Keras-style epoch after
+    the previous one was read to its end, and a for loop after a break and a restore."""
+    loader = _loader(records[: BATCH * 10], workers, kind)  # short epochs: 10 batches
+    epoch_ds = rl_keras.epoch_dataset(loader)
+    timings: dict[str, list[float]] = {"epoch": [], "loop": []}
+    for _ in range(iterations):
+        start = time.perf_counter()
+        iterator = iter(epoch_ds)
+        next(iterator)
+        timings["epoch"].append((time.perf_counter() - start) * 1000)
+        loader.advance()
+        for _ in iterator:
+            loader.advance()
+    for iteration in range(iterations):
+        loader.set_state(dict(loader.get_state(), epoch=iteration, offset=BATCH * 3))
+        start = time.perf_counter()
+        for _ in loader:  # leaves batches in flight, as a `break` does
+            break
+        timings["loop"].append((time.perf_counter() - start) * 1000)
+    loader.close()
+    return timings
+
+
+def fit_seconds(records: np.ndarray, labels: np.ndarray, workers: int, kind: str,
+                epochs: int) -> float:
+    """Wall time of building the loader and a Keras fit of `epochs` epochs."""
+    keras.utils.set_random_seed(0)
     start = time.perf_counter()
     loader = resumeloader.ResumableLoader(
-        (data, data[:, 0].copy()), batch_size=_common.BATCH, seed=0, num_epochs=5,
-        map_fn=_common.burn_pair, num_workers=workers, worker_type="process")
-    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(1)])
-    model.compile("sgd", "mse")
-    callback = ResumeCallback(loader, tempfile.mkdtemp())
-    model.fit(epoch_dataset(loader), epochs=5, callbacks=[callback], verbose=0)
-    print(time.perf_counter() - start)
-"""
-
-
-def keras_fit_rate(workers: int, records: int, script: Path, timeout: float) -> float:
-    """Records/s of the whole `fit` in a fresh process (0.0 if it does not finish within
-    `timeout` s). A process still alive 10 s after printing its time is killed and
-    reported on stderr: the measurement stands, the exit is a bug of its own."""
-    out = script.with_name(f"fit{workers}.out")
-    with out.open("w") as stdout:
-        process = subprocess.Popen([sys.executable, str(script), str(workers), str(records)],
-                                   stdout=stdout, stderr=subprocess.DEVNULL)
-    deadline, printed = time.monotonic() + timeout, None
-    while process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-        if printed is None and out.read_text().strip():
-            printed = time.monotonic()
-            deadline = min(deadline, printed + 10)
-    if process.poll() is None:
-        process.kill()
-        process.wait()
-        what = "did not exit 10 s after fit" if printed else f"no result within {timeout:.0f} s"
-        EXIT_PROBLEMS.append(f"Keras fit with {workers} process workers: {what}, killed.")
-        print(f"  {EXIT_PROBLEMS[-1]}", file=sys.stderr, flush=True)
-    lines = out.read_text().split()
-    return 5 * records / float(lines[-1]) if lines else 0.0
-
-
-def run(quick: bool) -> _common.Report:
-    """The tables' Markdown and their targets."""
-    text, targets = steady(quick)  # calibrates burn_python for the Keras runs too
-    rounds, records, timeout = (1, 4_000, 300) if quick else (3, 20_000, 900)
-    span = _common.Span()
-    first = first_batches(rounds)
-    script = Path(tempfile.mkdtemp(prefix="bench_workers_")) / "train.py"
-    script.write_text(_KERAS_SCRIPT.format(here=str(HERE)))
-    fits = _common.interleaved(
-        {w: (lambda w=w: keras_fit_rate(w, records, script, timeout)) for w in (0, 2)}, rounds
+        (records, labels), batch_size=BATCH, seed=0, num_epochs=epochs,
+        map_fn=lambda record, rng: (_common.burn_python(record[0]), record[1]),
+        num_workers=workers, worker_type=kind,
     )
-    rows = [[f"first batch of iteration {i + 1} (`dataset(rest_of_epoch=True)`)",
-             f"{ms:,.1f} ms"] for i, ms in enumerate(first)]
-    rows += [[f"Keras `fit`, 5 epochs of {records:,} records, {w} process workers",
-              f"{rate:,.0f} records/s" if rate else f"over {timeout} s"]
-             for w, rate in fits.items()]
-    text += "\n\n" + "\n".join([
-        "### (h) Worker start-up (`bench_workers.py`)",
-        "",
-        f"2 process workers, GIL-bound `map_fn`, batch {BATCH}; medians of {rounds} "
-        "round(s). The Keras rows run a training script that imports TensorFlow at the "
-        "top; its time starts before the loader is built and includes every epoch's "
-        "start-up.",
-        "",
-        _common.table(["what", "measured"], rows),
-        "",
-        *(f"**{problem}**" for problem in sorted(set(EXIT_PROBLEMS))),
-        "",
-        span.caption("Worker start-up"),
-    ])
-    targets += [
-        Target("(h) first batch of the 2nd iteration, 2 process workers", first[1], 50,
-               unit=" ms", at_most=True, item="1 (workers)"),
-        Target("(h) Keras fit, 5 epochs: 2 process workers / 0 workers",
-               fits[2] / fits[0] if fits[0] else None, 1.5, item="1 (workers)"),
-    ]
-    return _common.Report(text, targets)
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    with tempfile.TemporaryDirectory() as ckpt:
+        callback = rl_keras.ResumeCallback(loader, ckpt, save_at_epoch_end=False)
+        model.fit(rl_keras.epoch_dataset(loader), epochs=epochs, callbacks=[callback], verbose=0)
+    seconds = time.perf_counter() - start
+    loader.close()
+    return seconds
+
+
+def _load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def parallel_capacity(count: int = 20_000) -> float:
+    """CPUs' worth of Python work two processes get now (2.0 on an idle 2-core machine):
+    no 2-worker speed-up can exceed it."""
+    import subprocess
+
+    code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+        f"import _common; print(_common.burn_for({count}))"
+    )
+
+    def timed(copies: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                  text=True) for _ in range(copies)]
+        return statistics.mean(float(p.communicate()[0]) for p in procs)
+
+    return 2 * timed(1) / timed(2)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, one round")
-    quick = parser.parse_args().quick
-    _common.BUDGET_SECONDS = 1.0 if quick else _common.BUDGET_SECONDS
-    report = run(quick)
-    print(report.markdown)
-    print()
-    print(_common.targets_table(report.targets))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer records and rounds")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    num_records = 4096 if args.quick else 20_000
+    rounds = 1 if args.quick else args.rounds
+    epochs = 5
+    records = np.random.default_rng(0).random((num_records, 16), dtype=np.float32)
+    labels = records.sum(axis=1, keepdims=True)
+
+    firsts = {c: first_batches(records, *c, iterations=7) for c in CONFIGS}
+    print(f"\n(a) First batch of a new iteration, ms ({os.cpu_count()} CPUs, load average "
+          f"{_load()}; GIL-bound map_fn, batch {BATCH}; iteration 1 includes start-up)\n")
+    print("| workers | new epoch (epoch_dataset): iteration 1 | median of 2-7 "
+          "| for loop after a break and a restore: iteration 1 | median of 2-7 |")
+    print("|---|---|---|---|---|")
+    for config, t in firsts.items():
+        print(f"| {_name(*config)} | {t['epoch'][0]:.1f} | "
+              f"{statistics.median(t['epoch'][1:]):.1f} | {t['loop'][0]:.1f} | "
+              f"{statistics.median(t['loop'][1:]):.1f} |")
+
+    fits: dict[tuple[int, str], list[float]] = {c: [] for c in CONFIGS}
+    for _ in range(rounds):
+        for config in CONFIGS:
+            fits[config].append(fit_seconds(records, labels, *config, epochs=epochs))
+    base = statistics.median(fits[CONFIGS[0]])
+    total = num_records * epochs
+    print(f"\n(b) Keras fit, {epochs} epochs of {num_records:,} records, start-up included "
+          f"({os.cpu_count()} CPUs, load average {_load()}; parallel capacity "
+          f"{parallel_capacity():.2f}; median of {rounds} interleaved rounds)\n")
+    print("| workers | seconds | records/s | vs 0 workers |")
+    print("|---|---|---|---|")
+    for config, times in fits.items():
+        seconds = statistics.median(times)
+        print(f"| {_name(*config)} | {seconds:.2f} | {total / seconds:,.0f} | "
+              f"{base / seconds:.2f}x |")
 
 
 if __name__ == "__main__":

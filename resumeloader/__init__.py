@@ -7,7 +7,7 @@ pure function of (seed, epoch, position); `ResumableLoader` delivers it through
 `IndexSampler` computes the record at any position of any epoch in O(1).
 
 Importing the package does not import TensorFlow: the names that need it
-(`ResumableLoader`, `AUTOTUNE`) load it on first access, so the sampler, the state
+(`ResumableLoader`, `AUTOTUNE`, `restore`) load it on first access, so the sampler, the state
 and worker processes stay light. The layers are described in ARCHITECTURE.md.
 """
 
@@ -22,6 +22,7 @@ from resumeloader.core.rng import record_rng
 from resumeloader.core.sampler import IndexSampler
 from resumeloader.errors import (
     ElasticResumeError,
+    ErrorBudgetError,
     HarnessError,
     RecordError,
     RecordSpecError,
@@ -29,6 +30,7 @@ from resumeloader.errors import (
     ResumeMismatchError,
     StateError,
     StateMismatchError,
+    StreamIntegrityError,
     WorkerError,
 )
 from resumeloader.sources import RandomAccessSource
@@ -36,16 +38,19 @@ from resumeloader.stages import Pipeline
 
 if TYPE_CHECKING:
     from resumeloader.tfdata.loader import AUTOTUNE, ResumableLoader
+    from resumeloader.tfdata.restore import restore
 
 # Public names whose modules import TensorFlow: name -> module.
 _LAZY = {
     "AUTOTUNE": "resumeloader.tfdata.loader",
     "ResumableLoader": "resumeloader.tfdata.loader",
+    "restore": "resumeloader.tfdata.restore",
 }
 
 __all__ = [
     "AUTOTUNE",
     "ElasticResumeError",
+    "ErrorBudgetError",
     "HarnessError",
     "IndexSampler",
     "Pipeline",
@@ -57,10 +62,12 @@ __all__ = [
     "ResumeMismatchError",
     "StateError",
     "StateMismatchError",
+    "StreamIntegrityError",
     "WorkerError",
     "__version__",
     "errors",
     "record_rng",
+    "restore",
 ]
 
 

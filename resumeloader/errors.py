@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "ElasticResumeError",
+    "ErrorBudgetError",
     "HarnessError",
     "RecordError",
     "RecordSpecError",
@@ -15,6 +16,7 @@ __all__ = [
     "ResumeMismatchError",
     "StateError",
     "StateMismatchError",
+    "StreamIntegrityError",
     "WorkerError",
 ]
 
@@ -43,6 +45,17 @@ class ElasticResumeError(StateError):
     """
 
 
+class StreamIntegrityError(ResumeLoaderError, RuntimeError):
+    """The loader's batches are consumed in a way that would lose or repeat records.
+
+    Raised at the first moment it can be detected, before the position moves: a
+    tf.data transformation after ``dataset()`` that drops, repeats, reorders or
+    regroups batches; a second live iterator on one loader; a position change
+    during a live ``for batch in loader``; an advance past what the loader produced.
+    The message names the cause and what to write instead.
+    """
+
+
 class RecordError(ResumeLoaderError, RuntimeError):
     """User code (a source or a ``map_fn``) failed on one record.
 
@@ -61,6 +74,15 @@ class RecordError(ResumeLoaderError, RuntimeError):
 
 class RecordSpecError(RecordError, ValueError):
     """A record's structure, dtype or shape differs from the element spec."""
+
+
+class ErrorBudgetError(RecordError):
+    """More records of an epoch were replaced than the bad-record policy's budget allows.
+
+    Raised by ``Pipeline.on_error("skip" or a callable, max_fraction=...)`` instead of
+    the batch holding the replacement that exceeds it; the message names the budget,
+    the count and the quarantine log. Its attributes name that record.
+    """
 
 
 class WorkerError(RecordError):

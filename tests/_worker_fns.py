@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -19,6 +20,12 @@ FAILING_INDEX = 7
 def augment(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Adds keyed noise, so that any change of order or keying changes the output."""
     return record + rng.normal(size=record.shape).astype(record.dtype)
+
+
+def augment_tokens(record: dict, rng: np.random.Generator) -> dict:
+    """Drops the label and adds keyed noise to a record's tokens."""
+    noise = rng.integers(0, 3, size=len(record["tokens"]))
+    return {"text": record["text"], "tokens": np.asarray(record["tokens"]) + noise}
 
 
 def tensorflow_imported(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -38,6 +45,23 @@ def kill_self_at_index(record: np.ndarray, rng: np.random.Generator) -> np.ndarr
     """SIGKILLs its own process on record FAILING_INDEX (a crashed worker)."""
     if int(record[0]) == FAILING_INDEX:
         os.kill(os.getpid(), signal.SIGKILL)
+    return record
+
+
+def stall_at_index(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sleeps for an hour on record FAILING_INDEX (a stalled worker process)."""
+    if int(record[0]) == FAILING_INDEX:
+        time.sleep(3600)
+    return record
+
+
+RELEASE = threading.Event()
+
+
+def wait_at_index(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Blocks on record FAILING_INDEX until RELEASE is set (a stalled worker thread)."""
+    if int(record[0]) == FAILING_INDEX:
+        RELEASE.wait(60)
     return record
 
 
@@ -67,10 +91,8 @@ class CountingSource:
         return self.data[indices]
 
 
-def _rebuild_only_in_parent(data: np.ndarray) -> np.ndarray:
-    import multiprocessing
-
-    if multiprocessing.parent_process() is not None:
+def _rebuild_only_in_parent(data: np.ndarray, pid: int) -> np.ndarray:
+    if os.getpid() != pid:
         msg = "this source cannot be opened in a worker"
         raise RuntimeError(msg)
     return data
@@ -79,5 +101,36 @@ def _rebuild_only_in_parent(data: np.ndarray) -> np.ndarray:
 class ParentOnlySource(CountingSource):
     """Pickles fine, but unpickling it in a worker process raises RuntimeError."""
 
-    def __reduce__(self) -> tuple[object, tuple[np.ndarray]]:
-        return _rebuild_only_in_parent, (self.data,)
+    def __reduce__(self) -> tuple[object, tuple[np.ndarray, int]]:
+        return _rebuild_only_in_parent, (self.data, os.getpid())
+
+
+class BadRecordSource:
+    """Records ``[i, 10 * i]`` (int64); reading an index in `bad` always raises ValueError.
+
+    With `batched`, it also reads whole batches (``read_batch``), which raise when the
+    batch holds a bad index: the batched path of the bad-record policy.
+    """
+
+    def __init__(self, num_records: int, bad: frozenset[int] | set[int], *, batched: bool = False):
+        self.num_records = num_records
+        self.bad = frozenset(bad)
+        if batched:
+            self.read_batch = self._read_batch
+
+    def __len__(self) -> int:
+        return self.num_records
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if index in self.bad:
+            msg = f"record {index} is corrupt"
+            raise ValueError(msg)
+        return np.array([index, 10 * index], dtype=np.int64)
+
+    def _read_batch(self, indices: np.ndarray) -> np.ndarray:
+        return np.stack([self[int(i)] for i in indices])
+
+
+def placeholder(record_index: int, epoch: int, error: Exception) -> np.ndarray:
+    """A bad-record policy: a record of -1s, with the failing index (a mask the model skips)."""
+    return np.array([-1, record_index], dtype=np.int64)

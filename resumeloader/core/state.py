@@ -60,6 +60,11 @@ _V1_FIELDS = frozenset(
 
 Fields = dict[str, Any]
 
+# Stages whose fields one side may lack: the bad-record policy. A pipeline without it
+# raises at the first failing record, and one with it differs from it only there, so
+# a checkpoint of either continues exactly in the other (differing values are refused).
+OPTIONAL_STAGES = frozenset({"on_error"})
+
 
 def fingerprint(order: Fields) -> str:
     """A short stable hash of the order fields (keys containing a dot)."""
@@ -204,11 +209,16 @@ def order_of(state: dict[str, Any]) -> Fields:
 def check_order(saved: dict[str, Any], expected: Fields) -> None:
     """Raises `StateMismatchError` naming every order field (``stage.field``) that differs.
 
-    A stage that only one of the two pipelines has is named once, with its fields.
+    A stage that only one of the two pipelines has is named once, with its fields
+    (except one of `OPTIONAL_STAGES`, which may be missing on either side).
     """
     saved_order = order_of(saved)
     lines = []
     for key in sorted(set(saved_order) | set(expected)):
+        other = expected if key in saved_order else saved_order
+        stage = key.split(".", 1)[0]
+        if stage in OPTIONAL_STAGES and not any(k.split(".", 1)[0] == stage for k in other):
+            continue  # the optional stage is absent on the other side
         if key in saved_order and key in expected:
             if saved_order[key] != expected[key]:
                 lines.append(

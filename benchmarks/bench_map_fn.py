@@ -1,0 +1,132 @@
+"""A Python ``map_fn`` in steady state: resumeloader's workers against tf.data and grain.
+
+    python benchmarks/bench_map_fn.py [--quick]
+
+(g) Records/s after 4 batches (worker start-up excluded; median of interleaved rounds),
+    batch 128: (ii) a GIL-bound ``map_fn`` (~50 us of pure Python per record,
+    calibrated at the start) and (iii) a GIL-releasing NumPy one (64x64 matrix
+    products), each with 0 workers, 2 thread and 2 process workers, plain tf.data
+    (``numpy_function`` in ``map(AUTOTUNE)``) and grain's ``DataLoader`` with 0 and 2
+    worker processes (``num_threads=0``).
+
+Worker start-up, each new iteration's first batch and a Keras ``fit`` are measured by
+bench_workers.py. "Parallel capacity" (printed) is how many CPUs' worth of Python two
+processes got during the run (2.0 on an idle 2-core machine): no 2-worker speed-up can
+exceed it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Single-threaded BLAS everywhere (worker processes inherit it), so that the workers are
+# the only parallelism compared.
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+import _common  # noqa: E402
+import numpy as np  # noqa: E402
+from _common import BATCH, SEED, Target  # noqa: E402
+
+ZERO, PROCESSES = "resumeloader, 0 workers", "resumeloader, 2 process workers"
+GRAIN_TWO = "grain `DataLoader`, 2 workers"
+
+
+def _ours(source: np.ndarray, fn: Callable[..., object], workers: int = 0,
+          kind: str = "thread") -> Callable[[], float]:
+    import resumeloader
+
+    return lambda: _common.steady_rate(lambda: resumeloader.ResumableLoader(
+        source, batch_size=BATCH, seed=SEED, map_fn=fn, num_workers=workers, worker_type=kind
+    ))
+
+
+def _workload(source: np.ndarray, fn: Callable[..., object], operation: str,
+              rounds: int) -> dict[str, float]:
+    import _grain_ops
+
+    contenders = {
+        ZERO: _ours(source, fn),
+        "resumeloader, 2 thread workers": _ours(source, fn, 2),
+        PROCESSES: _ours(source, fn, 2, "process"),
+        "plain tf.data, `map(numpy_function, AUTOTUNE)`": lambda: _common.steady_rate(
+            lambda: _common.plain_tf(source, fn)
+        ),
+        "grain `DataLoader`, 0 workers": lambda: _common.steady_rate(
+            lambda: _common.grain_loader(source, getattr(_grain_ops, operation)())
+        ),
+        GRAIN_TWO: lambda: _common.steady_rate(
+            lambda: _common.grain_loader(source, getattr(_grain_ops, operation)(), 2)
+        ),
+    }
+    return _common.interleaved(contenders, rounds)
+
+
+def steady(quick: bool) -> tuple[str, list[Target]]:
+    rounds, records = (1, 4_000) if quick else (3, 20_000)
+    span = _common.Span()
+    capacity = [_common.parallel_capacity()]
+    small = np.random.default_rng(1).random((records, 16), np.float32)
+    mats = np.random.default_rng(2).random((records // 4, 64, 64), np.float32)
+    gil_us = _common.calibrate_burn()
+    numpy_us = _common.per_call_us(_common.numpy_work, mats[0], 500)
+    workloads = {
+        f"(ii) GIL-bound `map_fn` (~{gil_us:.0f} us)": _workload(
+            small, _common.burn_python, "BurnPython", rounds),
+        f"(iii) GIL-releasing NumPy `map_fn` (~{numpy_us:.0f} us)": _workload(
+            mats, _common.numpy_work, "NumpyWork", rounds),
+    }
+    capacity.append(_common.parallel_capacity())
+    rows = []
+    for workload, rates in workloads.items():
+        first = rates[ZERO]
+        rows += [[workload, name, f"{rate:,.0f}", f"{rate / first:.2f}"]
+                 for name, rate in rates.items()]
+    text = "\n".join([
+        "### (g) Workers for a Python `map_fn`, steady state (`bench_map_fn.py`)",
+        "",
+        f"{records:,} records per source, batch {BATCH}; records/s after "
+        f"{_common.WARMUP_BATCHES} batches (worker start-up excluded), median of {rounds} "
+        "interleaved round(s). Parallel capacity (before, after): "
+        f"{capacity[0]:.2f}, {capacity[1]:.2f} CPUs.",
+        "",
+        _common.table(["workload", "pipeline", "records/s", "/ 0 workers"], rows),
+        "",
+        span.caption("Workers"),
+    ])
+    gil = next(iter(workloads.values()))
+    targets = [
+        Target("(g) GIL-bound: 2 process workers / 0 workers", gil[PROCESSES] / gil[ZERO], 1.8,
+               item="1 (workers)"),
+        Target("(g) GIL-bound: 2 process workers / grain 2 workers",
+               gil[PROCESSES] / gil[GRAIN_TWO], 1.3, item="1 (workers)"),
+    ]
+    return text, targets
+
+
+def run(quick: bool) -> _common.Report:
+    """The table's Markdown and its targets."""
+    text, targets = steady(quick)
+    return _common.Report(text, targets)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, one round")
+    quick = parser.parse_args().quick
+    _common.BUDGET_SECONDS = 1.0 if quick else _common.BUDGET_SECONDS
+    report = run(quick)
+    print(report.markdown)
+    print()
+    print(_common.targets_table(report.targets))
+
+
+if __name__ == "__main__":
+    main()

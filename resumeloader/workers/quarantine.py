@@ -1,0 +1,198 @@
+"""Replaced records on their way out: the skips of each batch, the quarantine log, the budget.
+
+A producer that replaces a failing record (`resumeloader.stages.on_error`) leaves the
+batch's *skips* in its `SkipLedger`; a worker process sends them back with the batch
+and the pool puts them in the parent producer's ledger. The process that hands
+batches out takes them with the batch and gives them to its `Quarantine`, which
+appends each to the JSON-lines log once and keeps the error budget. No TensorFlow.
+
+The log has one JSON object per line: ``epoch``, ``position`` (as the loader counts:
+this shard's records across epochs), ``record_index``, ``replacement`` (the record
+index that replaced it; null for a callable policy), ``policy``, ``error`` and
+``message`` (the exception's type and text), ``rejected`` (candidates that failed
+too, if any), ``shard_index``, ``shard_count`` and ``fingerprint`` (of the loader's
+order fields, as in its state). Its content is a function of the stream alone: a
+resumed run appends only the lines an uninterrupted run would have written.
+
+The budget of an epoch allows ``floor(max_fraction * records per epoch)``
+replacements (this shard's records). A replacement at position ``p`` exceeds it when
+more replacements than that lie at positions up to ``p`` of the epoch, counting the
+log's lines of the same fingerprint and shard layout: so a restored run raises where
+an uninterrupted one would, as long as the log is kept (after a change of shard
+count the count starts anew).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import math
+import os
+import threading
+from typing import Any
+
+from resumeloader import errors
+from resumeloader.core import state
+from resumeloader.stages import on_error
+from resumeloader.stages import plan as plan_lib
+
+__all__ = ["Quarantine", "SkipLedger"]
+
+Skips = list[dict[str, Any]]
+
+
+def _key(task: plan_lib.Task) -> tuple[int, int, bytes]:
+    return task.epoch, task.position, task.indices.tobytes()
+
+
+class SkipLedger:
+    """The skips of the batches a producer made, until the consumer side takes them.
+
+    A task's batch may be made more than once (a new iteration from an earlier
+    position, two iterations racing): every making puts, every hand-out takes, and
+    the entry is forgotten when the hand-outs have caught up with the makings. A
+    batch made and never handed out (an abandoned iteration's read-ahead) leaves
+    its entry, which the next making of that batch reuses.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # task key -> [makings not yet handed out, skips (the same each time)]
+        self._skips: dict[tuple[int, int, bytes], list[Any]] = {}
+
+    def put(self, task: plan_lib.Task, skips: Skips) -> None:
+        """Records that `task`'s batch was made with `skips` (nothing when empty)."""
+        if skips:
+            with self._lock:
+                entry = self._skips.setdefault(_key(task), [0, list(skips)])
+                entry[0] += 1
+
+    def take(self, task: plan_lib.Task) -> Skips:
+        """The skips of `task`'s batch, as it is handed out."""
+        if not self._skips:  # the common case, without the lock or the key
+            return []
+        with self._lock:
+            key = _key(task)
+            entry = self._skips.get(key)
+            if entry is None:
+                return []
+            entry[0] -= 1
+            if entry[0] <= 0:
+                del self._skips[key]
+            return list(entry[1])
+
+
+class Quarantine:
+    """The quarantine log and error budget of a loader's bad-record policy.
+
+    Args:
+        policy: a policy that replaces (``"skip"`` or a callable).
+        order: the loader's order fields (their fingerprint marks its lines).
+    """
+
+    def __init__(self, policy: on_error.ErrorPolicy, order: dict[str, Any]) -> None:
+        assert policy.quarantine is not None
+        self.path = policy.quarantine
+        self.max_fraction = policy.max_fraction
+        self._fingerprint = state.fingerprint(order)
+        self._lock = threading.Lock()
+        # (shard_index, shard_count, epoch) -> sorted positions of its replacements.
+        self._seen: dict[tuple[int, int, int], list[int]] = {}
+        self._read = 0  # bytes of the log read so far
+
+    def hand_out(self, plan: plan_lib.Plan, task: plan_lib.Task, skips: Skips) -> plan_lib.Task:
+        """Logs `skips` of `task`'s batch of `plan` and checks the budget; returns the task
+        with each replaced record's index changed to its replacement's (for metadata).
+
+        Raises:
+            ErrorBudgetError: a replacement exceeds its epoch's budget (logged first).
+        """
+        if not skips:
+            return task
+        layout = (plan.shard_index, plan.shard_count)
+        with self._lock:
+            self._catch_up()
+            lines = []
+            for skip in skips:
+                if self._note((*layout, skip["epoch"]), skip["position"]):
+                    line = {**skip, "shard_index": layout[0], "shard_count": layout[1]}
+                    lines.append(json.dumps({**line, "fingerprint": self._fingerprint}))
+            self._append(lines)
+            for skip in skips:
+                self._check_budget(plan, skip)
+        indices = task.indices.copy()
+        for skip in skips:
+            if skip["replacement"] is not None:
+                indices[skip["position"] - task.position] = skip["replacement"]
+        return dataclasses.replace(task, indices=indices)
+
+    def _note(self, key: tuple[int, int, int], position: int) -> bool:
+        """Adds a replacement at `position` of `key`; False if it was known."""
+        positions = self._seen.setdefault(key, [])
+        at = bisect.bisect_left(positions, position)
+        if at < len(positions) and positions[at] == position:
+            return False
+        positions.insert(at, position)
+        return True
+
+    def _check_budget(self, plan: plan_lib.Plan, skip: dict[str, Any]) -> None:
+        per_epoch = plan.records_per_epoch
+        allowed = math.floor(self.max_fraction * per_epoch)
+        positions = self._seen[(plan.shard_index, plan.shard_count, skip["epoch"])]
+        count = bisect.bisect_right(positions, skip["position"])
+        if count <= allowed:
+            return
+        shard = f" of shard {plan.shard_index}/{plan.shard_count}" if plan.shard_count > 1 else ""
+        msg = (
+            f"The bad-record policy's error budget is exceeded: {count} records of epoch "
+            f"{skip['epoch']}{shard} up to position {skip['position']} were replaced; "
+            f"max_fraction={self.max_fraction} of its {per_epoch} records allows "
+            f"{allowed}. The last: record index {skip['record_index']} failed with "
+            f"{skip['error']}: {skip['message']}. Every replacement is in the quarantine "
+            f"log {self.path}. Fix or remove the failing records, or raise `max_fraction`."
+        )
+        raise errors.ErrorBudgetError(
+            msg, record_index=skip["record_index"], epoch=skip["epoch"], position=skip["position"]
+        )
+
+    def _catch_up(self) -> None:
+        """Reads the lines appended to the log since the last look (by any process)."""
+        try:
+            with open(self.path, "rb") as log:
+                if os.fstat(log.fileno()).st_size < self._read:
+                    self._read = 0  # truncated or replaced: read it again
+                log.seek(self._read)
+                data = log.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1  # a line being written is read next time
+        self._read += end
+        for raw in data[:end].splitlines():
+            try:
+                line = json.loads(raw)
+                fields = ("shard_index", "shard_count", "epoch", "position")
+                values = [line[name] for name in fields]
+                ours = line["fingerprint"] == self._fingerprint
+            except (ValueError, TypeError, KeyError):
+                continue  # not a line of ours (a hand-written note, a torn write)
+            if ours and all(type(value) is int for value in values):
+                self._note((values[0], values[1], values[2]), values[3])
+
+    def _append(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        data = ("\n".join(lines) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size > self._read:  # a torn last line: start a new one
+                with open(self.path, "rb") as log:
+                    log.seek(-1, os.SEEK_END)
+                    if log.read(1) != b"\n":
+                        data = b"\n" + data
+            # One write: appends of other processes do not land inside these lines.
+            written = os.write(fd, data)
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        finally:
+            os.close(fd)
