@@ -7,8 +7,9 @@ batch per ``from_generator`` call. The stream is identical to the generic path: 
 same tasks, cut the same way.
 
 Memory: the gather reads the NumPy arrays in place (through DLPack) when TensorFlow
-can address them (C-contiguous, writeable, native byte order, 64-byte aligned);
-otherwise each array is copied once, per loader, into aligned memory. There is no
+can address them (C-contiguous, writeable or a read-only view of a writeable array,
+native byte order, 64-byte aligned); otherwise each array is copied once, per loader,
+into aligned memory. There is no
 size limit: nothing is embedded in a graph, and tf.data's static optimisations, whose
 graph rewrite would copy every captured tensor on each new iterator, are switched
 off for this dataset (its one map is parallel and ordered already).
@@ -130,6 +131,7 @@ _OPTIONS = _options()
 
 def _tensor(leaf: np.ndarray) -> tf.Tensor:
     """`leaf` as a tensor that shares its memory, or shares that of one aligned copy."""
+    leaf = _unlocked(leaf)
     if not (
         leaf.flags.c_contiguous
         and leaf.flags.writeable  # NumPy exports no read-only array through DLPack
@@ -139,6 +141,27 @@ def _tensor(leaf: np.ndarray) -> tf.Tensor:
         leaf = _aligned_copy(leaf)
     # The tensor keeps `leaf` (and the memory it views) alive until it is freed.
     return tf.experimental.dlpack.from_dlpack(leaf.__dlpack__())
+
+
+def _unlocked(leaf: np.ndarray) -> np.ndarray:
+    """A writeable view of the memory of `leaf`, a read-only C-contiguous view of a
+    writeable array; otherwise `leaf` itself.
+
+    `ArraySource` hands its columns out as read-only views of the user's arrays, and
+    NumPy exports no read-only array through DLPack; the gather only reads them.
+    """
+    owner = leaf.base
+    if (
+        leaf.flags.writeable
+        or not leaf.flags.c_contiguous
+        or not isinstance(owner, np.ndarray)
+        or not (owner.flags.writeable and owner.flags.c_contiguous)
+    ):
+        return leaf
+    offset = leaf.ctypes.data - owner.ctypes.data
+    if offset < 0 or offset + leaf.nbytes > owner.nbytes:
+        return leaf
+    return np.ndarray(leaf.shape, leaf.dtype, buffer=owner, offset=offset)
 
 
 def _aligned_copy(leaf: np.ndarray) -> np.ndarray:
