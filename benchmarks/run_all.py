@@ -84,14 +84,14 @@ def _worker_startup(quick: bool) -> _common.Report:
     first = fit = None
     try:
         first = float(_row_cells(printed, "2 process workers", 0)[2])
-        fit = float(_row_cells(printed, "2 process workers", 1)[4].rstrip("x"))
+        fit = float(_row_cells(printed, "2 process workers", 1)[3].rstrip("x"))
     except (IndexError, ValueError):
         note = note or "its tables could not be read"
     text = "\n".join([
         "### (h) Worker start-up and Keras `fit` (`bench_workers.py`)",
         "",
         printed,
-        *(["", f"**bench_workers.py {note}.**"] if note else []),
+        *(["", f"**bench_workers.py: {note}.**"] if note else []),
         "",
         span.caption("Worker start-up (as printed by the script, in its own process)"),
     ])
