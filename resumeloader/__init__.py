@@ -7,7 +7,7 @@ pure function of (seed, epoch, position); `ResumableLoader` delivers it through
 `IndexSampler` computes the record at any position of any epoch in O(1).
 
 Importing the package does not import TensorFlow: the names that need it
-(`ResumableLoader`, `AUTOTUNE`) load it on first access, so the sampler, the state
+(`ResumableLoader`, `AUTOTUNE`, `restore`) load it on first access, so the sampler, the state
 and worker processes stay light. The layers are described in ARCHITECTURE.md.
 """
 
@@ -29,6 +29,7 @@ from resumeloader.errors import (
     ResumeMismatchError,
     StateError,
     StateMismatchError,
+    StreamIntegrityError,
     WorkerError,
 )
 from resumeloader.sources import RandomAccessSource
@@ -36,11 +37,13 @@ from resumeloader.stages import Pipeline
 
 if TYPE_CHECKING:
     from resumeloader.tfdata.loader import AUTOTUNE, ResumableLoader
+    from resumeloader.tfdata.restore import restore
 
 # Public names whose modules import TensorFlow: name -> module.
 _LAZY = {
     "AUTOTUNE": "resumeloader.tfdata.loader",
     "ResumableLoader": "resumeloader.tfdata.loader",
+    "restore": "resumeloader.tfdata.restore",
 }
 
 __all__ = [
@@ -57,10 +60,12 @@ __all__ = [
     "ResumeMismatchError",
     "StateError",
     "StateMismatchError",
+    "StreamIntegrityError",
     "WorkerError",
     "__version__",
     "errors",
     "record_rng",
+    "restore",
 ]
 
 

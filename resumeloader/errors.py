@@ -15,6 +15,7 @@ __all__ = [
     "ResumeMismatchError",
     "StateError",
     "StateMismatchError",
+    "StreamIntegrityError",
     "WorkerError",
 ]
 
@@ -40,6 +41,17 @@ class ElasticResumeError(StateError):
 
     Raised, for example, when the saved global offset is not divisible by the new
     ``shard_count``: continuing would silently skip or repeat records.
+    """
+
+
+class StreamIntegrityError(ResumeLoaderError, RuntimeError):
+    """The loader's batches are consumed in a way that would lose or repeat records.
+
+    Raised at the first moment it can be detected, before the position moves: a
+    tf.data transformation after ``dataset()`` that drops, repeats, reorders or
+    regroups batches; a second live iterator on one loader; a position change
+    during a live ``for batch in loader``; an advance past what the loader produced.
+    The message names the cause and what to write instead.
     """
 
 

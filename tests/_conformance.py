@@ -9,13 +9,20 @@ second time). A new source, stage or delivery path is one more `register` call h
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import functools
+import importlib.util
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 
 import _worker_fns
 import numpy as np
 
 from resumeloader import Pipeline, ResumableLoader
+from resumeloader.sources import ArrayRecordSource, HuggingFaceSource, TFRecordSource
 
 REGISTRY: dict[str, Case] = {}
 
@@ -125,3 +132,150 @@ def _composed() -> ResumableLoader:
     return ResumableLoader.from_pipeline(pipeline, num_epochs=2, prefetch=None)
 
 
+
+
+# Mixtures: two sources of other lengths and one record structure, 70/30.
+_WEB = np.arange(29 * 3, dtype=np.float32).reshape(29, 3)
+_CODE = -np.arange(11 * 3, dtype=np.float32).reshape(11, 3)
+
+
+def _mixture(seed: int, **kwargs) -> Pipeline:
+    return Pipeline.mix({"web": _WEB, "code": _CODE}, weights={"web": 0.7, "code": 0.3},
+                        seed=seed, **kwargs)
+
+
+@register("mix-70-30-read_batch", num_steps=9)
+def _mix() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(_mixture(11).batch(5), num_epochs=2)
+
+
+@register("mix-map_fn-process-workers", num_steps=9, break_points=(3, 8))
+def _mix_processes() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _mixture(12).map(_worker_fns.augment).batch(5), num_epochs=2, num_workers=2,
+        worker_type="process",
+    )
+
+
+@register("mix-shard-1-of-2-thread-workers-metadata", num_steps=5)
+def _mix_shard() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _mixture(13).map(_worker_fns.augment).batch(3), num_epochs=3, shard_index=1,
+        shard_count=2, num_workers=2, with_metadata=True,
+    )
+
+
+@register("mix-unshuffled-fixed-epoch-endless", num_steps=9)
+def _mix_endless() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _mixture(14, shuffle=False, records_per_epoch=23).batch(4, drop_remainder=True)
+    )
+_WORDS = [f"record-{i}" * (i % 4) for i in range(37)]
+_TOKENS = [np.arange(i % 6, dtype=np.int64) + i for i in range(37)]
+
+
+@register("strings-and-ragged-columns", num_steps=7)
+def _variable() -> ResumableLoader:
+    data = {"text": _WORDS, "tokens": _TOKENS, "label": _LABELS}
+    return ResumableLoader(data, batch_size=5, seed=11, num_epochs=2)
+
+
+@register("ragged-map_fn-thread-workers", num_steps=7)
+def _ragged_threads() -> ResumableLoader:
+    import tensorflow as tf
+
+    return ResumableLoader(
+        ListSource(_TOKENS), batch_size=5, seed=12, num_epochs=2, map_fn=_worker_fns.augment,
+        output_signature=tf.TensorSpec((None,), tf.int64), num_workers=2, worker_type="thread",
+    )
+
+
+def _tf_augment(batch, seeds):
+    import tensorflow as tf
+
+    def one(args):
+        row, seed = args
+        return row + tf.random.stateless_uniform(tf.shape(row), seed)
+
+    return tf.map_fn(one, (batch, seeds), fn_output_signature=tf.float32)
+
+
+@register("tf_map-stateless-random", num_steps=7)
+def _tf_map() -> ResumableLoader:
+    pipeline = Pipeline(_IMAGES, seed=13).shuffle().batch(5).tf_map(_tf_augment)
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2)
+
+
+@functools.cache
+def _files() -> str:
+    """A temporary folder with the same 37 serialized records as TFRecord and ArrayRecord."""
+    import tensorflow as tf
+
+    folder = tempfile.mkdtemp(prefix="resumeloader-conformance-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    records = [word.encode() for word in _WORDS]
+    for shard in range(2):
+        with tf.io.TFRecordWriter(os.path.join(folder, f"part-{shard}.tfrecord")) as writer:
+            for record in records[shard::2]:
+                writer.write(record)
+    if importlib.util.find_spec("array_record"):
+        from array_record.python import array_record_module
+
+        writer = array_record_module.ArrayRecordWriter(
+            os.path.join(folder, "all.array_record"), "group_size:1"
+        )
+        for record in records:
+            writer.write(record)
+        writer.close()
+    return folder
+
+
+@register("tfrecord-source-tf_map", num_steps=7)
+def _tfrecord() -> ResumableLoader:
+    source = TFRecordSource(
+        os.path.join(_files(), "part-*.tfrecord"), index_dir=os.path.join(_files(), "index")
+    )
+    pipeline = Pipeline(source, seed=14).shuffle().batch(5).tf_map(_lengths)
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2, with_metadata=True)
+
+
+def _lengths(batch, seeds):
+    import tensorflow as tf
+
+    return batch, tf.strings.length(batch) + tf.cast(seeds[:, 1], tf.int32)
+
+
+# The optional extras are in the `test` extra that CI installs; without them these
+# sources cannot be built, so they are registered only when their package is there.
+if importlib.util.find_spec("array_record"):
+
+    @register("array_record-source", num_steps=7)
+    def _array_record() -> ResumableLoader:
+        source = ArrayRecordSource(os.path.join(_files(), "all.array_record"))
+        return ResumableLoader(source, batch_size=5, seed=15, num_epochs=2)
+
+
+if importlib.util.find_spec("datasets"):
+
+    @register("hugging_face-dataset-map_fn", num_steps=7)
+    def _hugging_face() -> ResumableLoader:
+        import datasets
+
+        data = {"text": _WORDS, "tokens": [t.tolist() for t in _TOKENS], "label": _LABELS}
+        source = HuggingFaceSource(datasets.Dataset.from_dict(data))
+        return ResumableLoader(
+            source, batch_size=5, seed=16, num_epochs=2, map_fn=_worker_fns.augment_tokens,
+            output_signature={"text": _string_spec(), "tokens": _ragged_spec()},
+        )
+
+
+def _string_spec():
+    import tensorflow as tf
+
+    return tf.TensorSpec((), tf.string)
+
+
+def _ragged_spec():
+    import tensorflow as tf
+
+    return tf.TensorSpec((None,), tf.int64)

@@ -114,13 +114,19 @@ def fit(
     validation: bool = False,
     log: dict[int, list[int]] | None = None,
     loader_options: dict[str, Any] | None = None,
+    before: list[keras.callbacks.Callback] | None = None,
+    history: list[keras.callbacks.History] | None = None,
 ) -> tuple[dict[int, list[int]], list[np.ndarray], resumeloader.ResumableLoader]:
-    """One fit of a fresh model and loader; returns the step log, weights and loader."""
+    """One fit of a fresh model and loader; returns the step log, weights and loader.
+
+    `before`: callbacks put before the ResumeCallback; `history` receives fit's History.
+    """
     log = {} if log is None else log
     loader = make_loader(**(loader_options or {}))
     model = make_model(log, steps_per_execution)
     callbacks: list[keras.callbacks.Callback] = [
-        resumeloader.keras.ResumeCallback(loader, directory, save_every=save_every)
+        *(before or []),
+        resumeloader.keras.ResumeCallback(loader, directory, save_every=save_every),
     ]
     if interrupt_at is not None:
         callbacks.append(InterruptAt(interrupt_at, kill=kill))
@@ -135,7 +141,9 @@ def fit(
     if validation:
         data = source()
         kwargs["validation_data"] = (data["x"][:8], data["y"][:8])
-    model.fit(epochs=epochs, callbacks=callbacks, verbose=0, shuffle=False, **kwargs)
+    result = model.fit(epochs=epochs, callbacks=callbacks, verbose=0, shuffle=False, **kwargs)
+    if history is not None:
+        history.append(result)
     return log, model.get_weights(), loader
 
 

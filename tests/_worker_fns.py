@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -19,6 +20,12 @@ FAILING_INDEX = 7
 def augment(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Adds keyed noise, so that any change of order or keying changes the output."""
     return record + rng.normal(size=record.shape).astype(record.dtype)
+
+
+def augment_tokens(record: dict, rng: np.random.Generator) -> dict:
+    """Drops the label and adds keyed noise to a record's tokens."""
+    noise = rng.integers(0, 3, size=len(record["tokens"]))
+    return {"text": record["text"], "tokens": np.asarray(record["tokens"]) + noise}
 
 
 def tensorflow_imported(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -38,6 +45,23 @@ def kill_self_at_index(record: np.ndarray, rng: np.random.Generator) -> np.ndarr
     """SIGKILLs its own process on record FAILING_INDEX (a crashed worker)."""
     if int(record[0]) == FAILING_INDEX:
         os.kill(os.getpid(), signal.SIGKILL)
+    return record
+
+
+def stall_at_index(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sleeps for an hour on record FAILING_INDEX (a stalled worker process)."""
+    if int(record[0]) == FAILING_INDEX:
+        time.sleep(3600)
+    return record
+
+
+RELEASE = threading.Event()
+
+
+def wait_at_index(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Blocks on record FAILING_INDEX until RELEASE is set (a stalled worker thread)."""
+    if int(record[0]) == FAILING_INDEX:
+        RELEASE.wait(60)
     return record
 
 
@@ -67,10 +91,8 @@ class CountingSource:
         return self.data[indices]
 
 
-def _rebuild_only_in_parent(data: np.ndarray) -> np.ndarray:
-    import multiprocessing
-
-    if multiprocessing.parent_process() is not None:
+def _rebuild_only_in_parent(data: np.ndarray, pid: int) -> np.ndarray:
+    if os.getpid() != pid:
         msg = "this source cannot be opened in a worker"
         raise RuntimeError(msg)
     return data
@@ -79,5 +101,5 @@ def _rebuild_only_in_parent(data: np.ndarray) -> np.ndarray:
 class ParentOnlySource(CountingSource):
     """Pickles fine, but unpickling it in a worker process raises RuntimeError."""
 
-    def __reduce__(self) -> tuple[object, tuple[np.ndarray]]:
-        return _rebuild_only_in_parent, (self.data,)
+    def __reduce__(self) -> tuple[object, tuple[np.ndarray, int]]:
+        return _rebuild_only_in_parent, (self.data, os.getpid())

@@ -97,3 +97,83 @@ def test_cli_and_testing_import_without_tensorflow():
     code = "import resumeloader.cli, resumeloader.testing, sys; print('tensorflow' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def _bad_index(tmp_path, kind):
+    directory = tmp_path / "ckpt"
+    tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), str(directory), 1).save()
+    index = directory / "checkpoint"
+    if kind == "garbage":
+        index.write_text("garbage {{{")
+    elif kind == "binary":
+        index.write_bytes(b"\xff\xfe\x00\x01")
+    else:
+        index.write_text('model_checkpoint_path: "ckpt-7"\n')
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [("garbage", "cannot be read"), ("binary", "cannot be read"), ("dangling", "does not exist")],
+    ids=["garbage-text", "binary", "dangling"],
+)
+def test_inspect_bad_index_file_exits_2_naming_it(tmp_path, capsys, kind, expected):
+    """An unreadable or dangling `checkpoint` index file is named as such, in one line."""
+    directory = _bad_index(tmp_path, kind)
+    assert cli.main(["inspect", str(directory)]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint index file {str(directory / 'checkpoint')!r}" in err
+    assert expected in err
+    assert "No checkpoint found" not in err
+    assert err.count("\n") == 1
+
+
+def test_inspect_directory_name_with_glob_characters_prints_state(tmp_path, capsys):
+    """A checkpoint directory named like a glob pattern (``run[1]``) is read as it is."""
+    loader = resumeloader.ResumableLoader(np.arange(100), batch_size=8, seed=5, num_epochs=2)
+    loader.advance(num_batches=2)
+    directory = tmp_path / "run[1]*?"
+    tf.train.CheckpointManager(tf.train.Checkpoint(loader=loader), str(directory), 1).save(2)
+    assert cli.main(["inspect", str(directory)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"offset in epoch\s+16 of 100 records", out)
+
+
+class _NestedState(tf.train.experimental.PythonState):
+    """A PythonState whose JSON is nested 100,000 levels deep (a tampered checkpoint)."""
+
+    def serialize(self):
+        return "[" * 100_000 + "]" * 100_000
+
+    def deserialize(self, string_value):
+        del string_value
+
+
+def test_inspect_deeply_nested_json_exits_1_as_corrupted_state(tmp_path, capsys):
+    """Deeply nested JSON under a py_state key is a corrupted state, not a RecursionError."""
+    tf.train.Checkpoint(loader=_NestedState()).save(str(tmp_path / "ckpt"))
+    assert cli.main(["inspect", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "checkpoint holds a corrupted loader state" in out
+    assert "nested too deeply" in out
+
+
+@pytest.mark.parametrize(
+    "where", ["a-file", "under-a-file"], ids=["workdir-is-a-file", "workdir-uncreatable"]
+)
+def test_verify_unusable_workdir_exits_2_with_one_line(tmp_path, capsys, where):
+    """--workdir naming a file, or a path that cannot be created, is a one-line usage error."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    workdir = blocker if where == "a-file" else blocker / "sub"
+    assert cli.main(["verify", "--workdir", str(workdir), "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"Received: --workdir {str(workdir)!r}" in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
+def test_verify_timeout_not_positive_finite_exits_2(capsys, value):
+    """--timeout nan (or inf, 0, negative) is a usage error, not a disabled timeout."""
+    assert cli.main(["verify", "--timeout", value, "--", "true"]) == 2
+    assert "--timeout must be a positive number of seconds" in capsys.readouterr().err

@@ -16,6 +16,8 @@ import tensorflow as tf
 
 import resumeloader
 import resumeloader.keras
+from resumeloader import cli
+from resumeloader.tools import harness as _harness
 
 pytestmark = pytest.mark.usefixtures("clean_keras")
 
@@ -335,3 +337,203 @@ def test_fit_mirrored_strategy_interrupted_resumes_same_weights(tmp_path, mode):
     assert 0 < len(batches) < EPOCHS * loader.batches_per_epoch  # it resumed mid-run
     assert_same_weights(got, want)
     assert (loader.epoch, loader.step) == (EPOCHS, 0)
+
+
+# -- callbacks with their own state ----------------------------------------------------
+
+STOP_EPOCHS = 10
+
+
+def early_stopping():
+    """Stops at the end of epoch 5 of this job (training loss, best at epoch 4)."""
+    return keras.callbacks.EarlyStopping(
+        monitor="loss", patience=1, min_delta=0.05, restore_best_weights=True
+    )
+
+
+def fit_with(directory, before, *, interrupt_at=None, log=None):
+    """A fit of the test job with `before` ahead of the ResumeCallback; (log, weights, history)."""
+    log = {} if log is None else log
+    history: list[keras.callbacks.History] = []
+    _, weights, _ = job.fit(
+        str(directory), epochs=STOP_EPOCHS, before=before, interrupt_at=interrupt_at,
+        log=log, history=history,
+    )
+    return log, weights, history[0]
+
+
+def test_fit_early_stopping_before_resume_callback_stops_training(tmp_path):
+    """[EarlyStopping, ResumeCallback]: EarlyStopping stops the fit at its epoch."""
+    stopper = early_stopping()
+
+    _, _, history = fit_with(tmp_path, [stopper])
+
+    assert history.epoch == [0, 1, 2, 3, 4, 5]
+    assert (stopper.stopped_epoch, stopper.best_epoch) == (5, 4)
+
+
+@pytest.mark.parametrize(
+    "interrupt_at", [31, 38, 42], ids=["mid-epoch-4", "mid-stop-epoch", "last-batch"]
+)
+def test_fit_early_stopping_interrupted_and_resumed_stops_at_the_same_epoch(
+    tmp_path, interrupt_at
+):
+    """A fit with EarlyStopping interrupted and resumed stops at the same epoch, same weights."""
+    want_log, want_weights, want = fit_with(tmp_path / "reference", [early_stopping()])
+    log: dict[int, list[int]] = {}
+    with pytest.raises(job.Interrupt):
+        fit_with(tmp_path / "run", [early_stopping()], interrupt_at=interrupt_at, log=log)
+    stopper = early_stopping()
+
+    resumed_log, weights, resumed = fit_with(tmp_path / "run", [stopper])
+
+    assert {**log, **resumed_log} == want_log
+    assert resumed.epoch[-1] == want.epoch[-1] == stopper.stopped_epoch == 5
+    # The resumed epoch's logs average all its batches, those before the interruption too.
+    assert resumed.history["loss"][0] == want.history["loss"][resumed.epoch[0]]
+    assert_same_weights(weights, want_weights)
+
+
+def test_fit_stopped_by_early_stopping_and_resumed_trains_no_more(tmp_path):
+    """A fit that EarlyStopping ended, started again on its checkpoint, trains nothing."""
+    _, want_weights, first = fit_with(tmp_path, [early_stopping()])
+    assert first.epoch[-1] == 5 < STOP_EPOCHS - 1
+
+    log, weights, history = fit_with(tmp_path, [early_stopping()])
+
+    assert history.epoch == [] and log == {}
+    assert_same_weights(weights, want_weights)
+
+
+def _plateau_callbacks(directory):
+    return [
+        keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=1,
+                                          min_delta=0.5),
+        keras.callbacks.ModelCheckpoint(str(directory / "best.weights.h5"), monitor="loss",
+                                        save_best_only=True, save_weights_only=True),
+    ]
+
+
+def test_fit_reduce_lr_and_model_checkpoint_state_resumed(tmp_path):
+    """ReduceLROnPlateau's counters and ModelCheckpoint's best value survive a resume."""
+    reference = _plateau_callbacks(tmp_path)
+    want_log, want_weights, _ = fit_with(tmp_path / "reference", reference)
+    log: dict[int, list[int]] = {}
+    with pytest.raises(job.Interrupt):
+        fit_with(tmp_path / "run", _plateau_callbacks(tmp_path), interrupt_at=45, log=log)
+    resumed = _plateau_callbacks(tmp_path)
+
+    resumed_log, weights, _ = fit_with(tmp_path / "run", resumed)
+
+    assert {**log, **resumed_log} == want_log
+    plateau, best = resumed[0], resumed[1]
+    assert (plateau.wait, plateau.cooldown_counter, plateau.best) == (
+        reference[0].wait, reference[0].cooldown_counter, reference[0].best
+    )
+    assert best.best == reference[1].best
+    assert_same_weights(weights, want_weights)
+
+
+@pytest.mark.parametrize(
+    "callback",
+    [early_stopping, lambda: keras.callbacks.ReduceLROnPlateau(monitor="loss")],
+    ids=["early-stopping", "reduce-lr"],
+)
+def test_fit_stateful_callback_after_resume_callback_raises(tmp_path, callback):
+    """A stateful callback after ResumeCallback in `callbacks` is refused before training."""
+    loader = job.make_loader()
+    model = job.make_model({})
+    resume = resumeloader.keras.ResumeCallback(loader, str(tmp_path))
+
+    with pytest.raises(ValueError, match="Put ResumeCallback after") as info:
+        model.fit(resumeloader.keras.epoch_dataset(loader), epochs=1, verbose=0,
+                  callbacks=[resume, callback()])
+
+    assert type(callback()).__name__ in str(info.value)
+    assert int(model.optimizer.iterations.numpy()) == 0
+
+
+def test_fit_with_backup_and_restore_raises(tmp_path):
+    """BackupAndRestore with ResumeCallback is refused: it would restart the epoch."""
+    loader = job.make_loader()
+    model = job.make_model({})
+    callbacks = [keras.callbacks.BackupAndRestore(str(tmp_path / "backup")),
+                 resumeloader.keras.ResumeCallback(loader, str(tmp_path / "ckpt"))]
+
+    with pytest.raises(ValueError, match="replaces BackupAndRestore"):
+        model.fit(resumeloader.keras.epoch_dataset(loader), epochs=1, verbose=0,
+                  callbacks=callbacks)
+    assert loader.position == 0
+
+
+def test_fit_epoch_mismatch_message_names_the_epoch(tmp_path):
+    """The epoch-mismatch error prints the epoch's value, not a placeholder."""
+    loader = job.make_loader()
+    model = job.make_model({})
+    callback = resumeloader.keras.ResumeCallback(loader, str(tmp_path))
+
+    with pytest.raises(ValueError, match="initial_epoch") as info:
+        model.fit(resumeloader.keras.epoch_dataset(loader), initial_epoch=1, epochs=2,
+                  verbose=0, callbacks=[callback])
+
+    assert "Received: epoch=1," in str(info.value) and "{epoch}" not in str(info.value)
+
+
+@pytest.mark.slow
+def test_verify_keras_early_stopping_job_killed_twice_is_identical(tmp_path):
+    """`resumeloader verify` on a fit with EarlyStopping killed twice reports IDENTICAL."""
+    script = Path(__file__).resolve().parent / "scripts" / "keras_early_stopping.py"
+    reports = []
+    harness = _harness.kill_and_restart
+
+    def spy(command, **kwargs):
+        reports.append(harness(command, **kwargs))
+        return reports[-1]
+
+    # Mid-epoch 4 (saved EarlyStopping state and metrics matter) and mid-epoch 5, the
+    # epoch at whose end the uninterrupted run stops (42 steps of 7 per epoch).
+    argv = ["verify", "--workdir", str(tmp_path / "verify"), "--kill-at=step:31",
+            "--kill-at=step:38", "--timeout", "240", "--", sys.executable, str(script)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_harness, "kill_and_restart", spy)
+        status = cli.main(argv)
+    (report,) = reports
+
+    assert status == 0, str(report)
+    assert report.identical, str(report)
+    assert (report.reference_steps, report.resumed_steps, report.processes) == (42, 42, 3)
+    assert report.weights_identical is True
+    assert report.resumed_loss == report.reference_loss
+
+
+def test_fit_resumes_from_checkpoint_without_callback_state(tmp_path):
+    """A checkpoint of model, optimizer and loader only (as 0.1 wrote) still resumes the fit."""
+    loader = job.make_loader()
+    model = job.make_model({})
+    model.optimizer.build(model.trainable_variables)
+    loader.advance(3)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, loader=loader)
+    tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=1).save()
+    batches: list[int] = []
+    fresh = job.make_loader()
+    count = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: batches.append(b))
+    callback = resumeloader.keras.ResumeCallback(fresh, str(tmp_path))
+
+    job.make_model({}).fit(resumeloader.keras.epoch_dataset(fresh), epochs=1, verbose=0,
+                           callbacks=[callback, count])
+
+    assert len(batches) == fresh.batches_per_epoch - 3
+    assert fresh.epoch == 1
+
+
+def test_fit_dataset_of_finite_loader_without_steps_raises(tmp_path):
+    """fit(loader.dataset()) of a 2-epoch loader: Keras sees all its batches as one epoch."""
+    loader = job.make_loader(num_epochs=2)
+    model = job.make_model({})
+    callback = resumeloader.keras.ResumeCallback(loader, str(tmp_path))
+
+    with pytest.raises(ValueError, match="epoch_dataset") as info:
+        model.fit(loader.dataset(), epochs=2, verbose=0, callbacks=[callback])
+
+    assert "steps_per_epoch=14" in str(info.value)
+    assert loader.position == 0

@@ -36,6 +36,11 @@ class _CountingArray(np.ndarray):
 
     calls: list[str]
 
+    def __array_finalize__(self, obj):
+        # Views share the log (the source keeps a read-only view of the array).
+        if obj is not None and hasattr(obj, "calls"):
+            self.calls = obj.calls
+
     def __getitem__(self, index):
         kind = "array" if isinstance(index, np.ndarray) else "scalar"
         self.calls.append(kind)
@@ -808,6 +813,66 @@ def test_advance_after_batch_in_tf_function_step_keeps_stream():
             seen.append(step(iterator).numpy().tolist())
     assert seen == reference[: len(seen)]
     assert len(seen) == 12
+
+
+@pytest.mark.parametrize("pull", ["next", "get_next_as_optional"], ids=str)
+def test_advance_in_tf_function_without_after_keeps_each_iterators_first_batch(pull):
+    """A tf.function that pulls a batch then advances (no after=) loses no first batch."""
+    make = lambda: ResumableLoader(  # noqa: E731
+        np.arange(64), batch_size=4, seed=5, num_epochs=1, with_metadata=True
+    )
+    reference = [m["index"].numpy().tolist() for _, m in make().dataset()]
+    loader = make()
+
+    @tf.function
+    def step(iterator):
+        optional = pull != "next"
+        batch = iterator.get_next_as_optional().get_value() if optional else next(iterator)
+        loader.advance()
+        return batch[1]["index"]
+
+    seen = []
+    for _ in range(4):  # a fresh iterator each round: its first batch reads the position
+        iterator = iter(loader.dataset())
+        seen += [step(iterator).numpy().tolist() for _ in range(3)]
+
+    assert seen == reference[:12]
+    assert loader.position == 48
+
+
+def test_advance_eager_integer_tensor_is_accepted():
+    """advance(<eager integer tensor>) works eagerly as it does in a graph."""
+    loader = ResumableLoader(np.arange(20), batch_size=4, seed=0, num_epochs=1)
+
+    loader.advance(tf.constant(2))
+    loader.advance(np.int64(1))
+
+    assert loader.position == 12
+
+
+def test_get_state_inside_tf_function_raises_type_error():
+    """get_state() while tracing a tf.function raises a TypeError saying to call it eagerly."""
+    loader = ResumableLoader(np.arange(20), batch_size=4, seed=0, num_epochs=1)
+
+    @tf.function
+    def save():
+        return loader.get_state()["offset"]
+
+    with pytest.raises(TypeError, match="runs eagerly only") as info:
+        save()
+    assert "get_state()" in str(info.value)
+
+
+def test_checkpoint_with_variable_under_loader_key_raises_state_error(tmp_path):
+    """A checkpoint whose `loader` key holds a variable is refused with a StateError."""
+    path = tf.train.Checkpoint(loader=tf.Variable(3)).write(str(tmp_path / "ckpt"))
+    loader = ResumableLoader(np.arange(20), batch_size=4, seed=0, num_epochs=1)
+
+    with pytest.raises(resumeloader.StateError, match=r"saved from a tf\.Variable") as info:
+        tf.train.Checkpoint(loader=loader).read(path)
+
+    assert "dtype int32" in str(info.value)
+    assert loader.position == 0
 
 
 def test_iter_inside_tf_function_raises_type_error():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,3 +50,47 @@ def test_property_advance_is_additive(per_epoch, batch, drop, first, second):
         batch = per_epoch
     layout = _position.Layout(per_epoch, batch, drop, None)
     assert layout.advance(layout.advance(0, first), second) == layout.advance(0, first + second)
+
+
+def _iterative_advance(layout: _position.Layout, position: int, num_batches: int) -> int:
+    """The definition of advancing: one batch at a time (what the O(1) form must equal)."""
+    position = layout.normalise(position)
+    for _ in range(num_batches):
+        if layout.end is not None and position >= layout.end:
+            break
+        position = layout.normalise(layout.batch_end(position))
+    return position
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    per_epoch=st.integers(1, 40),
+    batch=st.integers(1, 50),
+    drop=st.booleans(),
+    num_epochs=st.one_of(st.none(), st.integers(1, 4)),
+    position=st.integers(0, 200),
+    num_batches=st.integers(0, 60),
+)
+def test_property_advance_equals_iterative_definition(
+    per_epoch, batch, drop, num_epochs, position, num_batches
+):
+    """The O(1) advance equals advancing one batch at a time, from any position."""
+    layout = _position.Layout(per_epoch, batch, drop, num_epochs)
+    assert layout.advance(position, num_batches) == _iterative_advance(
+        layout, position, num_batches
+    )
+
+
+def test_layout_advance_huge_count_endless_is_exact():
+    """advance(10**12) on an endless stream is exact arithmetic (14 batches per epoch)."""
+    layout = _position.Layout(100, 7, True, None)
+    expected = (10**12 // 14) * 100 + (10**12 % 14) * 7
+    assert layout.advance(0, 10**12) == expected
+
+
+def test_layout_advance_past_largest_position_raises_value_error():
+    """An endless stream advanced past 2**63 - 1 records raises instead of overflowing."""
+    layout = _position.Layout(100, 7, True, None)
+    with pytest.raises(ValueError) as excinfo:
+        layout.advance(0, 2**62)
+    assert "passes the largest position, 2**63 - 1" in str(excinfo.value)

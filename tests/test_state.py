@@ -139,3 +139,17 @@ def test_local_offset_not_divisible_raises_elastic_error():
         _state.local_offset(_state_for(offset=40), shard_count=3, num_records=100)
 
 
+
+
+def test_parse_edited_position_accepted_by_design_edited_order_field_refused():
+    """The fingerprint covers the order fields only: an edited epoch/offset is a valid state
+    at another position (moving a state by hand is supported); an edited order field is not."""
+    moved = _state.parse(dict(_state_for(), epoch=5, offset=8))
+    _state.check_order(moved, dict(_ORDER))
+    edited_order = dict(_state_for(), **{"pipeline.seed": 8})  # fingerprint left as saved
+    with pytest.raises(StateError) as info:
+        _state.parse(edited_order)
+    assert (moved["epoch"], moved["offset"], moved["fingerprint"]) == (
+        5, 8, _state_for()["fingerprint"]
+    )
+    assert "fingerprint" in str(info.value)

@@ -5,14 +5,11 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
-import time
 
 import _worker_fns as fns
 import numpy as np
+import psutil
 import pytest
 import tensorflow as tf
 
@@ -24,9 +21,7 @@ WORKER_IDS = [f"{n}-{kind}" for n, kind in WORKERS]
 
 
 def _children() -> list[int]:
-    import multiprocessing
-
-    return [p.pid for p in multiprocessing.active_children()]
+    return [p.pid for p in psutil.Process().children(recursive=True)]
 
 
 def _segments() -> list[str]:
@@ -143,13 +138,23 @@ def test_spec_mismatch_in_process_worker_raises_record_spec_error():
     assert "Expected per record: float32[4]" in str(excinfo.value)
 
 
+def _closure_over_lock():
+    lock = threading.Lock()
+
+    def fn(record, rng):
+        with lock:
+            return record
+
+    return fn
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"),
-    [({"map_fn": lambda record, rng: record}, "map_fn"), ({"source": fns.CountingSource(8)}, None)],
-    ids=["lambda-map_fn", "picklable-source"],
+    [({"map_fn": _closure_over_lock()}, "map_fn"), ({"source": fns.CountingSource(8)}, None)],
+    ids=["map_fn-closing-over-a-lock", "source-holding-a-lock"],
 )
 def test_process_workers_unpicklable_raises_at_construction(kwargs, name):
-    """worker_type='process' with an unpicklable map_fn raises TypeError naming it."""
+    """worker_type='process' with an unpicklable map_fn or source raises TypeError naming it."""
     if name is None:
         source = kwargs["source"]
         source.lock = threading.Lock()
@@ -159,11 +164,23 @@ def test_process_workers_unpicklable_raises_at_construction(kwargs, name):
     assert f"`{name}` cannot be pickled" in str(excinfo.value)
 
 
+def test_process_workers_lambda_map_fn_streams_exactly(reference):
+    """A lambda map_fn (pickled by value) runs in process workers: the serial stream."""
+    noise = fns.augment
+    stream = _drain(_loader(2, "process", map_fn=lambda record, rng: noise(record, rng)))
+    for got, want in zip(stream, reference, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [({"worker_type": "fork"}, ValueError), ({"num_workers": -1}, ValueError),
-     ({"num_workers": 1.5}, TypeError)],
-    ids=["bad-type", "negative", "float"],
+     ({"num_workers": 1.5}, TypeError), ({"worker_timeout": float("nan")}, ValueError),
+     ({"worker_timeout": float("inf")}, ValueError), ({"worker_timeout": 0}, ValueError),
+     ({"worker_timeout": "1"}, TypeError), ({"worker_timeout": True}, TypeError),
+     ({"worker_timeout": 1.0, "num_workers": 0}, ValueError)],
+    ids=["bad-type", "negative", "float", "timeout-nan", "timeout-inf", "timeout-zero",
+         "timeout-str", "timeout-bool", "timeout-without-workers"],
 )
 def test_worker_arguments_invalid_raise(kwargs, error):
     """Invalid num_workers or worker_type are rejected at construction."""
@@ -207,13 +224,140 @@ def test_worker_killed_from_outside_raises_worker_error():
     del batches
 
 
-def test_iterator_closed_early_stops_workers():
-    """Breaking out of the loop and dropping the iterator stops the workers."""
+def test_worker_killed_next_iteration_replaces_it_and_streams_exactly():
+    """After a worker died, iterating again starts a new one and continues the exact stream."""
+    loader = _loader(2, "process", map_fn=fns.slow, num_epochs=1)
+    batches = iter(loader)
+    consumed = [next(batches).numpy()]
+    before = _children()
+    os.kill(before[0], signal.SIGKILL)
+    with pytest.raises(WorkerError):
+        for _ in range(50):
+            consumed.append(next(batches).numpy())
+    del batches
+    stream = consumed + _drain(loader)
+    serial = _drain(_loader(0, map_fn=fns.slow, num_epochs=1))
+    assert len(stream) == len(serial)
+    for got, want in zip(stream, serial, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert len(set(_children()) - set(before)) == 1
+
+
+def test_worker_timeout_stalled_process_raises_worker_error_naming_batch():
+    """A worker process stalled on a batch past worker_timeout is stopped; WorkerError names it."""
+    loader = _loader(
+        2, "process", map_fn=fns.stall_at_index, shuffle=False, num_epochs=1, worker_timeout=1.0
+    )
+    with pytest.raises(WorkerError) as excinfo:
+        _drain(loader)
+    error = excinfo.value
+    assert (error.record_index, error.epoch, error.position) == (6, 0, 6)
+    assert "within worker_timeout=1.0 s" in str(error)
+    assert loader.position == 6
+    assert len(_children()) == 1  # the stalled one was stopped
+
+
+def test_worker_timeout_stalled_thread_raises_worker_error_naming_batch():
+    """A worker thread stalled on a batch past worker_timeout raises a WorkerError naming it."""
+    fns.RELEASE.clear()
+    loader = _loader(
+        2, "thread", map_fn=fns.wait_at_index, shuffle=False, num_epochs=1, worker_timeout=0.5
+    )
+    try:
+        with pytest.raises(WorkerError) as excinfo:
+            _drain(loader)
+    finally:
+        fns.RELEASE.set()
+        for thread in threading.enumerate():
+            if thread.name.startswith("resumeloader-worker"):
+                thread.join(10)
+    error = excinfo.value
+    assert (error.record_index, error.epoch, error.position) == (6, 0, 6)
+    assert "within worker_timeout=0.5 s" in str(error)
+    assert loader.position == 6
+
+
+def _take(loader: resumeloader.ResumableLoader, num_batches: int) -> list[np.ndarray]:
+    return [batch.numpy() for _, batch in zip(range(num_batches), loader, strict=False)]
+
+
+def test_process_workers_persist_across_iterations_and_epochs():
+    """The same worker processes serve a for loop, then one dataset per epoch (as Keras)."""
+    loader = _loader(2, "process", num_epochs=3)
+    _take(loader, 3)
+    pids = _children()
+    for _ in range(2):
+        for _ in loader.dataset(rest_of_epoch=True):
+            loader.advance()
+    assert len(pids) == 2
+    assert _children() == pids
+    assert loader.epoch == 2
+
+
+def test_abandoned_iteration_then_restore_streams_exactly(reference):
+    """Leaving a loop with batches in flight, restoring the start and iterating again
+    yields the serial stream: the abandoned iteration's batches are dropped."""
+    loader = _loader(2, "process", map_fn=fns.augment)
+    start = loader.get_state()
+    _take(loader, 3)
+    loader.set_state(start)
+    stream = _drain(loader)
+    assert len(stream) == len(reference)
+    for got, want in zip(stream, reference, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_superseded_iteration_raises_and_newer_streams_exactly(reference):
+    """A second dataset() iteration supersedes the first on the same worker processes:
+    reading the first again raises (each would hand out the same batches), while the
+    second yields the whole stream from the position it started at."""
+    loader = _loader(2, "process")
+    first = iter(loader.dataset())
+    head = [next(first).numpy() for _ in range(2)]
+    second = iter(loader.dataset())
+    stream = [batch.numpy() for batch in second]
+    # Batches the first iteration had prefetched may still come out; then it raises.
+    with pytest.raises(tf.errors.OpError, match="Two iterations of this loader's dataset"):
+        for _ in reference:
+            next(first)
+    del first, second
+    for got, want in zip(head, reference, strict=False):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(stream, reference, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_loader_close_stops_workers_and_iterating_again_restarts_them(reference):
+    """close() stops the worker processes; the next iteration starts new ones, exactly."""
+    loader = _loader(2, "process")
+    head = _take(loader, 2)
+    running = len(_children())
+    loader.close()
+    stopped = _children()
+    stream = head + _drain(loader)
+    loader.close()
+    assert (running, stopped, _children()) == (2, [], [])
+    for got, want in zip(stream, reference, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_loader_with_block_closes_workers():
+    """Leaving a ``with`` block closes the loader's worker processes."""
+    with _loader(2, "process") as loader:
+        _take(loader, 1)
+        running = len(_children())
+    assert (running, _children()) == (2, [])
+
+
+def test_loop_left_early_keeps_position_and_workers():
+    """Breaking out of the loop keeps the position of the batches handed out; the workers
+    stay for the next iteration."""
     loader = _loader(2, "process", num_epochs=None)
     for step, _ in enumerate(loader):
         if step == 2:
             break
     assert loader.step == 3
+    assert len(_children()) == 2
 
 
 def test_dataset_iterator_garbage_collected_stops_workers():
@@ -225,13 +369,29 @@ def test_dataset_iterator_garbage_collected_stops_workers():
     del iterator, loader
 
 
-def test_keyboard_interrupt_in_loop_stops_workers():
-    """A KeyboardInterrupt raised in the training loop leaves no worker behind."""
-    loader = _loader(2, "process", num_epochs=None)
+def test_dataset_kept_loader_dropped_still_streams_exactly(reference):
+    """A dataset outlives the loader it came from (it keeps what its generator needs)."""
+    dataset = _loader(2, "process").dataset()
+    gc.collect()
+    stream = [batch.numpy() for batch in dataset]
+    del dataset
+    assert len(stream) == len(reference)
+    for got, want in zip(stream, reference, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_keyboard_interrupt_in_loop_then_iteration_continues_exactly(reference):
+    """After a KeyboardInterrupt raised in the loop, the loader continues the exact stream."""
+    loader = _loader(2, "process")
+    head = []
     with pytest.raises(KeyboardInterrupt):
-        for _ in loader:
+        for batch in loader:
+            head.append(batch.numpy())
             raise KeyboardInterrupt
-    assert loader.position == 6
+    stream = head + _drain(loader)
+    assert loader.exhausted
+    for got, want in zip(stream, reference, strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_thread_workers_exhaustion_stops_threads():
@@ -275,7 +435,8 @@ def test_metadata_seed_stateless_tf_augmentation_resumes_exactly():
         )
 
     def run(loader, num_batches=-1):
-        dataset = _augmented(loader.dataset().take(num_batches))
+        # Counted by hand below (advance(10)), so the records may be unbatched.
+        dataset = _augmented(loader.dataset().take(num_batches).unguarded())
         return [(image.numpy().tobytes(), int(index)) for image, index in dataset]
 
     full = run(make())
@@ -290,52 +451,3 @@ def test_metadata_seed_stateless_tf_augmentation_resumes_exactly():
     for image, index in full:
         epochs_of_record.setdefault(index, set()).add(image)
     assert all(len(images) == 2 for images in epochs_of_record.values())  # seeds vary by epoch
-
-
-_PARENT = textwrap.dedent(
-    """
-    import os, sys
-    sys.path.insert(0, sys.argv[1])
-    import multiprocessing, numpy as np, _worker_fns as fns, resumeloader
-    if __name__ == "__main__":
-        loader = resumeloader.ResumableLoader(
-            np.zeros((40, 3), np.float32), batch_size=4, seed=0, map_fn=fns.slow,
-            num_workers=2, worker_type="process")
-        batches = iter(loader)
-        next(batches)
-        pids = [p.pid for p in multiprocessing.active_children()]
-        print(" ".join(map(str, pids)), flush=True)
-        sys.stdin.read()  # wait to be killed
-    """
-)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead
-        return stat.read().split(")")[-1].split()[0] != "Z"
-
-
-@pytest.mark.slow
-def test_parent_killed_workers_exit_and_free_memory():
-    """SIGKILL of the training process: its workers exit and their segments are freed."""
-    parent = subprocess.Popen(
-        [sys.executable, "-c", _PARENT, os.path.dirname(__file__)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )
-    workers = [int(pid) for pid in parent.stdout.readline().split()]
-    prefix = f"rl{parent.pid}_"
-    assert len(workers) == 2
-    assert any(name.startswith(prefix) for name in os.listdir("/dev/shm"))
-    parent.kill()
-    parent.wait()
-    deadline = time.monotonic() + 30  # a bound on waiting, not a performance assertion
-    while time.monotonic() < deadline and (
-        any(map(_alive, workers)) or any(n.startswith(prefix) for n in os.listdir("/dev/shm"))
-    ):
-        time.sleep(0.1)
-    assert [pid for pid in workers if _alive(pid)] == []
-    assert [n for n in os.listdir("/dev/shm") if n.startswith(prefix)] == []

@@ -8,7 +8,9 @@ same Keras epoch, and ends with the weights of an uninterrupted run.
 
 Keras epoch ``e`` is the loader's epoch ``e``. A fit resumed mid-epoch starts with
 the rest of that epoch: the callback ends that short epoch itself, so that Keras
-neither learns a short epoch length nor runs into the next loader epoch.
+neither learns a short epoch length nor runs into the next loader epoch. The state of
+the fit's stateful callbacks and its training metrics are checkpointed too
+(`resumeloader.integrations.callback_state`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import keras
 import tensorflow as tf
 
 from resumeloader.core import validate
+from resumeloader.integrations import callback_state
 from resumeloader.tfdata import loader as loader_lib
+from resumeloader.tfdata import restore as restore_lib
 
 __all__ = ["ResumeCallback", "epoch_dataset"]
 
@@ -47,34 +51,60 @@ def epoch_dataset(loader: loader_lib.ResumableLoader) -> tf.data.Dataset:
     return loader.dataset(rest_of_epoch=True)
 
 
+class _EpochBoundary:
+    """The `model.stop_training` value that ends a resumed short epoch: true, and told
+    apart from a `True` another callback sets (e.g. `EarlyStopping`), which is kept."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "<stop at the loader's epoch boundary>"
+
+
+_BOUNDARY = _EpochBoundary()
+# Where the fit state is tracked in the checkpoint.
+_FIT_STATE = "resumeloader_fit"
+_BEST_WEIGHTS = "resumeloader_best_weights"
+
+
 class ResumeCallback(keras.callbacks.Callback):
     """Checkpoints model, optimizer and loader together; resumes ``fit`` at the exact batch.
 
-    On ``fit`` start it restores the latest checkpoint (if any) and sets Keras'
-    initial epoch to the loader's epoch. After every training step it advances the
-    loader by the batches Keras consumed (``steps_per_execution`` included), saves
-    every `save_every` batches and/or at each epoch end, and when ``fit`` returns.
+    On ``fit`` start it restores the latest checkpoint (if any; one without the
+    loader's state is refused, see `resumeloader.restore`) and sets Keras' initial
+    epoch to the loader's epoch. After every training step it advances the loader by
+    the batches Keras consumed (``steps_per_execution`` included), saves every
+    `save_every` batches and/or at each epoch end, and when ``fit`` returns.
+
+    With the checkpoint it saves the state of the fit's stateful callbacks —
+    `EarlyStopping` (``wait``, ``best``, ``best_weights``, ...), `ReduceLROnPlateau`
+    and `ModelCheckpoint` (its best value) — and the training metrics of the epoch so
+    far, so a resumed epoch ends with the logs, and the callbacks with the decisions,
+    of the uninterrupted run. Put this callback *after* those callbacks in
+    ``callbacks`` (it saves their state once they updated it; the other order raises).
+    A fit a callback stopped stays stopped: resumed, it trains no more epochs. Other
+    callbacks' own state is not saved.
 
     Guarantees: a ``fit`` interrupted at any point (an exception, SIGKILL) and
     resumed from a checkpoint of this callback consumes exactly the batches the
-    uninterrupted run would have, in the same Keras epochs, so with deterministic
-    ops its weights are bit-identical. Keras epoch ``e`` is always the loader's
-    epoch ``e`` (a mismatch raises), and ``epochs`` counts epochs from the start of
-    the loader: calling ``fit(epochs=4)`` after ``fit(epochs=2)`` trains epochs 2
-    and 3. ``fit`` stops when a finite loader is exhausted.
+    uninterrupted run would have, in the same Keras epochs, stops at the same epoch,
+    so with deterministic ops its weights are bit-identical. Keras epoch ``e`` is
+    always the loader's epoch ``e`` (a mismatch raises), and ``epochs`` counts epochs
+    from the start of the loader: calling ``fit(epochs=4)`` after ``fit(epochs=2)``
+    trains epochs 2 and 3. ``fit`` stops when a finite loader is exhausted.
 
     Feed ``fit`` with either ``epoch_dataset(loader)`` and no ``steps_per_epoch``, or
     ``loader.dataset()`` with ``steps_per_epoch=loader.batches_per_epoch`` (which
-    ``steps_per_execution`` must divide). Put this callback before callbacks that
-    stop training at an epoch end (e.g. `EarlyStopping`): it ends a resumed short
-    epoch through ``model.stop_training`` and clears that flag in ``on_epoch_end``.
-    Metric values of a resumed epoch cover only the batches run after the resume.
+    ``steps_per_execution`` must divide). Metric values of a resumed epoch cover all
+    its batches, those before the interruption included.
 
     Args:
         loader: the `ResumableLoader` feeding ``fit``.
         checkpoint: a directory (a ``tf.train.CheckpointManager`` of model,
             optimizer and loader is kept there), or your own
-            ``tf.train.CheckpointManager`` whose checkpoint tracks the loader.
+            ``tf.train.CheckpointManager`` whose checkpoint tracks the loader (the
+            callback adds the callbacks' state to its checkpoint).
         save_every: save after every this many batches; None saves only at epoch
             ends (if `save_at_epoch_end`) and when ``fit`` returns.
         save_at_epoch_end: save after every epoch.
@@ -103,7 +133,7 @@ class ResumeCallback(keras.callbacks.Callback):
         self._manager: tf.train.CheckpointManager | None = None
         self._directory: str | None = None
         if isinstance(checkpoint, tf.train.CheckpointManager):
-            _check_tracks_loader(checkpoint, loader)
+            restore_lib.check_tracks_loader(checkpoint, loader)
             self._manager = checkpoint
         elif isinstance(checkpoint, (str, os.PathLike)):
             self._directory = os.fspath(checkpoint)
@@ -113,11 +143,12 @@ class ResumeCallback(keras.callbacks.Callback):
                 f"Received: checkpoint={checkpoint!r}."
             )
             raise TypeError(msg)
+        self._fit_state: callback_state.FitState | None = None
         self._left = 0  # batches of the loader's epoch left when the Keras epoch began
         self._counted = 0  # batches of this Keras epoch the loader was advanced by
         self._since_save = 0
         self._saved_position: int | None = None
-        self._ended_epoch = False
+        self._resumed_mid_epoch = False
 
     @property
     def manager(self) -> tf.train.CheckpointManager | None:
@@ -130,6 +161,7 @@ class ResumeCallback(keras.callbacks.Callback):
         if optimizer is not None and not optimizer.built:
             # Built now, its slots are restored immediately instead of never.
             optimizer.build(self.model.trainable_variables)
+        fit_state = self._track_callbacks(callback_state.fit_callbacks(self))
         if self._manager is None:
             checkpoint = tf.train.Checkpoint(
                 model=self.model, optimizer=optimizer, loader=self._loader
@@ -137,15 +169,46 @@ class ResumeCallback(keras.callbacks.Callback):
             self._manager = tf.train.CheckpointManager(
                 checkpoint, self._directory, max_to_keep=self._max_to_keep
             )
-        latest = self._manager.latest_checkpoint
-        if latest is not None:
-            self._manager.checkpoint.restore(latest).assert_existing_objects_matched()
+        checkpoint = self._manager.checkpoint
+        fit_state.restored, fit_state.stopped = None, False
+        path = restore_lib.checked_path(self._manager, self._loader)
+        # A checkpoint written without the fit state (by resumeloader 0.1, or by your
+        # code) still restores: the fit state is tracked after it then.
+        saved = set() if path is None else {n for n, _ in tf.train.list_variables(path)}
+        if any(name.startswith(f"{_FIT_STATE}/") for name in saved):
+            self._track_fit_state(checkpoint, fit_state)
+        if path is not None:
+            checkpoint.restore(path).assert_existing_objects_matched()
+            fit_state.apply_callbacks()
+        self._track_fit_state(checkpoint, fit_state)
         self._saved_position = self._loader.position
         self._since_save = 0
+        self._resumed_mid_epoch = self._loader.step > 0
         self._check_fit_arguments()
         # Read by fit right after on_train_begin, as for BackupAndRestore (0 reads as
         # unset); cleared again in on_epoch_begin so that it cannot leak to later fits.
-        self.model._initial_epoch = self._loader.epoch or None
+        # A fit a callback had stopped trains no more epochs.
+        epochs = self.params.get("epochs") if fit_state.stopped else None
+        self.model._initial_epoch = epochs or self._loader.epoch or None
+
+    @staticmethod
+    def _track_fit_state(checkpoint: Any, fit_state: callback_state.FitState) -> None:
+        setattr(checkpoint, _FIT_STATE, fit_state)
+        setattr(checkpoint, _BEST_WEIGHTS, fit_state.best_weights)
+
+    def _track_callbacks(self, callbacks: list[Any]) -> callback_state.FitState:
+        if self._fit_state is None:
+            self._fit_state = callback_state.FitState(self.model, callbacks)
+        elif [type(c) for c in callbacks] != [type(c) for c in self._fit_state.callbacks]:
+            msg = (
+                "Every fit of one ResumeCallback must have the same stateful callbacks, in "
+                "the same order (their state shares one checkpoint). Received: "
+                f"{[type(c).__name__ for c in callbacks]} after "
+                f"{[type(c).__name__ for c in self._fit_state.callbacks]}."
+            )
+            raise ValueError(msg)
+        self._fit_state.callbacks = callbacks
+        return self._fit_state
 
     def _check_fit_arguments(self) -> None:
         steps = self.params.get("steps")
@@ -156,7 +219,9 @@ class ResumeCallback(keras.callbacks.Callback):
         if steps != per_epoch:
             msg = (
                 "ResumeCallback keeps Keras epochs equal to loader epochs: `steps_per_epoch` "
-                f"must be the loader's batches per epoch or not given. Received: "
+                "must be the loader's batches per epoch or not given (fit also takes it from "
+                "the dataset's cardinality: `loader.dataset()` of a finite loader holds every "
+                "batch left, so pass `epoch_dataset(loader)` instead). Received: "
                 f"steps_per_epoch={steps}, loader.batches_per_epoch={per_epoch}."
             )
             raise ValueError(msg)
@@ -172,7 +237,15 @@ class ResumeCallback(keras.callbacks.Callback):
             raise ValueError(msg)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        if self._loader.position != self._saved_position:
+        assert self._fit_state is not None
+        stop = self.model.stop_training
+        # Stopped by another callback (not by the end of the loader): saved, so that a
+        # resumed fit stops too, with the weights that callback left (best weights).
+        stopped = bool(stop) and stop is not _BOUNDARY and not self._loader.exhausted
+        if stopped and not self._fit_state.stopped:
+            self._fit_state.stopped = True
+            self._save()
+        elif self._loader.position != self._saved_position:
             self._save()
 
     # -- epochs ------------------------------------------------------------------------
@@ -182,13 +255,18 @@ class ResumeCallback(keras.callbacks.Callback):
             msg = (
                 f"Keras epoch {epoch} does not match the loader's epoch {self._loader.epoch}: "
                 "do not pass `initial_epoch` with ResumeCallback (it sets it from the loader) "
-                "and feed fit from this loader. Received: epoch={epoch}, "
+                f"and feed fit from this loader. Received: epoch={epoch}, "
                 f"loader={self._loader!r}."
             )
             raise ValueError(msg)
+        if self._resumed_mid_epoch:
+            # Keras reset the metrics before this call: continue those of the
+            # interrupted epoch, so its logs average all its batches.
+            assert self._fit_state is not None
+            self._fit_state.apply_metrics()
+            self._resumed_mid_epoch = False
         self._left = self._loader.batches_left_in_epoch
         self._counted = 0
-        self._ended_epoch = False
         if self._left == 0:  # an exhausted loader has nothing more to train on
             self.model.stop_training = True
 
@@ -204,13 +282,11 @@ class ResumeCallback(keras.callbacks.Callback):
             self._save()
         if consumed >= self._left and not self.model.stop_training:
             # Ends the epoch exactly at the loader's epoch boundary.
-            self.model.stop_training = True
-            self._ended_epoch = True
+            self.model.stop_training = _BOUNDARY
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        if self._ended_epoch and not self._loader.exhausted:
+        if self.model.stop_training is _BOUNDARY and not self._loader.exhausted:
             self.model.stop_training = False
-        self._ended_epoch = False
         if self._save_at_epoch_end:
             self._save()
 
@@ -220,13 +296,3 @@ class ResumeCallback(keras.callbacks.Callback):
         self._saved_position = self._loader.position
         self._since_save = 0
 
-
-def _check_tracks_loader(manager: tf.train.CheckpointManager, loader: Any) -> None:
-    tracked = tf.train.TrackableView(manager.checkpoint).descendants()
-    if not any(obj is loader for obj in tracked):
-        msg = (
-            "The CheckpointManager's checkpoint does not track the loader, so saving it "
-            "would not save the loader's position. Create it as tf.train.Checkpoint("
-            f"model=..., optimizer=..., loader=loader). Received: loader={loader!r}."
-        )
-        raise ValueError(msg)

@@ -12,6 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from resumeloader.core import spec as spec_lib
+
 __all__ = ["RandomAccessSource", "Source"]
 
 
@@ -24,14 +26,20 @@ class RandomAccessSource(Protocol):
     thread that is not the main thread, and with ``worker_type="process"`` from a
     worker process that received the source pickled once.
 
+    Records may hold NumPy arrays, numbers, bytes and str (strings become
+    ``tf.string``; arrays whose shapes vary from record to record become
+    ``tf.RaggedTensor`` batches).
+
     Batched access (optional): a source may also define ``read_batch(indices)``,
     taking an int64 NumPy array of record indices and returning those records
     stacked, with a leading dimension of ``len(indices)`` on every leaf and the
     same structure as one record (e.g. one database query or one ``pread`` per
     batch). The loader calls it once per batch instead of ``source[i]`` per record
     whenever there is no ``map_fn``, and checks the result against the element
-    spec. NumPy arrays and dicts or tuples of equal-length arrays are read this way
-    already.
+    spec (a leaf of strings or of varying shape may be a list with one value per
+    record). NumPy arrays and dicts or tuples of equal-length columns are read this
+    way already. A source with ``__getitems__(indices)`` returning a list of records
+    (Hugging Face ``datasets``, tfds data sources) is read a batch at a time too.
     """
 
     def __len__(self) -> int: ...
@@ -43,10 +51,12 @@ class Source:
     """A random-access source as the pipeline sees it.
 
     Subclasses define `__len__`, `read` and `description`, and may define
-    `read_batch` (then `batched` is True), `columns` (in-memory numeric arrays that
-    the TensorFlow layer may gather from directly) and `order_fields` (what
-    identifies the data, for the state's fingerprint). Instances are sent pickled to
-    process workers, so they hold no closures.
+    `read_batch` (then `batched` is True), `read_many` (then `reads_many` is True),
+    `columns` (in-memory numeric arrays that the TensorFlow layer may gather from
+    directly), `record_spec` (the spec of every record, when the source knows it)
+    and `order_fields` (what identifies the data, for the state's fingerprint).
+    Instances are sent pickled to process workers, so they hold no closures; reads
+    may come from several threads at once.
     """
 
     #: Shown by ``describe()``.
@@ -68,6 +78,19 @@ class Source:
         """The records at `indices` stacked along a new leading dimension."""
         msg = f"{type(self).__name__} has no batched read."
         raise NotImplementedError(msg)
+
+    @property
+    def reads_many(self) -> bool:
+        """Whether `read_many` reads several records faster than one `read` each."""
+        return False
+
+    def read_many(self, indices: np.ndarray) -> list[Any]:
+        """The records at `indices`, in that order, as a list."""
+        return [self.read(index) for index in indices.tolist()]
+
+    def record_spec(self) -> spec_lib.RecordSpec | None:
+        """The spec every record has, when the source knows it (else inferred from record 0)."""
+        return None
 
     def columns(self) -> tuple[list[np.ndarray], Any] | None:
         """The leaves and structure of in-memory numeric columns, or None."""

@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from resumeloader.sources import arrays, base, indexable
+from resumeloader.sources import arrays, base, huggingface, indexable
 
 __all__ = ["adapt", "register"]
 
 # (name, accepts(obj), build(obj) -> Source), tried in order.
 _ADAPTERS: list[tuple[str, Callable[[Any], bool], Callable[[Any], base.Source]]] = [
     ("source", lambda obj: isinstance(obj, base.Source), lambda obj: obj),
+    # Before "arrays": a DatasetDict is a dict.
+    ("huggingface", huggingface.accepts, huggingface.HuggingFaceSource),
     ("arrays", arrays.ArraySource.accepts, arrays.ArraySource),
     ("indexable", indexable.IndexableSource.accepts, indexable.IndexableSource),
 ]

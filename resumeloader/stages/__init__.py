@@ -4,22 +4,27 @@
 `resumeloader.stages.base` for the contract every stage keeps. No TensorFlow here.
 """
 
-from resumeloader.stages.base import BatchStage, IndexStage, RecordStage, Stage
+from resumeloader.stages.base import BatchStage, IndexStage, RecordStage, Stage, TensorStage
 from resumeloader.stages.batch import FixedBatchStage
 from resumeloader.stages.map import MapStage
+from resumeloader.stages.mix import MixStage
 from resumeloader.stages.pipeline import Pipeline
 from resumeloader.stages.plan import Plan, Task
 from resumeloader.stages.sampler import SamplerStage
+from resumeloader.stages.tf_map import TFMapStage
 
 __all__ = [
     "BatchStage",
     "FixedBatchStage",
     "IndexStage",
     "MapStage",
+    "MixStage",
     "Pipeline",
     "Plan",
     "RecordStage",
     "SamplerStage",
     "Stage",
+    "TFMapStage",
     "Task",
+    "TensorStage",
 ]

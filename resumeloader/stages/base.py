@@ -6,8 +6,11 @@ A pipeline is a chain of stages, in three kinds:
   of each epoch: `IndexStage.indices`;
 * **record stages** (any number) transform one record at a time in Python, keyed by
   (seed, epoch, record index): `RecordStage.apply`;
-* a **batch stage** (exactly one, last) groups the records of consecutive positions
-  into batches: `BatchStage.assemble`.
+* a **batch stage** (exactly one) groups the records of consecutive positions
+  into batches: `BatchStage.assemble`;
+* **tensor stages** (any number, after the batch stage) transform whole batches as
+  tensors inside TensorFlow: `TensorStage.fn` (defined here, run by the TensorFlow
+  layer).
 
 Contract every stage keeps, checked for each registered pipeline by the
 resume-conformance suite (``tests/test_conformance.py``):
@@ -30,7 +33,7 @@ import numpy as np
 
 from resumeloader.core import spec as spec_lib
 
-__all__ = ["BatchStage", "IndexStage", "RecordStage", "Stage"]
+__all__ = ["BatchStage", "IndexStage", "RecordStage", "Stage", "TensorStage"]
 
 Fields = dict[str, int | str]
 
@@ -38,7 +41,7 @@ Fields = dict[str, int | str]
 class Stage:
     """Base of every stage."""
 
-    #: "index", "record" or "batch".
+    #: "index", "record", "batch" or "tensor".
     kind: ClassVar[str] = ""
     #: Prefix of the stage's fields in the state, e.g. "sampler".
     name: ClassVar[str] = ""
@@ -98,4 +101,22 @@ class BatchStage(Stage):
 
     def resized(self, batch_size: int) -> BatchStage:
         """The same stage with another batch size (elastic resume, distributed input)."""
+        raise NotImplementedError
+
+
+class TensorStage(Stage):
+    """Transforms each batch with TensorFlow ops, inside the loader's tf.data graph.
+
+    The TensorFlow layer calls ``fn(batch, seeds)`` on every batch (a structure of
+    tensors, ``tf.string`` and ``tf.RaggedTensor`` included); ``seeds`` is an int64
+    tensor ``[batch, 2]``: each record's stateless seed pair, keyed by (seed, epoch,
+    record index) like ``record_rng``, for ``tf.random.stateless_*`` and
+    ``tf.image.stateless_random_*`` ops. Randomness must come only from ``seeds``.
+    """
+
+    kind = "tensor"
+
+    @property
+    def fn(self) -> Any:
+        """``fn(batch, seeds) -> batch`` of TensorFlow ops."""
         raise NotImplementedError

@@ -16,8 +16,10 @@ class FixedBatchStage(base.BatchStage):
     """`batch_size` records of consecutive positions per batch, stacked leaf by leaf.
 
     A batch never crosses an epoch boundary; an epoch's short last batch is dropped
-    when `drop_remainder`. The batch size is not an order field: the global order of
-    records does not depend on it, so a state can be resumed with another batch size.
+    when `drop_remainder`. A leaf whose shape varies (a ``None`` dimension) stays a
+    list of the records' arrays (it becomes a ``tf.RaggedTensor``). The batch size
+    is not an order field: the global order of records does not depend on it, so a
+    state can be resumed with another batch size.
     """
 
     name = "batch"
@@ -35,7 +37,10 @@ class FixedBatchStage(base.BatchStage):
         return self._drop_remainder
 
     def assemble(self, columns: list[list[np.ndarray]], spec: spec_lib.RecordSpec) -> list[Any]:
-        return [np.stack(column) for column in columns]
+        return [
+            column if leaf.ragged else np.stack(column)
+            for column, leaf in zip(columns, spec.leaves, strict=True)
+        ]
 
     def resized(self, batch_size: int) -> FixedBatchStage:
         return FixedBatchStage(batch_size, drop_remainder=self._drop_remainder)

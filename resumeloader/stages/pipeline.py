@@ -2,29 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from resumeloader import sources
 from resumeloader.core import validate
-from resumeloader.stages import base, batch, sampler
+from resumeloader.stages import base, batch, mix, sampler, tf_map
 from resumeloader.stages import map as map_stage
 
 __all__ = ["Pipeline"]
 
-_KINDS = ("index", "record", "batch")
+_KINDS = ("index", "record", "batch", "tensor")
 
 
 class Pipeline:
     """An immutable chain of stages that defines which bytes land in which batch.
 
     A pipeline reads a source in an index order (natural, or shuffled per epoch),
-    runs record stages on each record and groups records into batches. Each method
-    returns a new pipeline. How the batches are delivered (workers, prefetch, the
-    tf.data graph, distribution) is not part of it: pass the pipeline to
-    `ResumableLoader.from_pipeline` with those options.
+    runs record stages on each record, groups records into batches and runs tensor
+    stages (TensorFlow ops) on each batch. Each method returns a new pipeline. How
+    the batches are delivered (workers, prefetch, the tf.data graph, distribution)
+    is not part of it: pass the pipeline to `ResumableLoader.from_pipeline` with
+    those options.
 
     Guarantees: the batch at a position is a pure function of the pipeline, its
     seed, the epoch and the position; the state a loader saves names every stage
@@ -32,8 +33,10 @@ class Pipeline:
     refused.
 
     Args:
-        source: a NumPy array, a dict or tuple of equal-length arrays, a `Source`,
-            or any object with ``len()`` and ``__getitem__(int)``.
+        source: a NumPy array or tensor, a dict or tuple of equal-length columns
+            (arrays, lists, tensors), a Hugging Face ``datasets.Dataset``, a `Source`
+            (e.g. `TFRecordSource`), or any object with ``len()`` and
+            ``__getitem__(int)`` (a list is a sequence of records).
         seed: integer in [0, 2**64); keys the shuffle and every record's ``rng``.
 
     Example:
@@ -53,6 +56,51 @@ class Pipeline:
         )
         self._records: tuple[base.RecordStage, ...] = ()
         self._batch: base.BatchStage | None = None
+        self._tensors: tuple[base.TensorStage, ...] = ()
+
+    @classmethod
+    @validate.typechecked
+    def mix(
+        cls,
+        sources: Mapping[str, Any],
+        *,
+        weights: Mapping[str, Any],
+        seed: validate.Int,
+        shuffle: bool = True,
+        records_per_epoch: validate.Int | str = "first_exhausted",
+    ) -> Pipeline:
+        """A pipeline reading a weighted mixture of named sources (README, "Mixing sources").
+
+        The source at every position is exact: after any ``n`` records each source
+        has supplied ``weight * n`` of them to within one. Each source walks its own
+        seeded permutation and starts a new one whenever it runs out. An epoch is
+        `records_per_epoch` consecutive records of the endless mixed stream (see
+        `resumeloader.stages.mix` for the details and the record index).
+
+        Args:
+            sources: source name -> a source (anything `Pipeline` accepts); records
+                of every source must have one structure.
+            weights: source name -> a positive weight (int, float read as its
+                decimal, Fraction, Decimal or a string like ``"7/10"``), normalised.
+            seed: integer in [0, 2**64); keys every source's walk and record ``rng``.
+            shuffle: False walks every source in its natural order.
+            records_per_epoch: ``"first_exhausted"`` (an epoch ends where the first
+                source has supplied all its records once), ``"all_exhausted"`` (the
+                last one), or a number of records.
+
+        Example:
+            >>> import numpy as np
+            >>> pipeline = Pipeline.mix(
+            ...     {"web": np.arange(100), "code": np.arange(1000, 1030)},
+            ...     weights={"web": 0.7, "code": 0.3}, seed=0, shuffle=False)
+            >>> pipeline.index_stage.num_records   # "code" has given its 30 records once
+            99
+        """
+        source, stage = mix.build(
+            sources, weights=weights, seed=seed, shuffle=shuffle,
+            records_per_epoch=records_per_epoch,
+        )
+        return cls(source, seed=seed).apply(stage)
 
     def _with(self, **changes: Any) -> Pipeline:
         new = object.__new__(Pipeline)
@@ -64,7 +112,8 @@ class Pipeline:
     # -- composing ------------------------------------------------------------------
     def apply(self, stage: base.Stage) -> Pipeline:
         """The pipeline with `stage` added: an index stage replaces the order, a record
-        stage runs after the others, a batch stage ends the pipeline.
+        stage runs after the others, a batch stage groups the records, a tensor stage
+        (after the batch stage) runs after the other tensor stages.
 
         The methods below are shorthands for it; a stage of your own (see
         `resumeloader.stages.base` for the contract) is added the same way.
@@ -77,6 +126,14 @@ class Pipeline:
             raise TypeError(msg)
         if stage.kind == "index":
             return self._with(index=stage)
+        if stage.kind == "tensor":
+            if self._batch is None:
+                msg = (
+                    f"The tensor stage `{stage.name}` runs on batches and must come after the "
+                    f"batch stage: add `.batch(batch_size)` first. Received: {self!r}."
+                )
+                raise ValueError(msg)
+            return self._with(tensors=(*self._tensors, stage))
         self._check_unbatched(f"{stage.kind} stage `{stage.name}`")
         if stage.kind == "record":
             return self._with(records=(*self._records, stage))
@@ -88,7 +145,18 @@ class Pipeline:
 
         Args:
             enabled: False keeps the natural order (for a flag passed through).
+
+        Raises:
+            ValueError: the order comes from another index stage (a mixture: pass
+                ``shuffle=`` to `Pipeline.mix`), which this would replace.
         """
+        if not isinstance(self._index, sampler.SamplerStage):
+            msg = (
+                "`shuffle()` orders a single source, and would replace this pipeline's index "
+                f"stage ({self._index.describe()}). Received: {self!r}. Choose the order where "
+                "the stage is made (e.g. `Pipeline.mix(..., shuffle=False)`)."
+            )
+            raise ValueError(msg)
         return self.apply(sampler.SamplerStage(len(self._source), seed=self._seed, shuffle=enabled))
 
     def map(self, fn: Callable[[Any, np.random.Generator], Any]) -> Pipeline:
@@ -112,6 +180,27 @@ class Pipeline:
         batch_size = validate.integer("batch_size", batch_size, low=1, high=validate.MAX_COUNT)
         return self.apply(batch.FixedBatchStage(batch_size, drop_remainder=bool(drop_remainder)))
 
+    def tf_map(self, fn: Callable[[Any, Any], Any]) -> Pipeline:
+        """Runs ``fn(batch, seeds)``, a function of TensorFlow ops, on every batch.
+
+        It runs inside the loader's tf.data graph (``map(num_parallel_calls=AUTOTUNE,
+        deterministic=True)``: batches in parallel, in order) for ``dataset()``, and
+        as a ``tf.function`` on the same batches for ``for batch in loader``, with the
+        same bytes. ``batch`` is the batch as tensors (``tf.string``,
+        ``tf.RaggedTensor`` included); ``seeds`` is an int64 ``[batch, 2]`` tensor of
+        per-record stateless seeds keyed by (seed, epoch, record index): random ops
+        seeded from it (``tf.random.stateless_*``, ``tf.image.stateless_random_*``) give
+        the same result after any restore. With ``dataset(input_context=...)`` it runs
+        on each replica's batch. Must follow `batch`. An error of the source or a
+        ``map_fn`` of such a pipeline reaches ``for batch in loader`` as tf.data raises
+        it (a ``tf.errors.OpError`` carrying the `RecordError` message), as it reaches
+        ``dataset()``.
+        """
+        if not callable(fn):
+            msg = f"`fn` must be callable. Received: fn={fn!r} of type {type(fn).__name__}."
+            raise TypeError(msg)
+        return self.apply(tf_map.TFMapStage(fn))
+
     def with_batch_size(self, batch_size: int) -> Pipeline:
         """The same pipeline with another batch size (the record order is unchanged)."""
         if self._batch is None:
@@ -133,12 +222,18 @@ class Pipeline:
     index_stage = property(lambda self: self._index, doc="The index stage.")
     record_stages = property(lambda self: self._records, doc="The record stages, in order.")
     batch_stage = property(lambda self: self._batch, doc="The batch stage, or None.")
+    tensor_stages = property(lambda self: self._tensors, doc="The tensor stages, in order.")
 
     @property
     def stages(self) -> tuple[base.Stage, ...]:
-        """Every stage, in order: index, records, batch."""
+        """Every stage, in order: index, records, batch, tensor stages."""
         tail = () if self._batch is None else (self._batch,)
-        return (self._index, *self._records, *tail)
+        return (self._index, *self._records, *tail, *self._tensors)
+
+    def python_part(self) -> Pipeline:
+        """The pipeline without its tensor stages: what runs in Python (and is sent to
+        process workers)."""
+        return self._with(tensors=()) if self._tensors else self
 
     def order_fields(self) -> dict[str, int | str]:
         """Every field that defines the order, as ``"<stage>.<field>"``."""

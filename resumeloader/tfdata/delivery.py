@@ -3,19 +3,26 @@
 What the stream holds is decided by the plan (stages); this module only decides how
 it is produced and handed to TensorFlow, and never changes it:
 
-* ``gather``: in-memory numeric columns, no record stage, no workers. Python yields
-  only index arrays and ``tf.gather`` builds the batches inside tf.data (for
-  ``dataset()``; the eager loop reads each batch with one fancy-index).
+* ``gather``: in-memory fixed-shape numeric columns, no record stage, no workers.
+  Python yields only index arrays and ``tf.gather`` builds the batches inside tf.data
+  (for ``dataset()``; the eager loop reads each batch with one fancy-index).
 * ``read_batch``: a source with batched reads and no record stage: one call per batch.
 * ``records``: each record read and run through the record stages, then assembled.
 
 ``read_batch`` and ``records`` run in the calling thread or in thread or process
-workers (`WorkerSettings`), in order.
+workers (`WorkerSettings`), in order. Their batches hold variable leaves (strings,
+ragged arrays) in the batch wire format; the generator decodes them (`graph.decode`)
+and a `Finisher` turns them into ``tf.string`` and ``tf.RaggedTensor`` leaves and runs
+the tensor stages (`Pipeline.tf_map`), inside tf.data. ``for batch in loader`` takes
+the same steps eagerly in its prefetch thread, or iterates the tf.data pipeline when
+there are tensor stages, so that their ops run in the same runtime as ``dataset()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import contextlib
+import threading
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -23,12 +30,14 @@ import tensorflow as tf
 from resumeloader.core import positions, rng
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.tfdata import gather, graph, prefetch
+from resumeloader.tfdata import gather, generator, graph, prefetch, tf_map
 from resumeloader.workers import ordered, produce
 
 __all__ = ["Delivery"]
 
 AUTOTUNE = tf.data.AUTOTUNE
+# (start position, tasks) -> the same tasks, observed.
+Watch = Callable[[int, Iterator[plan_lib.Task]], Iterator[plan_lib.Task]]
 
 
 class Delivery:
@@ -41,6 +50,7 @@ class Delivery:
         with_metadata: deliver ``(batch, metadata)``.
         num_workers: workers preparing batches in parallel (0: none).
         worker_type: "thread" or "process".
+        worker_timeout: seconds to wait for one batch from a worker, or None.
     """
 
     def __init__(
@@ -52,19 +62,32 @@ class Delivery:
         with_metadata: bool,
         num_workers: int,
         worker_type: str,
+        worker_timeout: float | None = None,
     ) -> None:
         self.plan = plan
         self.prefetch = prefetch
         self.with_metadata = with_metadata
-        self.workers = ordered.WorkerSettings(num_workers, worker_type, pipeline=plan.pipeline)
+        self.workers = ordered.WorkerSettings(
+            num_workers, worker_type, pipeline=plan.pipeline, timeout=worker_timeout
+        )
         self.producer = produce.BatchProducer(plan.pipeline, spec)
+        # The generators of this delivery's datasets (see resumeloader.tfdata.generator).
+        self.generators: list[Any] = []
         self.spec = self.producer.spec
+        self.finisher = tf_map.Finisher(self.spec, plan.pipeline.tensor_stages, with_metadata)
+        layout = plan.layout
+        #: The static batch size of the loader's batches (None when the last may be short).
+        self.batch_dim = layout.batch_size if layout.drop_remainder else None
         columns = plan.pipeline.source.columns()
         self.gatherer: gather.Gatherer | None = None
-        if self.producer.reads_batches and not num_workers and columns is not None:
+        fixed = not self.spec.variable
+        if self.producer.reads_batches and not num_workers and columns is not None and fixed:
             leaves, treespec = columns
             if gather.Gatherer.supports(leaves, treespec, self.spec):
                 self.gatherer = gather.Gatherer(leaves, treespec)
+        self._eager_lock = threading.Lock()
+        self._eager_dataset: tf.data.Dataset | None = None
+        self._eager_start = 0
         if self.gatherer is not None:
             self.path = "gather"
         elif self.producer.reads_batches:
@@ -74,26 +97,41 @@ class Delivery:
 
     # -- what is delivered ------------------------------------------------------------
     def element_spec(self, batch_dim: int | None) -> Any:
-        """The structure of `tf.TensorSpec` of one batch with leading dimension `batch_dim`."""
-        return graph.element_spec(self.spec, batch_dim, self.with_metadata)
+        """The structure of `tf.TypeSpec` of one element with leading dimension `batch_dim`."""
+        return self.finisher.element_spec(batch_dim)
 
     def _labelled(self, value: Any, task: plan_lib.Task) -> Any:
-        """`value`, paired with the task's per-record metadata when asked for."""
-        if not self.with_metadata:
+        """`value`, paired with the task's per-record metadata when asked for (or when
+        tensor stages need the seeds)."""
+        if not self.finisher.seeded:
             return value
         seed = self.plan.pipeline.seed
         return value, rng.metadata(seed, task.indices, task.epoch, task.position)
 
     def batches(
-        self, plan: plan_lib.Plan, layout: positions.Layout, position: int
-    ) -> Iterator[Any]:
-        """NumPy batches of `plan`'s stream cut by `layout`, from normalised `position` on."""
+        self,
+        plan: plan_lib.Plan,
+        layout: positions.Layout,
+        position: int,
+        watch: Watch | None = None,
+    ) -> Generator[Any, None, None]:
+        """NumPy batches of `plan`'s stream cut by `layout`, from normalised `position` on.
+
+        `watch(position, tasks)`, when given, sees the tasks before they are produced.
+        """
         tasks = plan.tasks(position, layout)
+        if watch is not None:
+            tasks = watch(position, tasks)
         for task, batch in self.workers.produce(self.producer, tasks):
             yield self._labelled(batch, task)
 
-    def _index_arrays(self, layout: positions.Layout, position: int) -> Iterator[Any]:
-        for task in self.plan.tasks(position, layout):
+    def _index_arrays(
+        self, layout: positions.Layout, position: int, watch: Watch | None = None
+    ) -> Iterator[Any]:
+        tasks = self.plan.tasks(position, layout)
+        if watch is not None:
+            tasks = watch(position, tasks)
+        for task in tasks:
             yield self._labelled(task.indices, task)
 
     # -- how -----------------------------------------------------------------------
@@ -101,47 +139,141 @@ class Delivery:
         """`ds` followed by the loader's prefetch."""
         return ds.prefetch(self.prefetch) if self.prefetch else ds
 
+    def _decoded(self, batches: Generator[Any, None, None]) -> Generator[Any, None, None]:
+        """The generator's elements: `batches` with their variable leaves decoded. Closing
+        it closes `batches` at once (and so their worker pool)."""
+        spec, seeded = self.spec, self.finisher.seeded
+        try:
+            if not spec.variable:
+                yield from batches
+                return
+            for item in batches:
+                if seeded:
+                    yield graph.decode(spec, item[0]), item[1]
+                else:
+                    yield graph.decode(spec, item)
+        finally:
+            batches.close()
+
+    def generated(
+        self,
+        make_batches: Callable[[], Generator[Any, None, None]],
+        batch_dim: int | None,
+        *,
+        rebatch: int | None = None,
+    ) -> tf.data.Dataset:
+        """The finished elements of the produced batches of ``make_batches()``, prefetched.
+
+        Args:
+            make_batches: a generator function of batches as `batches` yields them.
+            batch_dim: the static size of the finished batches, or None.
+            rebatch: cut every produced batch into batches of this size (one per
+                replica), after assembling and before the tensor stages.
+        """
+        produced = batch_dim if rebatch is None else None
+        self.workers.start(self.producer)
+        ds = generator.from_generator(
+            lambda: self._decoded(make_batches()),
+            self.finisher.input_spec(produced),
+            keep=self.generators,
+        )
+        return self.prefetched(self.finisher.map(ds, batch_dim, rebatch=rebatch))
+
     def dataset(
-        self, start: Callable[[], int], *, rest_of_epoch: bool, element_spec: Any
+        self,
+        start: Callable[[], int],
+        *,
+        rest_of_epoch: bool,
+        element_spec: Any,
+        watch: Watch | None = None,
     ) -> tf.data.Dataset:
         """A dataset of the plan's batches from ``start()``, read when iteration begins.
 
         Args:
             start: returns the normalised position to start from.
             rest_of_epoch: end at the end of that position's epoch.
-            element_spec: the element spec the batches are given.
+            element_spec: the element spec of the batches, ``element_spec(batch_dim)``
+                (checked: the batches' static size is the delivery's `batch_dim`).
+            watch: ``watch(position, tasks)`` is called when an iteration begins and
+                its tasks pass through what it returns (the loader's ledger).
         """
         plan = self.plan
+        if element_spec != self.element_spec(self.batch_dim):
+            msg = (
+                f"`element_spec` must be the delivery's own. Received: {element_spec}, "
+                f"expected: {self.element_spec(self.batch_dim)}."
+            )
+            raise ValueError(msg)
 
         def layout_and_start() -> tuple[positions.Layout, int]:
             position = start()
             return (plan.rest_of_epoch(position) if rest_of_epoch else plan.layout), position
 
-        if self.gatherer is not None:
-            ds = self.gatherer.dataset(
-                lambda: self._index_arrays(*layout_and_start()),
-                element_spec,
-                with_metadata=self.with_metadata,
+        if self.gatherer is None:
+            return self.generated(
+                lambda: self.batches(plan, *layout_and_start(), watch), self.batch_dim
             )
-        else:
-            ds = tf.data.Dataset.from_generator(
-                lambda: self.batches(plan, *layout_and_start()), output_signature=element_spec
-            )
-        return self.prefetched(ds)
+        seeded = self.finisher.seeded
+        ds = self.gatherer.dataset(
+            lambda: self._index_arrays(*layout_and_start(), watch),
+            graph.element_spec(self.spec, self.batch_dim, seeded),
+            with_metadata=seeded,
+        )
+        return self.prefetched(self.finisher.map(ds, self.batch_dim))
 
     def eager(self, position: int) -> Iterator[Any]:
         """Tensors of the plan's batches from `position`, prepared by a Python thread.
 
         Up to `prefetch` batches ahead (2 for ``AUTOTUNE``; none for None or 0),
         without tf.data: no per-batch ``py_func`` round trip, no iterator start-up.
+        With tensor stages the batches come from the tf.data pipeline of `dataset`
+        instead (their ops then run exactly as in ``dataset()``).
         """
+        if self.finisher.stages:
+            return self._eager_graph(position)
         depth = 2 if self.prefetch == AUTOTUNE else self.prefetch or 0
         plan = self.plan
-        return prefetch.prefetched(lambda: self.batches(plan, plan.layout, position), depth)
+        self.workers.start(self.producer)
+        return prefetch.prefetched(
+            lambda: self._tensors(self.batches(plan, plan.layout, position)), depth
+        )
+
+    def _eager_graph(self, position: int) -> Iterator[Any]:
+        # One tf.data pipeline serves every loop (building one costs ~50 ms); it reads
+        # its start when its first batch is produced, so the start is set and the
+        # first batch taken under a lock: two loops starting at once cannot mix up.
+        with self._eager_lock:
+            if self._eager_dataset is None:
+                self._eager_dataset = self.dataset(
+                    lambda: self._eager_start,
+                    rest_of_epoch=False,
+                    element_spec=self.element_spec(self.batch_dim),
+                )
+            self._eager_start = position
+            iterator = iter(self._eager_dataset)
+            first = next(iterator, None)
+        if first is None:
+            return
+        yield first
+        yield from iterator
+
+    def _tensors(self, batches: Generator[Any, None, None]) -> Iterator[Any]:
+        """Eager elements of produced `batches` (variable leaves decoded and assembled)."""
+        if not self.spec.variable:
+            yield from batches
+            return
+        with contextlib.closing(self._decoded(batches)) as decoded:
+            for item in decoded:
+                tensors = tf.nest.map_structure(tf.convert_to_tensor, item)
+                yield self.finisher.eager(tensors, self.batch_dim)
+
+    def close(self) -> None:
+        """Stops the process workers (a later iteration starts new ones)."""
+        self.workers.close()
 
     def describe(self) -> list[tuple[str, str, str, str]]:
         """Rows (stage, what, element, state) of the delivery, for ``describe()``."""
-        batch = graph.spec_text(self.element_spec(None))
+        batch = graph.spec_text(graph.element_spec(self.spec, None, self.with_metadata))
         rows = []
         if self.gatherer is not None:
             rows.append(
@@ -159,7 +291,13 @@ class Delivery:
                 plan = "in the generator thread (num_workers=0)"
             rows.append(("workers", plan, batch, "recomputed"))
             rows.append(("from_generator", "Dataset.from_generator", batch, "recomputed"))
+        for stage in self.finisher.stages:
+            what = f"{stage.describe()}, map(AUTOTUNE, deterministic)"
+            rows.append((stage.name, what, "", "recomputed"))
+        if self.finisher.stages:
+            rows[-1] = (*rows[-1][:2], graph.spec_text(self.element_spec(None)), rows[-1][3])
         if self.prefetch:
             size = "AUTOTUNE" if self.prefetch == AUTOTUNE else str(self.prefetch)
-            rows.append(("prefetch", f"prefetch({size})", batch, "recomputed"))
+            final = graph.spec_text(self.element_spec(None))
+            rows.append(("prefetch", f"prefetch({size})", final, "recomputed"))
         return rows

@@ -18,10 +18,9 @@ each epoch's short last batch (or have none).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
-import optree
 import tensorflow as tf
 
 from resumeloader import errors
@@ -59,12 +58,6 @@ class InputPipeline:
             raise errors.ElasticResumeError(msg)
         layout = self.layout
         return layout.normalise(epoch * layout.records_per_epoch + offset // self.num_pipelines)
-
-    def split(self, batch: Any) -> Iterator[Any]:
-        """The per-replica batches of one pipeline step, in replica order."""
-        size = self.per_replica_batch_size
-        for i in range(self.replicas_per_pipeline):
-            yield optree.tree_map(lambda leaf, i=i: leaf[i * size : (i + 1) * size], batch)
 
 
 def pipeline(plan: plan_lib.Plan, input_context: Any) -> InputPipeline:
@@ -122,19 +115,21 @@ def dataset(
 ) -> tf.data.Dataset:
     """The per-replica batches of `plan` for `input_context`, from ``position()`` on.
 
-    The position is read when iteration begins, as for the loader's own dataset.
+    The position is read when iteration begins, as for the loader's own dataset. Each
+    pipeline batch is cut into the replicas' batches, in replica order, inside tf.data
+    (strings and ragged leaves included), before the tensor stages.
     """
     pipe = pipeline(plan, input_context)
     per_epoch = plan.records_per_epoch
     pipe.start(position(), per_epoch)  # fail now rather than inside tf.data
 
-    def generate() -> Iterator[Any]:
+    def generate() -> Generator[Any, None, None]:
         start = pipe.start(position(), per_epoch)
-        for batch in delivery.batches(pipe.plan, pipe.layout, start):
-            yield from pipe.split(batch)
+        yield from delivery.batches(pipe.plan, pipe.layout, start)
 
-    spec = delivery.element_spec(pipe.per_replica_batch_size)
-    return delivery.prefetched(tf.data.Dataset.from_generator(generate, output_signature=spec))
+    size = pipe.per_replica_batch_size
+    rebatch = size if pipe.replicas_per_pipeline > 1 else None
+    return delivery.generated(generate, size, rebatch=rebatch)
 
 
 def in_replica_context() -> bool:

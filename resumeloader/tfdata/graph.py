@@ -1,4 +1,9 @@
-"""The TensorFlow side of a loader: element specs and position arithmetic in a graph."""
+"""The TensorFlow side of a loader: element specs, variable leaves, position arithmetic.
+
+A produced batch (NumPy, variable leaves in the batch wire format) reaches TensorFlow
+in two steps: `decode` (NumPy, in the generator's thread) and `assemble` (tensor ops,
+eagerly or inside tf.data), which builds each ragged leaf from its parts.
+"""
 
 from __future__ import annotations
 
@@ -8,76 +13,190 @@ import numpy as np
 import optree
 import tensorflow as tf
 
-from resumeloader.core import positions
+from resumeloader.core import positions, wire
 from resumeloader.core import spec as spec_lib
 
-__all__ = ["advance", "element_spec", "record_spec", "spec_text"]
+__all__ = [
+    "advance",
+    "assemble",
+    "decode",
+    "element_spec",
+    "leaf_spec",
+    "metadata_spec",
+    "record_spec",
+    "spec_text",
+    "wire_spec",
+]
+
+
+def leaf_spec(leaf: spec_lib.LeafSpec, batch_dim: int | None) -> tf.TypeSpec:
+    """The `tf.TypeSpec` of a batch of one leaf: a `tf.RaggedTensorSpec` when it varies."""
+    dtype = tf.string if leaf.is_string else tf.as_dtype(leaf.dtype)
+    shape = (batch_dim, *leaf.shape)
+    if not leaf.ragged:
+        return tf.TensorSpec(shape, dtype)
+    rank = _ragged_rank(leaf)
+    return tf.RaggedTensorSpec(shape, dtype, ragged_rank=rank, row_splits_dtype=tf.int64)
+
+
+def metadata_spec(batch_dim: int | None) -> dict[str, tf.TensorSpec]:
+    """The spec of a batch's per-record metadata (`resumeloader.core.rng.metadata`)."""
+    meta = {k: tf.TensorSpec((batch_dim,), tf.int64) for k in ("index", "epoch", "position")}
+    meta["seed"] = tf.TensorSpec((batch_dim, 2), tf.int64)
+    return meta
 
 
 def element_spec(spec: spec_lib.RecordSpec, batch_dim: int | None, with_metadata: bool) -> Any:
-    """The structure of `tf.TensorSpec` of one batch of records described by `spec`."""
-    specs = [
-        tf.TensorSpec((batch_dim, *leaf.shape), tf.as_dtype(leaf.dtype)) for leaf in spec.leaves
+    """The structure of `tf.TypeSpec` of one batch of records described by `spec`."""
+    data = optree.tree_unflatten(spec.treespec, [leaf_spec(x, batch_dim) for x in spec.leaves])
+    return (data, metadata_spec(batch_dim)) if with_metadata else data
+
+
+def _ragged_rank(leaf: spec_lib.LeafSpec) -> int:
+    return 1 + max(i for i, dim in enumerate(leaf.shape) if dim is None)
+
+
+def wire_spec(spec: spec_lib.RecordSpec, batch_dim: int | None) -> Any:
+    """The spec of a batch as `decode` hands it to TensorFlow: a ragged leaf as its flat
+    values and row partitions (see `resumeloader.core.wire`), other leaves as batches."""
+
+    def one(leaf: spec_lib.LeafSpec) -> Any:
+        if not leaf.ragged:
+            return leaf_spec(leaf, batch_dim)
+        rank = _ragged_rank(leaf)
+        dtype = tf.string if leaf.is_string else tf.as_dtype(leaf.dtype)
+        values = tf.TensorSpec((None, *leaf.shape[rank:]), dtype)
+        parts = tuple(
+            tf.TensorSpec((None,) if dim is None else (), tf.int64) for dim in leaf.shape[:rank]
+        )
+        return values, parts
+
+    return optree.tree_unflatten(spec.treespec, [one(leaf) for leaf in spec.leaves])
+
+
+def decode(spec: spec_lib.RecordSpec, batch: Any) -> Any:
+    """A produced batch (NumPy, variable leaves in the wire format) as `wire_spec` describes
+    it, in NumPy: strings as object arrays of bytes, ragged leaves as their parts."""
+    leaves = spec.treespec.flatten_up_to(batch)
+    decoded = [
+        wire.decode(value, leaf) if leaf.variable else value
+        for value, leaf in zip(leaves, spec.leaves, strict=True)
     ]
-    data = optree.tree_unflatten(spec.treespec, specs)
-    if not with_metadata:
-        return data
-    meta = {k: tf.TensorSpec((batch_dim,), tf.int64) for k in ("index", "epoch", "position")}
-    meta["seed"] = tf.TensorSpec((batch_dim, 2), tf.int64)
-    return data, meta
+    return optree.tree_unflatten(spec.treespec, decoded)
+
+
+def assemble(spec: spec_lib.RecordSpec, batch: Any, batch_dim: int | None) -> Any:
+    """The batch of tensors `element_spec` describes, from tensors as `wire_spec` describes
+    them (eagerly or in a graph): ragged leaves built from their parts."""
+    leaves = spec.treespec.flatten_up_to(batch)
+    built = [
+        _ragged(value, leaf, batch_dim) if leaf.ragged else value
+        for value, leaf in zip(leaves, spec.leaves, strict=True)
+    ]
+    return optree.tree_unflatten(spec.treespec, built)
+
+
+def _ragged(parts: Any, leaf: spec_lib.LeafSpec, batch_dim: int | None) -> tf.RaggedTensor:
+    values, partitions = parts
+    rank = _ragged_rank(leaf)
+    for depth in range(rank - 1, -1, -1):  # innermost partition first
+        dim, partition = leaf.shape[depth], partitions[depth]
+        if dim is None:
+            if depth == 0 and batch_dim is not None:  # keeps the static batch size
+                partition = tf.ensure_shape(partition, (batch_dim,))
+            values = tf.RaggedTensor.from_row_lengths(values, partition, validate=False)
+        else:
+            nrows = batch_dim if depth == 0 and batch_dim is not None else partition
+            values = tf.RaggedTensor.from_uniform_row_length(
+                values, dim, nrows=nrows, validate=False
+            )
+    return values
 
 
 def advance(variable: tf.Variable, layout: positions.Layout, num_batches: Any) -> None:
-    """Advances the position `variable` by `num_batches` batches with tensor ops."""
+    """Advances the position `variable` by `num_batches` batches with O(1) tensor ops.
+
+    The same arithmetic as `positions.Layout.advance` (no loop over batches). A
+    negative `num_batches`, or an endless stream passing 2**63 - 1 records, fails the
+    step with ``InvalidArgumentError`` instead of storing a wrong position.
+    """
     per_epoch = tf.constant(layout.records_per_epoch, tf.int64)
     size = tf.constant(layout.batch_size, tf.int64)
-    end = layout.end
-
-    def one_batch(position: tf.Tensor) -> tf.Tensor:
-        # Mirrors positions.Layout.batch_end + normalise with tensor ops.
-        position += tf.minimum(size, per_epoch - position % per_epoch)
-        if layout.drop_remainder:
-            offset = position % per_epoch
-            left = per_epoch - offset
-            position += tf.where((offset > 0) & (left < size), left, tf.zeros_like(left))
-        if end is not None:
-            position = tf.minimum(position, tf.constant(end, tf.int64))
-        return position
-
-    position = variable.read_value()
     count = tf.cast(num_batches, tf.int64)
-    _, position = tf.while_loop(
-        lambda i, _: i < count,
-        lambda i, p: (i + 1, one_batch(p)),
-        (tf.constant(0, tf.int64), position),
-    )
-    variable.assign(position)
+    checks = [
+        tf.debugging.assert_non_negative(
+            count, message="`num_batches` of loader.advance() must be >= 0"
+        )
+    ]
+    position = variable.read_value()
+    offset = position % per_epoch
+    if layout.drop_remainder:  # normalise: a position in a dropped remainder moves on
+        left_in_epoch = per_epoch - offset
+        moved = (offset > 0) & (left_in_epoch < size)
+        position += tf.where(moved, left_in_epoch, tf.zeros_like(left_in_epoch))
+        offset = position % per_epoch
+    full, rest = (per_epoch - offset) // size, (per_epoch - offset) % size
+    left = full + (0 if layout.drop_remainder else tf.cast(rest > 0, tf.int64))
+    left = tf.maximum(left, 1)  # a normalised position before the end starts a batch
+    within = position + tf.minimum(count, left) * size
+    epochs = tf.maximum(count - left, 0) // layout.batches_per_epoch
+    batches = tf.maximum(count - left, 0) % layout.batches_per_epoch
+    epoch = position // per_epoch + 1
+    if layout.num_epochs is not None:
+        # Clamped before multiplying, so that no count can overflow.
+        epoch = tf.minimum(epoch + tf.minimum(epochs, layout.num_epochs), layout.num_epochs)
+    else:
+        limit = (positions.MAX_POSITION - batches * size) // per_epoch
+        checks.append(
+            tf.debugging.Assert(
+                (count < left) | (epochs <= limit - epoch),
+                ["loader.advance(num_batches) would pass the largest position, 2**63 - 1."],
+            )
+        )
+        epoch += epochs
+    beyond = epoch * per_epoch + batches * size
+    advanced = tf.where(count < left, within, beyond)
+    if layout.end is not None:
+        advanced = tf.minimum(advanced, layout.end)
+    with tf.control_dependencies(checks):
+        variable.assign(advanced)
+
+
+def _is_spec(x: Any) -> bool:
+    return isinstance(x, (tf.TensorSpec, tf.RaggedTensorSpec))
 
 
 def record_spec(output_signature: Any) -> spec_lib.RecordSpec:
-    """The per-record spec described by a structure of `tf.TensorSpec`."""
-    leaves, treespec = optree.tree_flatten(
-        output_signature, is_leaf=lambda x: isinstance(x, tf.TensorSpec), none_is_leaf=True
-    )
-    if not leaves or not all(isinstance(leaf, tf.TensorSpec) for leaf in leaves):
+    """The per-record spec described by a structure of `tf.TensorSpec` (``None`` for a
+    dimension that varies, ``tf.string`` for bytes or str) or `tf.RaggedTensorSpec`."""
+    leaves, treespec = optree.tree_flatten(output_signature, is_leaf=_is_spec, none_is_leaf=True)
+    if not leaves or not all(_is_spec(leaf) for leaf in leaves):
         msg = (
-            "`output_signature` must be a structure of tf.TensorSpec describing one record. "
+            "`output_signature` must be a structure of tf.TensorSpec (or tf.RaggedTensorSpec) "
+            "describing one record, without the batch dimension. "
             f"Received: output_signature={output_signature!r}."
         )
         raise TypeError(msg)
-    specs = tuple(
-        spec_lib.LeafSpec(tuple(leaf.shape.as_list()), np.dtype(leaf.dtype.as_numpy_dtype))
-        for leaf in leaves
-    )
-    return spec_lib.RecordSpec(treespec, specs)
+    specs = []
+    for leaf in leaves:
+        if leaf.shape.rank is None:
+            msg = (
+                "`output_signature` needs the rank of every leaf (use None for a dimension "
+                f"that varies, e.g. tf.TensorSpec((None,), tf.int64)). Received: {leaf!r}."
+            )
+            raise ValueError(msg)
+        dtype = spec_lib.STRING if leaf.dtype == tf.string else np.dtype(leaf.dtype.as_numpy_dtype)
+        specs.append(spec_lib.LeafSpec(tuple(leaf.shape.as_list()), dtype))
+    return spec_lib.RecordSpec(treespec, tuple(specs))
 
 
 def spec_text(spec: Any) -> str:
-    """A structure of `tf.TensorSpec` in words, e.g. ``{x: float32[None,3]}``."""
+    """A structure of `tf.TypeSpec` in words, e.g. ``{x: float32[None,3]}``."""
 
     def leaf(s: Any) -> str:
         dims = ",".join("None" if d is None else str(d) for d in s.shape.as_list())
-        return f"{s.dtype.name}[{dims}]"
+        kind = "ragged " if isinstance(s, tf.RaggedTensorSpec) else ""
+        return f"{kind}{s.dtype.name}[{dims}]"
 
     text = str(optree.tree_map(leaf, spec, none_is_leaf=True))
     return text.replace("'", "")

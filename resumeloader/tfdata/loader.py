@@ -14,6 +14,7 @@ the two.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,9 +26,10 @@ from resumeloader.core import state as state_lib
 from resumeloader.core import validate
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
+from resumeloader.tfdata import consumption, distribute, graph, guard
 from resumeloader.tfdata import delivery as delivery_lib
 from resumeloader.tfdata import describe as describe_lib
-from resumeloader.tfdata import distribute, graph
+from resumeloader.tfdata import position as position_lib
 
 __all__ = ["AUTOTUNE", "ResumableLoader"]
 
@@ -49,6 +51,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
     * ``for batch in loader:`` — advances by one batch as each batch is handed out.
     * ``for batch in loader.dataset():`` (e.g. inside a ``tf.function``) — call
       ``loader.advance()`` once per batch, after the step that consumed it.
+
+    What would silently lose or repeat records raises `StreamIntegrityError` instead:
+    tf.data ops after ``dataset()`` that drop, repeat, reorder or regroup batches, a
+    second live iterator, a position change during a live loop, an advance past what
+    the loader produced.
 
     This constructor is the short form of ``ResumableLoader.from_pipeline(
     Pipeline(source, seed=seed).shuffle(shuffle).map(map_fn).batch(batch_size,
@@ -77,9 +84,13 @@ class ResumableLoader(tf.train.experimental.PythonState):
             the stream does not depend on `num_workers` or `worker_type`.
         worker_type: "thread", or "process" (spawned processes that receive the
             pipeline pickled once and return batches through shared memory; use it for
-            GIL-bound ``map_fn``). A dead worker raises `WorkerError`. The pool lives
-            for one iteration (process start-up costs about a second), so prefer one
-            long iteration (``num_epochs=None``) to a loop per epoch.
+            GIL-bound ``map_fn``). A dead worker raises `WorkerError`. Process workers
+            start once and serve every iteration and epoch until `close` (or garbage
+            collection, or exit); they never import ``__main__`` nor TensorFlow.
+        worker_timeout: seconds to wait for one batch from a worker before raising a
+            `WorkerError` naming it (a stalled process worker is stopped and replaced
+            by the next iteration; a process's start-up is not counted); None (default)
+            waits as long as the worker lives. Needs ``num_workers >= 1``.
 
     Example:
         >>> import numpy as np
@@ -109,6 +120,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         with_metadata: bool = False,
         num_workers: int = 0,
         worker_type: str = "thread",
+        worker_timeout: float | None = None,
     ) -> None:
         if map_fn is not None and not callable(map_fn):
             msg = f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}."
@@ -130,6 +142,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             with_metadata=with_metadata,
             num_workers=num_workers,
             worker_type=worker_type,
+            worker_timeout=worker_timeout,
         )
 
     @classmethod
@@ -145,6 +158,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         with_metadata: bool = False,
         num_workers: int = 0,
         worker_type: str = "thread",
+        worker_timeout: float | None = None,
     ) -> ResumableLoader:
         """A loader delivering the batches of `pipeline` (which must end in a batch stage).
 
@@ -177,6 +191,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             with_metadata=with_metadata,
             num_workers=num_workers,
             worker_type=worker_type,
+            worker_timeout=worker_timeout,
         )
         return loader
 
@@ -192,6 +207,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         with_metadata: bool,
         num_workers: int,
         worker_type: str,
+        worker_timeout: float | None,
     ) -> None:
         if prefetch is not None and prefetch != AUTOTUNE:
             validate.integer("prefetch", prefetch, low=0)
@@ -205,17 +221,25 @@ class ResumableLoader(tf.train.experimental.PythonState):
             with_metadata=validate.boolean("with_metadata", with_metadata),
             num_workers=validate.integer("num_workers", num_workers, low=0, high=1024),
             worker_type=worker_type,
+            worker_timeout=worker_timeout,
         )
         self._layout = self._plan.layout
+        self._position = position_lib.Position(self._layout)
         self._dataset: tf.data.Dataset | None = None
-        with tf.init_scope():
-            self._position = tf.Variable(
-                0,
-                dtype=tf.int64,
-                trainable=False,
-                name="resumeloader_position",
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-            )
+
+    def close(self) -> None:
+        """Stops the loader's worker processes, if any; iterating again restarts them.
+
+        Also done when the loader is garbage collected or the interpreter exits; a
+        ``with`` block closes it on leaving.
+        """
+        self._delivery.close()
+
+    def __enter__(self) -> ResumableLoader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # -- description -------------------------------------------------------------------
     plan = property(
@@ -252,8 +276,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
 
     @property
     def position(self) -> int:
-        """Records of this shard consumed, counted across epochs (normalised)."""
-        return self._layout.normalise(int(self._position.numpy()))
+        """Records of this shard consumed, counted across epochs (normalised).
+
+        Inside `excluding_in_flight`, the position before the batch in flight.
+        """
+        return self._position.read()
 
     @property
     def epoch(self) -> int:
@@ -272,10 +299,35 @@ class ResumableLoader(tf.train.experimental.PythonState):
         end = self._layout.end
         return end is not None and self.position >= end
 
+    def __len__(self) -> int:
+        """Batches left to the end of a finite loader: what ``for batch in loader`` yields now.
+
+        Raises:
+            TypeError: the loader is endless (``num_epochs=None``).
+        """
+        end = self._layout.end
+        if end is None:
+            msg = (
+                "`len()` of an endless loader is undefined: it never ends. Use "
+                "`loader.batches_per_epoch`, or give the loader `num_epochs`. "
+                "Received: num_epochs=None."
+            )
+            raise TypeError(msg)
+        position = self.position
+        if position >= end:
+            return 0
+        epochs_after = self.num_epochs - position // self._layout.records_per_epoch - 1
+        return self.batches_left_in_epoch + epochs_after * self.batches_per_epoch
+
+    def __bool__(self) -> bool:
+        # With __len__ defined, `if loader:` would be False once exhausted and raise for
+        # an endless loader.
+        return True
+
     def __repr__(self) -> str:
         # Inside a tf.function the position is symbolic, and repr must not raise
         # (TensorFlow's own warnings format bound methods of the loader).
-        if tf.executing_eagerly():
+        if tf.executing_eagerly() and not tf.inside_function():
             where = f"epoch={self.epoch}, position={self.position}"
         else:
             where = "position=<symbolic>"
@@ -321,9 +373,15 @@ class ResumableLoader(tf.train.experimental.PythonState):
 
         It does not advance the position: call `advance` once per consumed batch, or
         iterate the loader itself. Create the iterator after restoring a checkpoint.
-        The generator reads the position when the first batch is produced: in a
-        ``tf.function`` that pulls a batch and calls `advance`, pass the batch as
-        ``advance(after=batch)``, or the two may race on an iterator's first step.
+        Inside a ``tf.function``, `advance` waits for the batches the function pulled
+        before it (the generator reads the position when it produces its first batch).
+
+        The dataset is a `GuardedDataset`: tf.data ops that keep one element per batch
+        in order (``map``, ``prefetch``, ``take``, ``with_options``, ...) return a
+        guarded dataset again, ops that would drop, repeat, reorder or regroup batches
+        (``repeat`` on a finite loader, ``shuffle``, ``filter``, ``batch``, ``unbatch``,
+        ``skip``, ...) raise `StreamIntegrityError` naming the in-loader alternative.
+        For a finite loader its ``cardinality()`` (eagerly) is ``len(loader)``.
 
         Args:
             input_context: for ``strategy.distribute_datasets_from_function``: this
@@ -335,20 +393,39 @@ class ResumableLoader(tf.train.experimental.PythonState):
         """
         validate.boolean("rest_of_epoch", rest_of_epoch)
         if input_context is not None:
-            return distribute.dataset(
-                self._plan, self._delivery, input_context, lambda: self.position
+            ds = distribute.dataset(
+                self._plan, self._delivery, input_context, self._start_distributed
             )
+            return guard.GuardedDataset(ds, finite=self.num_epochs is not None, count=None)
         # Building a from_generator dataset costs ~15 ms; it reads the position only when
         # iterated, so one eager dataset serves every iteration (restore -> first batch).
         reusable = not rest_of_epoch and tf.executing_eagerly()
         if reusable and self._dataset is not None:
             return self._dataset
         ds = self._delivery.dataset(
-            lambda: self.position, rest_of_epoch=rest_of_epoch, element_spec=self.element_spec
+            lambda: self.position,
+            rest_of_epoch=rest_of_epoch,
+            element_spec=self.element_spec,
+            watch=self._position.ledger.watch,
         )
+        # Keras fixes an epoch's length from the cardinality at fit start, so the
+        # one-epoch dataset (whose first epoch may be short after a resume) keeps it
+        # unknown.
+        count: Callable[[], int] | None = None
+        if not rest_of_epoch:
+            count = self.__len__ if self.num_epochs is not None else _infinite
+        finite = rest_of_epoch or self.num_epochs is not None
+        guarded = guard.GuardedDataset(ds, finite=finite, count=count)
         if reusable:
-            self._dataset = ds
-        return ds
+            self._dataset = guarded
+        return guarded
+
+    def _start_distributed(self) -> int:
+        """The position an input pipeline starts from (no eager loop may be live)."""
+        position = self.position
+        what = "an iteration of dataset(input_context=...)"
+        self._position.ledger.check_no_loop_under(what, position)
+        return position
 
     def __iter__(self) -> Iterator[Any]:
         """Yields batches from the current position, advancing it as each is handed out.
@@ -358,36 +435,72 @@ class ResumableLoader(tf.train.experimental.PythonState):
         no per-batch ``py_func`` round trip and no iterator start-up, the same stream as
         `dataset`. Leaving the loop early stops the thread before it returns. Eager
         only: inside a ``tf.function`` iterate `dataset` and call `advance`.
+
+        A batch counts as consumed when it is handed out, so a checkpoint saved in the
+        loop body (after the training step) resumes with the next batch; until the
+        loop asks for the next one it is *in flight* (see `excluding_in_flight`). One
+        loop per loader may be live at a time, and the position may not be changed
+        (`advance`, `set_state`) while it is: both raise `StreamIntegrityError`.
         """
         if not tf.executing_eagerly():
             msg = (
                 "`for batch in loader` runs eagerly only. Inside a tf.function iterate "
-                "`loader.dataset()` and call `loader.advance(after=batch)` per step."
+                "`loader.dataset()` and call `loader.advance()` per step."
             )
             raise TypeError(msg)
-        # The stream starts here and moves one batch per batch, so the position is
-        # tracked in Python and only written (a read + assign per batch cost ~3x more).
-        position = self.position
-        for batch in self._delivery.eager(position):
-            position = self._layout.advance(position, 1)
-            self._position.assign(position, read_value=False)
-            yield batch
+        return self._position.loop(self._delivery.eager, consumption.caller())
+
+    @contextlib.contextmanager
+    def excluding_in_flight(self) -> Iterator[int]:
+        """Within it, the position (and a checkpoint saved) excludes the batch in flight.
+
+        For an emergency save when the step of the batch that ``for batch in loader``
+        handed out last did not finish — in an ``except`` block around the loop, or a
+        SIGTERM handler that runs during the step: the restored job then trains that
+        batch again, so nothing is lost. The batch in flight is the one handed out by
+        the live loop, or by the last loop if it ended with that batch's step (by an
+        exception, or ``break``) and the position did not change since. Without one
+        (or with `dataset` and `advance`, which count a batch only when told) the
+        position is unchanged. Nothing is changed when the block ends.
+
+        Yields:
+            The position a checkpoint saved inside records.
+
+        Example:
+            >>> import numpy as np
+            >>> loader = ResumableLoader(np.arange(8), batch_size=2, seed=0, num_epochs=1)
+            >>> try:
+            ...     for batch in loader:
+            ...         if loader.position == 4:
+            ...             raise RuntimeError("the training step failed")
+            ... except RuntimeError:
+            ...     with loader.excluding_in_flight() as saved_position:
+            ...         state = loader.get_state()   # e.g. manager.save()
+            >>> saved_position, state["offset"], loader.position
+            (2, 2, 4)
+        """
+        with self._position.excluding_in_flight() as position:
+            yield position
 
     # -- advancing ---------------------------------------------------------------------
     @tf.autograph.experimental.do_not_convert  # plain Python branching on Python values
-    def advance(self, num_batches: int = 1, *, after: Any = None) -> None:
+    def advance(self, num_batches: Any = 1, *, after: Any = None) -> None:
         """Marks `num_batches` batches as consumed; works eagerly and in a `tf.function`.
 
         Call it after the training step that consumed the batch, so that a checkpoint
-        saved afterwards resumes with the next batch.
+        saved afterwards resumes with the next batch. Inside a ``tf.function`` it waits
+        for every batch the function pulled from an iterator before it, so it cannot
+        race an iterator's first batch (which reads the position).
+
+        Eagerly it checks what it counts: advancing past the last batch the current
+        ``dataset()`` iteration produced (batches counted that did not come from this
+        loader), or during a live ``for batch in loader`` (which advances by itself),
+        raises `StreamIntegrityError`. Advancing before iterating skips batches.
 
         Args:
-            num_batches: batches consumed since the last call.
-            after: tensors (typically the batch) the advance must wait for. Inside a
-                ``tf.function`` that pulls a batch from an iterator and advances in
-                the same call, TensorFlow does not order the two: pass the batch so
-                the position moves only once the batch exists (the generator reads
-                the position when it produces an iterator's first batch).
+            num_batches: batches consumed since the last call: an integer, or an
+                integer scalar tensor.
+            after: tensors the advance must also wait for (inside a ``tf.function``).
         """
         if after is not None and tf.inside_function():
             with tf.control_dependencies(tf.nest.flatten(after)):
@@ -397,12 +510,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             # Each replica calls it for the same step: advance once for all of them.
             distribute.merge(lambda: self.advance(num_batches))
             return
-        if tf.inside_function():
-            graph.advance(self._position, self._layout, num_batches)
-            return
-        num_batches = validate.integer("num_batches", num_batches, low=0)
-        position = self._layout.advance(int(self._position.numpy()), num_batches)
-        self._position.assign(position, read_value=False)
+        self._position.advance(num_batches)
 
     # -- state -----------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -410,8 +518,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
 
         It holds a version, every stage's order fields (``"<stage>.<field>"``) with
         their fingerprint, and the position as (``epoch``, global ``offset``,
-        ``row``). The fingerprint covers the order fields only.
+        ``row``). The fingerprint covers the order fields only. Eager only.
         """
+        position_lib.eager_only("loader.get_state()")
         epoch, offset = divmod(self.position, self._layout.records_per_epoch)
         return state_lib.make(
             self._plan.order_fields(),
@@ -431,7 +540,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
             StateMismatchError: it was saved by a pipeline with another record order;
                 the message names each differing ``stage.field``.
             ElasticResumeError: the new shard count cannot continue it exactly.
+            StreamIntegrityError: a ``for batch in loader`` is live.
         """
+        self._position.ledger.check_position_change("set_state")
         saved = state_lib.parse(state)
         state_lib.check_order(saved, self._plan.order_fields())
         epoch, offset = state_lib.local_offset(
@@ -444,7 +555,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 f"{self._layout.records_per_epoch} records per shard is past 2**63 records."
             )
             raise errors.StateError(msg)
-        self._position.assign(self._layout.normalise(position))
+        self._position.set(position)
 
     def serialize(self) -> str:
         """`tf.train.experimental.PythonState` hook: the state as JSON text."""
@@ -454,6 +565,22 @@ class ResumableLoader(tf.train.experimental.PythonState):
         """`tf.train.experimental.PythonState` hook: restores the JSON text of a state."""
         if isinstance(string_value, tf.Tensor):
             string_value = string_value.numpy()
+        if isinstance(string_value, (np.ndarray, np.generic)) and string_value.dtype.kind != "O":
+            # A string tensor reads back as bytes (an object scalar): anything else
+            # was saved from a variable or tensor, not from a loader.
+            msg = (
+                "The checkpoint holds a number under the loader's key, not a loader state: "
+                "it was saved from a tf.Variable or tensor (e.g. tf.train.Checkpoint("
+                "loader=<a variable>)), not from a ResumableLoader. Save the loader itself "
+                "under that key. Received: a value of dtype "
+                f"{string_value.dtype.name} and shape {string_value.shape}: "
+                f"{string_value!r:.80}."
+            )
+            raise errors.StateError(msg)
         if isinstance(string_value, bytes):
             string_value = string_value.decode()
         self.set_state(string_value)
+
+
+def _infinite() -> int:
+    return int(tf.data.INFINITE_CARDINALITY)

@@ -20,6 +20,7 @@ import tensorflow as tf
 __all__ = ["prefetched", "to_tensors"]
 
 _POLL_SECONDS = 0.1
+_JOIN_SECONDS = 0.25
 
 
 class _End:
@@ -35,7 +36,7 @@ class _Failure:
 
 def to_tensors(batch: Any) -> Any:
     """The batch with every NumPy leaf converted to an eager tensor."""
-    return tf.nest.map_structure(tf.convert_to_tensor, batch)
+    return tf.nest.map_structure(tf.convert_to_tensor, batch, expand_composites=True)
 
 
 def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
@@ -43,8 +44,10 @@ def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterato
 
     With `depth` 0 the batches are produced in the caller's thread. An exception of
     the producer is raised in the consumer, unchanged (its ``__cause__`` kept), after
-    the batches before it. Closing the returned generator stops the producer and
-    waits until it has closed the batch generator (so worker pools are shut down).
+    the batches before it. Closing the returned generator (a ``break``, an exception,
+    Ctrl-C) stops the producer: it waits up to 0.25 s for it to close the batch
+    generator, and leaves a producer stalled in user code behind as a daemon thread
+    that stops after its current batch.
     """
     if depth <= 0:
         for batch in make_batches():
@@ -85,12 +88,13 @@ def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterato
                 raise item.error
             yield item
     finally:
-        # Stopped early, failed or done: free a blocked producer and wait for it to
-        # close the batch generator, so that worker pools are gone when this returns.
+        # Stopped early, failed, interrupted or done: free a blocked producer and give it
+        # a moment to close the batch generator. A producer stalled in user code is left
+        # behind (a daemon thread, it stops at its next batch): Ctrl-C must not wait for it.
         stop.set()
         while True:
             try:
                 slots.get_nowait()
             except queue.Empty:
                 break
-        thread.join()
+        thread.join(_JOIN_SECONDS)

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import optree
 
 from resumeloader import errors
 from resumeloader.tools import harness as harness_lib
@@ -76,7 +75,8 @@ def _stream(
         else:
             data = batch
             epoch, offset = divmod(start, per_epoch)
-            size = len(optree.tree_leaves(data, none_is_leaf=True)[0])
+            # From the layout, not the batch: a tf_map stage may reshape the batch.
+            size = loader.plan.layout.batch_end(start) - start
             ids = loader.plan.indices(epoch, offset, offset + size).tolist()
         yield ids, trace_lib.digest(data)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import sys
 from collections.abc import Sequence
@@ -105,12 +106,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             from resumeloader.tools import inspect as inspect_lib
 
             return inspect_lib.main(args.checkpoint, out)
+        _check_workdir(args.workdir)
         if args.action == "demo":
             return _demo(args, out, err)
         return _verify(args, out, err)
-    except (ValueError, errors.HarnessError) as error:
-        err.print(f"[red]error:[/] {markup.escape(str(error))}", markup=True)
+    except (ValueError, OSError, errors.HarnessError) as error:
+        # One line, exit status 2: 1 means "the resumed run differs" and nothing else.
+        text = " ".join(str(error).split())
+        err.print(f"[red]error:[/] {markup.escape(text)}", markup=True, soft_wrap=True)
         return 2
+
+
+def _check_workdir(workdir: str | None) -> None:
+    """Creates `workdir` now, so that a bad one is a usage error before anything runs."""
+    if workdir is None:
+        return
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        msg = f"--workdir must be a directory. Received: --workdir {workdir!r} (a file)."
+        raise ValueError(msg)
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as error:
+        msg = (
+            f"--workdir cannot be created: {error.strerror or error}. "
+            f"Received: --workdir {workdir!r}."
+        )
+        raise ValueError(msg) from error
 
 
 def _demo(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -154,6 +175,9 @@ def _verify(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise ValueError(msg)
     if args.kills < 0:
         msg = f"--kills must be >= 0. Received: {args.kills}."
+        raise ValueError(msg)
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        msg = f"--timeout must be a positive number of seconds. Received: {args.timeout}."
         raise ValueError(msg)
     if args.kill_at:
         harness_lib.check_points(args.kill_at)  # before the progress display starts

@@ -7,9 +7,12 @@ resumeloader's ``version`` and ``fingerprint`` fields is a loader state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -20,47 +23,100 @@ from resumeloader.core import state as state_lib
 __all__ = ["find_states", "main"]
 
 _SUFFIX = "/.ATTRIBUTES/py_state"
+_GLOB_CHARACTERS = re.compile(r"[\[\]*?]")
 
 
 def _resolve(path: str) -> str:
+    """The checkpoint prefix of a directory (from its index file), or `path` itself."""
     import tensorflow as tf
 
-    if os.path.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
-        if latest is None:
-            msg = f"No checkpoint found in directory {path!r} (no `checkpoint` index file)."
-            raise ValueError(msg)
-        return str(latest)
-    return path
+    if not os.path.isdir(path):
+        return path
+    index = os.path.join(path, "checkpoint")
+    if not os.path.isfile(index):
+        msg = f"No checkpoint found in directory {path!r} (no `checkpoint` index file)."
+        raise ValueError(msg)
+    cause: Exception | None = None
+    try:
+        # Reads the index file as it is: unlike tf.train.latest_checkpoint, no glob.
+        state = tf.train.get_checkpoint_state(path)
+    except (ValueError, UnicodeDecodeError, tf.errors.OpError) as err:
+        state, cause = None, err
+    if state is None or not state.model_checkpoint_path:
+        why = f": {cause}" if cause is not None else ""
+        msg = (
+            f"The checkpoint index file {index!r} cannot be read as the one "
+            f"tf.train.CheckpointManager writes{why}. Pass a checkpoint prefix instead "
+            f"(e.g. {os.path.join(path, 'ckpt-1')!r})."
+        )
+        raise ValueError(msg) from cause
+    prefix = str(state.model_checkpoint_path)
+    if not os.path.isabs(prefix):
+        prefix = os.path.join(path, prefix)
+    if not os.path.isfile(prefix + ".index"):
+        msg = (
+            f"The checkpoint index file {index!r} names the checkpoint {prefix!r}, but "
+            f"{prefix + '.index'!r} does not exist (deleted or moved?). Pass an existing "
+            "checkpoint prefix instead."
+        )
+        raise ValueError(msg)
+    return prefix
+
+
+@contextlib.contextmanager
+def _plain_prefix(prefix: str) -> Iterator[str]:
+    """`prefix`, or links to its files under a plain name while it contains ``[*?``.
+
+    TensorFlow matches a checkpoint prefix as a glob pattern, so a directory named
+    ``run[1]`` would otherwise read as "no checkpoint".
+    """
+    if not _GLOB_CHARACTERS.search(prefix):
+        yield prefix
+        return
+    directory, base = os.path.split(os.path.abspath(prefix))
+    with tempfile.TemporaryDirectory(prefix="resumeloader-inspect-") as links:
+        if os.path.isdir(directory):
+            for name in os.listdir(directory):
+                if name.startswith(base + "."):
+                    target = os.path.join(links, "ckpt" + name[len(base) :])
+                    os.symlink(os.path.join(directory, name), target)
+        yield os.path.join(links, "ckpt")
 
 
 def find_states(path: str) -> tuple[str, dict[str, dict[str, Any]]]:
     """The checkpoint prefix of `path` (a directory or prefix) and its loader states by key.
 
     Raises:
-        ValueError: no checkpoint at `path`.
+        ValueError: no readable checkpoint at `path`.
         StateError: a loader state in it is malformed or corrupted.
     """
     import tensorflow as tf
 
     prefix = _resolve(path)
-    try:
-        reader = tf.train.load_checkpoint(prefix)
-    except (tf.errors.OpError, ValueError) as err:
-        msg = f"Cannot read a TF checkpoint at {path!r}: {err}"
-        raise ValueError(msg) from err
     states: dict[str, dict[str, Any]] = {}
-    for key in sorted(reader.get_variable_to_shape_map()):
-        if not key.endswith(_SUFFIX):
-            continue
-        value = reader.get_tensor(key)
-        text = value.decode() if isinstance(value, bytes) else str(value)
+    with _plain_prefix(prefix) as readable:
         try:
-            candidate = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(candidate, dict) and {"version", "fingerprint"} <= set(candidate):
-            states[key[: -len(_SUFFIX)]] = state_lib.parse(candidate)
+            reader = tf.train.load_checkpoint(readable)
+        except (tf.errors.OpError, ValueError) as err:
+            msg = f"Cannot read a TF checkpoint at {path!r}: {err}"
+            raise ValueError(msg) from err
+        for key in sorted(reader.get_variable_to_shape_map()):
+            if not key.endswith(_SUFFIX):
+                continue
+            value = reader.get_tensor(key)
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            try:
+                candidate = json.loads(text)
+            except ValueError:
+                continue
+            except RecursionError as err:
+                msg = (
+                    f"The value under {key[: -len(_SUFFIX)]!r} is JSON nested too deeply to "
+                    f"be a loader state (a state is a flat dict). Received: {text[:40]!r}..."
+                )
+                raise errors.StateError(msg) from err
+            if isinstance(candidate, dict) and {"version", "fingerprint"} <= set(candidate):
+                states[key[: -len(_SUFFIX)]] = state_lib.parse(candidate)
     return prefix, states
 
 
@@ -71,8 +127,10 @@ def describe(state: dict[str, Any]) -> list[tuple[str, str]]:
     step = -(-state["offset"] // records_per_batch)
     offset = f"{state['offset']} records (all shards)"
     position = "-"
-    if "source.num_records" in state:
-        num_records = state["source.num_records"]
+    # An epoch is the source unless the index stage fixes its length (a mixture).
+    lengths = [v for k, v in state.items() if k.endswith(".records_per_epoch")]
+    if lengths or "source.num_records" in state:
+        num_records = lengths[0] if lengths else state["source.num_records"]
         kept = num_records - num_records % shards
         offset = f"{state['offset']} of {kept} records (all shards)"
         position = f"{state['epoch'] * kept + state['offset']} records (all shards)"

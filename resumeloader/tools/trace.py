@@ -41,7 +41,9 @@ def digest(tree: Any) -> str:
     """A 16-hex-digit hash of the dtypes, shapes and bytes of every leaf of `tree`.
 
     Leaves may be NumPy arrays, numbers, or anything with ``.numpy()`` (tensors,
-    variables). Equal digests mean bit-identical content, in any process.
+    variables); a string leaf is hashed by the bytes of its strings and a
+    ``tf.RaggedTensor`` by its values and row partitions. Equal digests mean
+    bit-identical content, in any process.
 
     Example:
         >>> import numpy as np
@@ -52,10 +54,22 @@ def digest(tree: Any) -> str:
     """
     sha = hashlib.sha256()
     for leaf in optree.tree_leaves(tree, none_is_leaf=True):
-        to_numpy = getattr(leaf, "numpy", None)
-        array = np.ascontiguousarray(to_numpy() if callable(to_numpy) else np.asarray(leaf))
-        sha.update(f"{array.dtype.str}{array.shape};".encode())
-        sha.update(array.tobytes())
+        # A ragged tensor (duck-typed: no TensorFlow import here) as its parts.
+        parts = (
+            [leaf.flat_values, *leaf.nested_row_splits]
+            if hasattr(leaf, "nested_row_splits")
+            else [leaf]
+        )
+        for part in parts:
+            to_numpy = getattr(part, "numpy", None)
+            array = np.ascontiguousarray(to_numpy() if callable(to_numpy) else np.asarray(part))
+            sha.update(f"{array.dtype.str}{array.shape};".encode())
+            if array.dtype == object:  # strings: their bytes, not the object pointers
+                for item in array.ravel().tolist():
+                    data = item.encode() if isinstance(item, str) else bytes(item)
+                    sha.update(len(data).to_bytes(8, "little") + data)
+            else:
+                sha.update(array.tobytes())
     return sha.hexdigest()[:16]
 
 

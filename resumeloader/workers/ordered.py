@@ -5,20 +5,31 @@ A task is one batch (record indices, epoch, position); workers run
 with a bounded number of batches in flight. The stream is therefore the same for
 any number and kind of workers, and restoring with another ``num_workers`` is exact.
 
-Process workers live in `resumeloader.workers.processes`. A pool lives as long as one
-iteration of the loader (one generator): it starts with the first batch (for processes, about a
-second) and is shut down when the iteration ends, fails or is garbage collected.
+Process workers (`resumeloader.workers.processes`) live as long as the loader: they
+start once (``start``, or the first iteration) and serve every iteration and epoch
+until ``close()``, garbage collection or interpreter exit. Thread workers are daemon
+threads started per iteration: a thread stalled in user code never keeps the
+interpreter from exiting (Ctrl-C), and is left behind by an iteration that ends.
+With a ``timeout`` a batch that does not arrive in time raises a `WorkerError` naming it.
 Like the batch producer it drives, this module imports no TensorFlow: keep it so.
 """
 
 from __future__ import annotations
 
+import math
 import pickle
+import queue
+import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
 
+import cloudpickle
+
+from resumeloader import errors
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import processes, produce
@@ -27,6 +38,8 @@ __all__ = ["WorkerSettings"]
 
 WORKER_TYPES = ("thread", "process")
 Task = plan_lib.Task
+# Closing an iteration waits this long for thread workers stalled in user code.
+_JOIN_SECONDS = 0.25
 
 
 class _NullWriter:
@@ -36,15 +49,28 @@ class _NullWriter:
 
 def _check_picklable(name: str, value: Any) -> None:
     try:
-        pickle.Pickler(_NullWriter(), protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+        cloudpickle.CloudPickler(_NullWriter(), protocol=pickle.HIGHEST_PROTOCOL).dump(value)
     except Exception as err:
         msg = (
             f"`{name}` cannot be pickled, but worker_type='process' sends it pickled to each "
             f"worker process: {type(err).__name__}: {err}. Received: {name} of type "
-            f"{type(value).__name__}. Expected: a picklable object (a module-level function or "
-            "class, not a lambda or a closure), or worker_type='thread'."
+            f"{type(value).__name__}. Expected: a picklable object (functions, lambdas and "
+            "classes are; open files, locks and connections are not), or worker_type='thread'."
         )
         raise TypeError(msg) from err
+
+
+def _timeout(value: Any) -> float | None:
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        msg = (
+            "`worker_timeout` must be None or a positive, finite number of seconds. "
+            f"Received: worker_timeout={value!r}."
+        )
+        raise (ValueError if ok else TypeError)(msg)
+    return float(value)
 
 
 class WorkerSettings:
@@ -55,14 +81,24 @@ class WorkerSettings:
         worker_type: "thread" or "process".
         pipeline: the pipeline whose batches the workers produce (sent pickled to
             process workers).
+        timeout: seconds to wait for one batch from a worker before raising a
+            `WorkerError` naming it (a stalled process worker is stopped; a process's
+            start-up is not counted); None waits as long as the worker lives. Needs
+            ``num_workers >= 1``.
 
     Raises:
         TypeError: process workers are requested and the pipeline's source or a
             record stage's function cannot be pickled.
+        ValueError: an invalid argument.
     """
 
     def __init__(
-        self, num_workers: int, worker_type: str, *, pipeline: pipeline_lib.Pipeline
+        self,
+        num_workers: int,
+        worker_type: str,
+        *,
+        pipeline: pipeline_lib.Pipeline,
+        timeout: float | None = None,
     ) -> None:
         if worker_type not in WORKER_TYPES:
             msg = (
@@ -72,64 +108,151 @@ class WorkerSettings:
             raise ValueError(msg)
         self.num_workers = num_workers
         self.worker_type = worker_type
+        self.timeout = _timeout(timeout)
+        if self.timeout is not None and not num_workers:
+            msg = (
+                "`worker_timeout` needs num_workers >= 1: without workers batches are "
+                "made in the calling thread, which cannot be timed out. Received: "
+                f"worker_timeout={timeout!r}, num_workers=0."
+            )
+            raise ValueError(msg)
         if num_workers and worker_type == "process":
+            if sys.platform == "win32":
+                msg = (
+                    "worker_type='process' needs a POSIX system (Linux, macOS): it passes "
+                    "shared memory between processes as file descriptors. Received: "
+                    "worker_type='process' on Windows. Use worker_type='thread'."
+                )
+                raise ValueError(msg)
             _check_picklable("source", pipeline.source)
             for stage in pipeline.record_stages:
                 name = "map_fn" if stage.name == "map" else f"stage {stage.name}"
                 _check_picklable(name, getattr(stage, "fn", stage))
+        self._pool: processes.ProcessPool | None = None
+        self._lock = threading.Lock()
 
     @property
     def in_flight(self) -> int:
         """The most batches being prepared or waiting at any time."""
         return self.num_workers * processes.SLOTS
 
+    @property
+    def pids(self) -> list[int]:
+        """The process ids of the live process workers (empty before they start)."""
+        pool = self._pool
+        return [] if pool is None else pool.pids
+
+    def start(self, producer: produce.BatchProducer) -> processes.ProcessPool | None:
+        """Starts the process workers if they are not running; returns their pool.
+
+        Starting them from the thread that builds the pipeline (usually the main
+        one) lets the kernel stop them the instant that thread's process dies.
+        """
+        if not self.num_workers or self.worker_type != "process":
+            return None
+        with self._lock:
+            if self._pool is None:
+                payload = cloudpickle.dumps(
+                    (producer.pipeline, producer.spec), protocol=pickle.HIGHEST_PROTOCOL
+                )
+                self._pool = processes.ProcessPool(
+                    payload, producer.spec, self.num_workers, timeout=self.timeout
+                )
+            return self._pool
+
+    def close(self) -> None:
+        """Stops the process workers; a later iteration starts new ones."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
     def produce(
         self, producer: produce.BatchProducer, tasks: Iterator[Task]
     ) -> Iterator[tuple[Task, Any]]:
-        """Yields ``(task, batch)`` for each task, in task order; closes its pool when closed."""
+        """Yields ``(task, batch)`` for each task, in task order."""
         if not self.num_workers:
             for task in tasks:
                 yield task, producer.batch(task)
             return
-        pool: _ThreadPool | processes.ProcessPool
-        if self.worker_type == "thread":
-            pool = _ThreadPool(producer, self.num_workers)
-        else:
-            payload = pickle.dumps(
-                (producer.pipeline, producer.spec), protocol=pickle.HIGHEST_PROTOCOL
-            )
-            pool = processes.ProcessPool(payload, producer.spec, self.num_workers)
+        if self.worker_type == "process":
+            pool = self.start(producer)
+            assert pool is not None
+            yield from pool.run(tasks)
+            return
+        threads = _ThreadPool(producer, self.num_workers, self.timeout)
+        pending: deque[tuple[Task, futures.Future[Any]]] = deque()
         try:
-            yield from _ordered(pool, tasks, self.in_flight)
+            for task in tasks:
+                pending.append((task, threads.submit(task)))
+                if len(pending) >= self.in_flight:
+                    break
+            while pending:
+                task, future = pending.popleft()
+                batch = threads.result(task, future)
+                following = next(tasks, None)
+                if following is not None:
+                    pending.append((following, threads.submit(following)))
+                yield task, batch
         finally:
-            pool.close()
-
-
-def _ordered(pool: Any, tasks: Iterator[Task], in_flight: int) -> Iterator[tuple[Task, Any]]:
-    pending: deque[tuple[Task, Any]] = deque()
-    for task in tasks:
-        pending.append((task, pool.submit(task)))
-        if len(pending) >= in_flight:
-            break
-    while pending:
-        task, handle = pending.popleft()
-        batch = pool.result(task, handle)
-        following = next(tasks, None)
-        if following is not None:
-            pending.append((following, pool.submit(following)))
-        yield task, batch
+            for _, future in pending:
+                future.cancel()
+            threads.close()
 
 
 class _ThreadPool:
-    def __init__(self, producer: produce.BatchProducer, num_workers: int) -> None:
+    """Daemon threads running `BatchProducer.batch` on submitted tasks."""
+
+    def __init__(
+        self, producer: produce.BatchProducer, num_workers: int, timeout: float | None
+    ) -> None:
         self._producer = producer
-        self._executor = futures.ThreadPoolExecutor(num_workers, "resumeloader-worker")
+        self._timeout = timeout
+        self._inbox: queue.SimpleQueue[tuple[futures.Future[Any], Task] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"resumeloader-worker-{i}", daemon=True)
+            for i in range(num_workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _serve(self) -> None:
+        while (item := self._inbox.get()) is not None:
+            future, task = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(self._producer.batch(task))
+            except BaseException as err:  # handed to the consumer
+                future.set_exception(err)
 
     def submit(self, task: Task) -> futures.Future[Any]:
-        return self._executor.submit(self._producer.batch, task)
+        future: futures.Future[Any] = futures.Future()
+        self._inbox.put((future, task))
+        return future
 
-    def result(self, task: Task, handle: futures.Future[Any]) -> Any:
-        return handle.result()
+    def result(self, task: Task, future: futures.Future[Any]) -> Any:
+        try:
+            return future.result(self._timeout)
+        except futures.TimeoutError:
+            first = int(task.indices[0])
+            msg = (
+                f"No batch arrived within worker_timeout={self._timeout} s for the batch of "
+                f"{len(task.indices)} records at position {task.position} (epoch "
+                f"{task.epoch}, first record index {first}): a worker thread is still "
+                "running it (a stalled map_fn or source?). Threads cannot be stopped: it is "
+                "left running as a daemon thread. The position was not advanced."
+            )
+            raise errors.WorkerError(
+                msg, record_index=first, epoch=task.epoch, position=task.position
+            ) from None
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        """Stops the threads, waiting at most 0.25 s for those stalled in user code."""
+        for _ in self._threads:
+            self._inbox.put(None)
+        deadline = time.monotonic() + _JOIN_SECONDS
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))

@@ -1,27 +1,32 @@
-"""Process workers: spawned once per iteration, batches back through shared memory.
+"""Process workers that live as long as the loader; batches back through shared memory.
 
-Each worker receives the pipeline and record spec pickled once, then
-produces the batches it is sent, in order, writing each into one of `SLOTS`
-shared-memory blocks of its own that it reuses; only small metadata crosses the
-pipe. The parent copies a batch out before it sends that worker the task that
-reuses the block. Workers ignore Ctrl-C (the parent stops them) and exit when
-the parent's end of their pipe closes, so they never outlive it. A worker that
-dies is reported as a `WorkerError` naming the batch it held. This module imports
-no TensorFlow, so the worker processes stay light: keep it so.
+`ProcessPool` starts its workers once (``resumeloader.workers.child``: a fresh
+interpreter that never imports the user's ``__main__`` nor TensorFlow) and sends each
+the pipeline and record spec pickled once. Every iteration of the loader is a
+*session* of the pool: its tasks carry the session id, and a newer session makes the
+tasks of older ones stale — a worker skips them and the pool drops their results —
+so a new iteration never waits for, nor receives, the batches of an abandoned one.
+An iteration that is resumed after another one started simply resubmits the tasks it
+is still waiting for, under a new id: results are matched by task, never by arrival.
+
+Batches come back in anonymous shared memory (`resumeloader.workers.shm`), copied out
+as soon as their reply arrives. A worker that dies is reported as a `WorkerError`
+naming the batch it held when the consumer reaches that batch (the batches before it
+are delivered), and is replaced by a new process. With a ``timeout`` a batch that does
+not arrive in time stops its worker and raises a `WorkerError` naming the batch. This
+module imports no TensorFlow: keep it so.
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import os
-import pickle
-import secrets
-import signal
-import traceback
+import dataclasses
+import itertools
+import threading
+import time
 import weakref
-from collections.abc import Callable
-from multiprocessing import connection, shared_memory
+from collections import deque
+from collections.abc import Iterator
+from multiprocessing import connection
 from typing import Any
 
 import numpy as np
@@ -30,236 +35,249 @@ import optree
 from resumeloader import errors
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import produce
+from resumeloader.workers import child, failures, worker_process
 
 Task = plan_lib.Task
 
 __all__ = ["SLOTS", "ProcessPool"]
 
-# Batches in flight per worker: one being written, one waiting to be read.
-SLOTS = 2
-_ALIGN = 64
-_JOIN_SECONDS = 5.0
+SLOTS = child.SLOTS
+_POLL_SECONDS = 0.05
 
 
-
-class _RemoteTraceback(Exception):
-    """The formatted traceback of an exception raised in a worker process."""
-
-
-def _describe_failure(err: BaseException) -> dict[str, Any]:
-    cause = err.__cause__ if isinstance(err, errors.RecordError) else err
-    try:
-        cause_bytes = pickle.dumps(cause) if cause is not None else None
-    except Exception:
-        cause_bytes = None
-    return {
-        "record_error": isinstance(err, errors.RecordError),
-        "type": type(err).__name__,
-        "message": str(err),
-        "record_index": getattr(err, "record_index", None),
-        "position": getattr(err, "position", None),
-        "cause": cause_bytes,
-        "cause_repr": repr(cause),
-        "traceback": "".join(traceback.format_exception(cause)) if cause is not None else "",
-    }
-
-
-def _worker_main(conn: connection.Connection, payload: bytes, prefix: str) -> None:
-    """Entry point of a worker process: produce the batches sent on `conn` until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-    blocks: list[shared_memory.SharedMemory | None] = [None] * SLOTS
-    try:
-        try:
-            pipeline, spec = pickle.loads(payload)
-            producer = produce.BatchProducer(pipeline, spec)
-        except Exception as err:
-            conn.send(("setup_error", _describe_failure(err)))
-            return
-        count = 0
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):  # the parent is gone
-                return
-            if message is None:
-                return
-            indices, epoch, position = message
-            slot, count = count % SLOTS, count + 1
-            try:
-                batch = producer.batch(Task(indices, epoch, position))
-                flat = optree.tree_leaves(batch, none_is_leaf=True)
-                leaves = [np.ascontiguousarray(a) for a in flat]
-                reply: tuple[str, Any] = ("ok", _write(blocks, slot, f"{prefix}_{slot}", leaves))
-            except Exception as err:
-                reply = ("error", _describe_failure(err))
-            try:
-                conn.send(reply)
-            except (BrokenPipeError, EOFError, OSError):
-                return
-    finally:
-        for block in blocks:
-            if block is not None:
-                block.close()
-
-
-def _write(
-    blocks: list[shared_memory.SharedMemory | None], slot: int, name: str, leaves: list[np.ndarray]
-) -> tuple[str, int, list[tuple[str, tuple[int, ...], int]]]:
-    layout = []
-    size = 0
-    for leaf in leaves:
-        layout.append((leaf.dtype.str, leaf.shape, size))
-        size += -(-leaf.nbytes // _ALIGN) * _ALIGN
-    block = blocks[slot]
-    if block is None or block.size < size:
-        if block is not None:
-            block.close()
-            block.unlink()
-        # Grow geometrically so that a few larger batches do not recreate the block each time.
-        capacity = max(size, _ALIGN, 0 if block is None else 2 * block.size)
-        block = blocks[slot] = shared_memory.SharedMemory(name=name, create=True, size=capacity)
-    for leaf, (_, shape, offset) in zip(leaves, layout, strict=True):
-        target = np.ndarray(shape, dtype=leaf.dtype, buffer=block.buf, offset=offset)
-        target[...] = leaf
-        del target
-    return name, block.size, layout
-
-
-def _shutdown(
-    processes: list[Any], conns: list[connection.Connection], names: list[str]
-) -> None:
-    for conn in conns:
-        with contextlib.suppress(OSError, ValueError):
-            conn.send(None)
-    for conn in conns:
-        conn.close()
-    for process in processes:
-        if process.pid is None:  # never started
-            continue
-        process.join(_JOIN_SECONDS)
-        if process.is_alive():
-            process.kill()
-            process.join()
-    # Only now that no worker can create a block again is unlinking final.
-    for name in names:
-        with contextlib.suppress(FileNotFoundError):
-            block = shared_memory.SharedMemory(name=name)
-            block.close()
-            block.unlink()
+@dataclasses.dataclass
+class _Item:
+    task: Task
+    seq: int | None = None  # None: not sent (yet, or again after a new session)
+    worker: worker_process.WorkerProcess | None = None
 
 
 class ProcessPool:
-    def __init__(self, payload: bytes, spec: spec_lib.RecordSpec, num_workers: int) -> None:
-        context = multiprocessing.get_context("spawn")
+    """Worker processes producing batch tasks in order; see the module docstring.
+
+    Args:
+        payload: the pipeline and record spec, pickled (cloudpickle).
+        spec: the record spec (to rebuild the batches' structure).
+        num_workers: worker processes (>= 1).
+        timeout: seconds the consumer waits for one batch before the worker is
+            stopped and a `WorkerError` raised; None waits as long as the worker lives.
+    """
+
+    def __init__(
+        self, payload: bytes, spec: spec_lib.RecordSpec, num_workers: int, *, timeout: float | None
+    ) -> None:
+        self._payload = payload
         self._spec = spec
-        prefix = f"rl{os.getpid()}_{secrets.token_hex(4)}"
-        self._processes: list[Any] = []
-        self._conns: list[connection.Connection] = []
-        names: list[str] = []
-        # Registered before any start, so that a failed start still cleans up; the
-        # lists are filled in place below.
-        self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._conns, names)
-        for worker in range(num_workers):
-            parent_end, child_end = context.Pipe()
-            process = context.Process(
-                target=_worker_main,
-                args=(child_end, payload, f"{prefix}_{worker}"),
-                name=f"resumeloader-worker-{worker}",
-                daemon=True,
-            )
-            self._conns.append(parent_end)
-            self._processes.append(process)
-            names += [f"{prefix}_{worker}_{slot}" for slot in range(SLOTS)]
-            process.start()
-            child_end.close()
-        self._attached: dict[str, shared_memory.SharedMemory] = {}
-        self._sent = 0
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._workers: list[worker_process.WorkerProcess] = []
+        self._session = 0
+        self._seqs = itertools.count()
+        self._results: dict[int, tuple[str, Any]] = {}
+        self._closed = False
+        # Registered before any start, so that a failed start still stops the others; it
+        # runs on close(), when the pool is garbage collected, and at interpreter exit.
+        self._finalizer = weakref.finalize(self, worker_process.shutdown, self._workers)
+        for index in range(num_workers):  # all started before any is waited for
+            self._workers.append(worker_process.WorkerProcess(index))
+        for worker in self._workers:
+            worker.setup(payload)
 
-    def submit(self, task: Task) -> int:
-        worker = self._sent % len(self._processes)
-        self._sent += 1
-        # A dead worker is reported by result(), naming the batch it was given.
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self._conns[worker].send((task.indices, task.epoch, task.position))
-        return worker
+    @property
+    def pids(self) -> list[int]:
+        """The process ids of the live workers."""
+        return [w.pid for w in self._workers if not w.dead]
 
-    def result(self, task: Task, worker: int) -> Any:
-        conn, process = self._conns[worker], self._processes[worker]
+    def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, Any]]:
+        """Yields ``(task, batch)`` for each task, in task order (one session)."""
+        queue: deque[_Item] = deque()
+        session = -1
+        capacity = SLOTS * len(self._workers)
+        waiting_since: float | None = None
         try:
-            connection.wait([conn, process.sentinel])
-            kind, body = conn.recv()
-        except (EOFError, OSError) as err:
-            process.join(_JOIN_SECONDS)
-            raise self._died(task, worker) from err
-        if kind == "ok":
-            return self._read(*body)
-        raise _failure(task, worker, kind, body)
+            while True:
+                with self._lock:
+                    if self._closed:
+                        msg = "The loader's worker processes were shut down during an iteration."
+                        raise RuntimeError(msg)
+                    if session != self._session:  # first call, or another session ran since
+                        session = self._open()
+                        for item in queue:
+                            item.seq = item.worker = None
+                    while len(queue) < capacity:
+                        task = next(tasks, None)
+                        if task is None:
+                            break
+                        queue.append(_Item(task))
+                    if not queue:
+                        return
+                    self._dispatch(queue, session)
+                    head = queue[0]
+                    outcome = self._take(head)
+                    if outcome is None:
+                        self._receive()
+                        outcome = self._take(head)
+                if outcome is None:
+                    # A worker's start-up does not count: only a worker that is up can stall.
+                    holder = [head.worker] if head.worker is not None else self._workers
+                    if not all(w.ready for w in holder):
+                        waiting_since = None
+                        continue
+                    now = time.monotonic()
+                    waiting_since = now if waiting_since is None else waiting_since
+                    if self._timeout is not None and now - waiting_since > self._timeout:
+                        raise self._timed_out(head)
+                    continue
+                waiting_since = None
+                queue.popleft()
+                yield head.task, self._unpack(head, *outcome)
+        finally:
+            with self._lock:
+                self._end(session, queue)
 
-    def _died(self, task: Task, worker: int) -> errors.WorkerError:
-        process = self._processes[worker]
-        code = process.exitcode
-        how = f"exit code {code}"
-        if code is not None and code < 0:
-            with contextlib.suppress(ValueError):
-                how = f"signal {signal.Signals(-code).name}"
-        first = int(task.indices[0])
-        msg = (
-            f"Worker process {worker} (pid {process.pid}) died with {how} while preparing the "
-            f"batch of {len(task.indices)} records at position {task.position} (epoch "
-            f"{task.epoch}, first record index {first}). No batch was lost: the position was "
-            "not advanced, so restarting the iteration reproduces it."
-        )
-        return errors.WorkerError(
-            msg, record_index=first, epoch=task.epoch, position=task.position
-        )
+    def close(self) -> None:
+        """Stops the workers (idle ones exit at once; busy ones are killed after 0.1 s)."""
+        with self._lock:
+            self._closed = True
+        self._finalizer()
 
-    def _read(self, name: str, size: int, layout: list[tuple[str, tuple[int, ...], int]]) -> Any:
-        block = self._attached.get(name)
-        if block is None or block.size != size:
-            if block is not None:
-                block.close()
-            block = self._attached[name] = shared_memory.SharedMemory(name=name)
+    # -- the pieces of `run`, called with the lock held -------------------------------
+    def _open(self) -> int:
+        self._session += 1
+        self._results.clear()  # every result held belongs to an older session
+        for worker in self._workers:
+            if not worker.dead and worker.popen.poll() is not None:
+                self._bury(worker)
+        self._notify()
+        return self._session
+
+    def _end(self, session: int, queue: deque[_Item]) -> None:
+        if session != self._session or self._closed:
+            return
+        self._session += 1  # our tasks still queued in workers are now stale: skipped
+        for item in queue:
+            if item.seq is not None:
+                self._results.pop(item.seq, None)
+        self._notify()
+
+    def _notify(self) -> None:
+        for worker in self._workers:
+            if not worker.dead and worker.outstanding:
+                try:
+                    worker.conn.send(("session", self._session))
+                except OSError:
+                    self._bury(worker)
+
+    def _dispatch(self, queue: deque[_Item], session: int) -> None:
+        for item in queue:
+            if item.seq is not None:
+                continue
+            while True:
+                if any(w.dead for w in self._workers):
+                    self._revive()
+                ready = [w for w in self._workers if len(w.outstanding) < SLOTS]
+                if not ready:
+                    return
+                worker = min(ready, key=lambda w: len(w.outstanding))
+                seq = next(self._seqs)
+                task = item.task
+                try:
+                    worker.conn.send(
+                        ("task", seq, session, task.indices, task.epoch, task.position)
+                    )
+                except OSError:
+                    self._bury(worker)
+                    continue
+                worker.outstanding.append(seq)
+                item.seq, item.worker = seq, worker
+                break
+
+    def _revive(self) -> None:
+        for index, worker in enumerate(self._workers):
+            if worker.dead:
+                self._workers[index] = worker_process.WorkerProcess(index)
+                self._workers[index].setup(self._payload)
+
+    def _receive(self) -> None:
+        busy = {
+            w.conn: w for w in self._workers if not w.dead and (w.outstanding or not w.ready)
+        }
+        ready = connection.wait(list(busy), timeout=_POLL_SECONDS)
+        for conn in ready:
+            worker = busy[conn]  # type: ignore[index]
+            try:
+                seq, session, kind, body = worker.receive()
+            except (EOFError, OSError):
+                self._bury(worker)
+                continue
+            if kind == "ready":
+                worker.ready = True
+                continue
+            worker.outstanding.popleft()
+            if session == self._session and kind != "skipped":
+                value = self._copy(worker, body) if kind == "ok" else body
+                self._results[seq] = (kind, value)
+        if not ready:  # a dead worker whose socket a grandchild keeps open
+            for worker in busy.values():
+                if worker.popen.poll() is not None:
+                    self._bury(worker)
+
+    def _bury(self, worker: worker_process.WorkerProcess) -> None:
+        """Marks `worker` dead; its unanswered tasks fail when the consumer reaches them."""
+        worker.stop()
+        for seq in worker.outstanding:
+            self._results[seq] = ("died", (worker.index, worker.pid, worker.how_it_died()))
+        worker.outstanding.clear()
+
+    def _copy(self, worker: worker_process.WorkerProcess, body: Any) -> Any:
+        slot, _, layout, _ = body
+        buffer = worker.blocks[slot].buf
         leaves = [
-            np.ndarray(shape, dtype=np.dtype(dtype), buffer=block.buf, offset=offset).copy()
+            np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset).copy()
             for dtype, shape, offset in layout
         ]
         return optree.tree_unflatten(self._spec.treespec, leaves)
 
-    def close(self) -> None:
-        for block in self._attached.values():
-            block.close()
-        self._attached.clear()
-        self._finalizer()
+    def _take(self, item: _Item) -> tuple[str, Any] | None:
+        return None if item.seq is None else self._results.pop(item.seq, None)
 
-
-def _failure(task: Task, worker: int, kind: str, body: dict[str, Any]) -> errors.RecordError:
-    cause: BaseException | None = None
-    if body["cause"] is not None:
-        with contextlib.suppress(Exception):
-            cause = pickle.loads(body["cause"])
-    if cause is None:
-        cause = RuntimeError(body["cause_repr"])
-    cause.__cause__ = _RemoteTraceback("\n" + body["traceback"])
-    index = body["record_index"]
-    first = int(task.indices[0])
-    if kind == "error" and body["record_error"]:
-        make: Callable[..., errors.RecordError] = getattr(errors, body["type"], errors.RecordError)
-        error = make(
-            body["message"], record_index=index, epoch=task.epoch, position=body["position"]
-        )
-    else:
-        stage = (
-            "could not rebuild the source and map_fn it was sent, so could not prepare"
-            if kind == "setup_error"
-            else "failed preparing"
-        )
+    # -- outcomes ---------------------------------------------------------------------
+    def _timed_out(self, item: _Item) -> errors.WorkerError:
+        with self._lock:
+            held = item.worker if item.worker is not None and not item.worker.dead else None
+            # Not sent: every worker is still busy with something older that does not end.
+            stuck = [held] if held is not None else [w for w in self._workers if w.outstanding]
+            for worker in stuck:
+                worker.stop(kill=True)
+                self._bury(worker)
+        names = ", ".join(f"{w.index} (pid {w.pid})" for w in stuck) or "-"
+        task = item.task
         msg = (
-            f"Worker process {worker} {stage} the batch at position {task.position} "
-            f"(epoch {task.epoch}, first record index {first}): {body['type']}: {body['message']}"
+            f"No batch arrived within worker_timeout={self._timeout} s for the batch of "
+            f"{len(task.indices)} records at position {task.position} (epoch {task.epoch}, "
+            f"first record index {int(task.indices[0])}): worker process {names} was alive "
+            "but did not finish it (a stalled map_fn or source?) and was stopped. The "
+            "position was not advanced; the next iteration starts a new worker and retries."
         )
-        error = errors.WorkerError(
-            msg, record_index=first, epoch=task.epoch, position=task.position
+        return errors.WorkerError(
+            msg, record_index=int(task.indices[0]), epoch=task.epoch, position=task.position
         )
-    error.__cause__ = cause
-    return error
+
+    def _unpack(self, item: _Item, kind: str, body: Any) -> Any:
+        if kind == "ok":
+            return body
+        task = item.task
+        first = int(task.indices[0])
+        if kind == "died":
+            index, pid, how = body
+            msg = (
+                f"Worker process {index} (pid {pid}) died with {how} while preparing the "
+                f"batch of {len(task.indices)} records at position {task.position} (epoch "
+                f"{task.epoch}, first record index {first}). No batch was lost: the position "
+                "was not advanced, and the next iteration starts a new worker and retries it."
+            )
+            raise errors.WorkerError(
+                msg, record_index=first, epoch=task.epoch, position=task.position
+            )
+        assert item.worker is not None
+        raise failures.rebuild(task, item.worker.index, kind, body)

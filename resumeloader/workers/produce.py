@@ -1,8 +1,10 @@
-"""Turns a batch task into one batch: read, run the record stages, check, assemble.
+"""Turns a batch task into one batch: read, run the record stages, check, assemble, encode.
 
 NumPy and optree only, no TensorFlow, so that worker processes stay light. Every
 failure of user code is translated into a `RecordError` naming the record index,
-the epoch and the position, with the original exception chained.
+the epoch and the position, with the original exception chained. A batch leaves
+here as one fixed-shape numeric array per leaf: variable leaves (strings, arrays of
+varying shape) in the batch wire format (`resumeloader.core.wire`).
 """
 
 from __future__ import annotations
@@ -14,33 +16,45 @@ import optree
 
 from resumeloader import errors
 from resumeloader.core import spec as spec_lib
+from resumeloader.core import wire
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
 
 __all__ = ["BatchProducer"]
+
+_READ_ONLY_HINT = (
+    " Records are read-only views of the source, so that a map_fn cannot change the "
+    "data: copy before changing one in place (e.g. `record = record.copy()`)."
+)
 
 
 class BatchProducer:
     """Produces the batch of a `Task` of a pipeline, with errors that name the record.
 
     Args:
-        pipeline: the pipeline whose source, record stages and batch stage run.
-        spec: the per-record spec batches are checked against; inferred from
-            record 0 (epoch 0) when None.
+        pipeline: the pipeline whose source, record stages and batch stage run (its
+            tensor stages run in TensorFlow, not here).
+        spec: the per-record spec batches are checked against. When None it is the
+            source's own (`Source.record_spec`) if there is no record stage, else that
+            of record 0 (epoch 0) read and run through the record stages.
     """
 
     def __init__(
         self, pipeline: pipeline_lib.Pipeline, spec: spec_lib.RecordSpec | None = None
     ) -> None:
-        self.pipeline = pipeline
+        self.pipeline = pipeline.python_part()
         self._source = pipeline.source
         self._stages = pipeline.record_stages
         assert pipeline.batch_stage is not None
         self._batch_stage = pipeline.batch_stage
         # Without record stages a batched source returns whole batches in one call.
         self.reads_batches = not self._stages and self._source.batched
-        self.spec = spec if spec is not None else spec_lib.RecordSpec.of(
-            self.record(0, epoch=0, position=0)
+        if spec is None and not self._stages:
+            spec = self._source.record_spec()
+        self.spec = (
+            spec
+            if spec is not None
+            else spec_lib.RecordSpec.of(self.record(0, epoch=0, position=0))
         )
 
     def record(self, index: int, *, epoch: int, position: int) -> Any:
@@ -49,6 +63,12 @@ class BatchProducer:
             record = self._source.read(index)
         except Exception as err:
             raise _record_error("The source", err, index, epoch, position) from err
+        return self._transform(record, index=index, epoch=epoch, position=position)
+
+    def _transform(self, record: Any, *, index: int, epoch: int, position: int) -> Any:
+        if not self._stages:
+            return record
+        record = optree.tree_map(_read_only, record, none_is_leaf=True)
         for stage in self._stages:
             try:
                 record = stage.apply(record, epoch=epoch, index=index)
@@ -62,71 +82,165 @@ class BatchProducer:
         indices, epoch, position = task.indices, task.epoch, task.position
         if self.reads_batches:
             return self._read_batch(indices, epoch=epoch, position=position)
+        # A source that reads many records at once is read once per batch.
+        read = None
+        if self._source.reads_many:
+            read = self._read_many(indices, epoch=epoch, position=position)
         columns: list[list[np.ndarray]] = [[] for _ in self.spec.leaves]
         for offset, index in enumerate(indices.tolist()):
-            record = self.record(index, epoch=epoch, position=position + offset)
-            leaves = self._check(record, index=index, epoch=epoch, position=position + offset)
-            for column, leaf in zip(columns, leaves, strict=True):
+            where = {"epoch": epoch, "position": position + offset}
+            if read is None:
+                record = self.record(index, **where)
+            else:
+                record = self._transform(read[offset], index=index, **where)
+            for column, leaf in zip(
+                columns, self._check(record, index=index, **where), strict=True
+            ):
                 column.append(leaf)
-        return optree.tree_unflatten(
-            self.spec.treespec, self._batch_stage.assemble(columns, self.spec)
-        )
+        leaves = self._batch_stage.assemble(columns, self.spec)
+        return self._encoded(leaves)
+
+    def _encoded(self, leaves: list[Any]) -> Any:
+        encoded = [
+            wire.encode(leaf, spec) if spec.variable else leaf
+            for leaf, spec in zip(leaves, self.spec.leaves, strict=True)
+        ]
+        return optree.tree_unflatten(self.spec.treespec, encoded)
+
+    def _read_many(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
+        try:
+            records = list(self._source.read_many(indices))
+        except Exception as err:
+            raise _batch_error("read", err, indices, epoch, position) from err
+        if len(records) != len(indices):
+            msg = (
+                f"The source's read_many returned {len(records)} records for the "
+                f"{len(indices)} records starting at record index {int(indices[0])} "
+                f"(epoch {epoch}, position {position}). Expected: one per index."
+            )
+            raise errors.RecordError(
+                msg, record_index=int(indices[0]), epoch=epoch, position=position
+            )
+        return records
 
     def _check(self, record: Any, *, index: int, epoch: int, position: int) -> list[np.ndarray]:
+        problem = None
         try:
             leaves, treespec = spec_lib.flatten(record)
-            problem = None
-            if treespec != self.spec.treespec:
-                problem = "its structure differs"
-            else:
-                for leaf, spec in zip(leaves, self.spec.leaves, strict=True):
-                    if not spec.accepts(leaf):
-                        problem = f"a leaf is {leaf.dtype.name}{list(leaf.shape)}"
-                        break
         except TypeError as err:
             problem = str(err)
+        else:
+            if treespec != self.spec.treespec:
+                problem = f"its structure differs ({treespec_text(treespec)})"
+            else:
+                for number, (leaf, want) in enumerate(zip(leaves, self.spec.leaves, strict=True)):
+                    if not want.accepts(leaf):
+                        path = self.spec.paths()[number]  # only on failure: it costs
+                        got = spec_lib.describe_value(leaf)
+                        problem = f"{path} is {got}, expected {want.describe()}"
+                        problem += _shape_hint(want, leaf.shape, per_record=True)
+                        break
         if problem is None:
             return leaves
-        got = optree.tree_map(
-            lambda leaf: f"{np.asarray(leaf).dtype.name}{list(np.shape(leaf))}",
-            record,
-            none_is_leaf=True,
-        )
+        received = optree.tree_map(spec_lib.describe_value, record, none_is_leaf=True)
         msg = (
             f"Record index {index} (epoch {epoch}, position {position}) does not match the "
             f"element spec: {problem}. Expected: {self.spec.describe()}. "
-            f"Received: {str(got).replace(chr(39), '')}."
+            f"Received: {str(received).replace(chr(39), '')}."
         )
         raise errors.RecordSpecError(msg, record_index=index, epoch=epoch, position=position)
 
     def _read_batch(self, indices: np.ndarray, *, epoch: int, position: int) -> Any:
-        first = int(indices[0])
+        first, size = int(indices[0]), len(indices)
         try:
             batch = self._source.read_batch(indices)
-            leaves, treespec = optree.tree_flatten(batch, none_is_leaf=True)
-            leaves = [np.asarray(leaf) for leaf in leaves]
         except Exception as err:
-            msg = (
-                f"The source's read_batch raised {type(err).__name__} on the batch starting at "
-                f"record index {first} (epoch {epoch}, position {position}): {err}"
-            )
-            raise errors.RecordError(
-                msg, record_index=first, epoch=epoch, position=position
-            ) from err
-        ok = treespec == self.spec.treespec and all(
-            leaf.shape[:1] == (len(indices),) and spec.accepts(leaf[0])
-            for leaf, spec in zip(leaves, self.spec.leaves, strict=False)
+            raise _batch_error("read_batch", err, indices, epoch, position) from err
+        problem = None
+        try:
+            columns = self.spec.treespec.flatten_up_to(batch)
+        except (ValueError, TypeError) as err:
+            problem = f"its structure differs: {err}"
+            columns = []
+        leaves: list[Any] = []
+        for column, want, path in zip(columns, self.spec.leaves, self.spec.paths(), strict=False):
+            leaf, problem = _batch_leaf(column, want, size)
+            if problem is not None:
+                problem = f"{path}: {problem}"
+                break
+            leaves.append(leaf)
+        if problem is None:
+            try:
+                return self._encoded(leaves)
+            except TypeError as err:
+                problem = str(err)
+        msg = (
+            f"read_batch returned a batch that does not match the element spec for the "
+            f"{size} records starting at record index {first} (epoch {epoch}, position "
+            f"{position}): {problem}. Expected per record: {self.spec.describe()}."
         )
-        if not ok:
-            got = [f"{a.dtype.name}{list(a.shape)}" for a in leaves]
-            msg = (
-                f"read_batch returned a batch that does not match the element spec for the "
-                f"{len(indices)} records starting at record index {first} (epoch {epoch}, "
-                f"position {position}). Expected per record: {self.spec.describe()}. "
-                f"Received leaves: {got}."
-            )
-            raise errors.RecordSpecError(msg, record_index=first, epoch=epoch, position=position)
-        return optree.tree_unflatten(self.spec.treespec, leaves)
+        raise errors.RecordSpecError(msg, record_index=first, epoch=epoch, position=position)
+
+
+def _batch_leaf(column: Any, want: spec_lib.LeafSpec, size: int) -> tuple[Any, str | None]:
+    """A read_batch leaf as the producer needs it, or the problem with it in words."""
+    try:
+        if want.ragged or (want.is_string and not want.shape and isinstance(column, list)):
+            if len(column) != size:
+                return None, f"{len(column)} values for {size} records"
+            if not want.ragged:
+                return column, None  # bytes or str, checked by wire.encode
+            values = [spec_lib.leaf_array(value) for value in column]
+            bad = next((v for v in values if not want.accepts(v)), None)
+            if bad is not None:
+                got = spec_lib.describe_value(bad)
+                return None, f"a record's value is {got}, expected {want.describe()}"
+            return values, None
+        if want.is_string:  # not through np.asarray: it would drop trailing NUL bytes
+            array = spec_lib.leaf_array(np.asarray(column, dtype=object))
+        else:
+            array = np.asarray(column)
+    except TypeError as err:
+        return None, str(err)
+    shape = (size, *want.shape)
+    if array.dtype != want.dtype or array.shape != shape:
+        got = spec_lib.LeafSpec(array.shape, array.dtype).describe()
+        hint = _shape_hint(want, array.shape, per_record=False)
+        return None, f"the batch is {got}, expected {size} records of {want.describe()}{hint}"
+    return array, None
+
+
+def _shape_hint(want: spec_lib.LeafSpec, got: tuple[int, ...], *, per_record: bool) -> str:
+    """Advice when the expected shape includes the batch dimension, or is fixed where a
+    record's shape varies."""
+    fits = want.shape[1:] == got if per_record else want.shape == got
+    if want.shape and fits:
+        return (
+            " (`output_signature` describes one record, without the batch dimension: "
+            f"it looks like yours includes it; try {want.shape[1:]})"
+        )
+    if not per_record or len(got) != len(want.shape) or not want.shape:
+        return ""
+    dims = tuple(w if w == g else None for w, g in zip(want.shape, got, strict=True))
+    dtype = "tf.string" if want.is_string else f"tf.{want.dtype.name}"
+    return (
+        " (records whose arrays vary in shape need None for the dimensions that vary in "
+        f"`output_signature`, e.g. tf.TensorSpec({dims}, {dtype}): their batches become "
+        "tf.RaggedTensor)"
+    )
+
+
+def treespec_text(treespec: Any) -> str:
+    """A structure in words, e.g. ``{image: *, label: *}``."""
+    text = str(treespec).removeprefix("PyTreeSpec(").removesuffix(")")
+    return text.removesuffix(", NoneIsLeaf").replace("'", "")
+
+
+def _read_only(value: Any) -> Any:
+    if isinstance(value, np.ndarray) and value.flags.writeable:
+        value = value.view()
+        value.flags.writeable = False
+    return value
 
 
 def _record_error(
@@ -134,4 +248,22 @@ def _record_error(
 ) -> errors.RecordError:
     where = f"record index {index} (epoch {epoch}, position {position})"
     msg = f"{what} raised {type(err).__name__} on {where}: {err}"
+    if isinstance(err, ValueError) and "read-only" in str(err):
+        msg += _READ_ONLY_HINT
     return errors.RecordError(msg, record_index=index, epoch=epoch, position=position)
+
+
+def _batch_error(
+    call: str, err: Exception, indices: np.ndarray, epoch: int, position: int
+) -> errors.RecordError:
+    first = int(indices[0])
+    msg = (
+        f"The source's {call} raised {type(err).__name__} on the batch starting at record "
+        f"index {first} (epoch {epoch}, position {position}): {err}"
+    )
+    # A source that knows which record failed (e.g. a checksum) says so: point at it.
+    index = getattr(err, "record_index", None)
+    if isinstance(index, int) and index in indices:
+        position += int(np.flatnonzero(indices == index)[0])
+        return errors.RecordError(msg, record_index=index, epoch=epoch, position=position)
+    return errors.RecordError(msg, record_index=first, epoch=epoch, position=position)

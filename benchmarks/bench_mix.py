@@ -1,0 +1,310 @@
+"""A 70/30 mixture of two in-memory sources, against tf.data and grain, side by side in one run.
+
+    python benchmarks/bench_mix.py [--quick] [--rounds 5]
+
+Prints two tables (rich) and the targets of issue 12 with met / not met:
+
+(a) Throughput, records/s: two sources of CIFAR-sized records (3x32x32 uint8 image +
+    int64 label; "web" 70,000 and "code" 20,000 records, 7,000 and 2,000 with --quick)
+    mixed 70/30, batch 128, each source shuffled:
+
+    * resumeloader ``Pipeline.mix(...).batch(128)``: ``for batch in loader``, and
+      ``dataset()`` + ``advance()`` in a ``tf.function`` loop;
+    * tf.data: ``sample_from_datasets`` of ``from_tensor_slices(source).shuffle(10_000)
+      .repeat()`` per source (the equivalent shuffled pipelines; seeded), then
+      ``batch(128).prefetch(AUTOTUNE)``;
+    * grain 0.2.18: ``MapDataset.mix`` of ``MapDataset.source(source).shuffle(seed)
+      .repeat()`` per source, then ``.batch(128)``, iterated with ``ReadOptions(
+      num_threads=0)`` (2 cores; reader threads would prefetch while others are timed);
+    * a NumPy reference: the mixed record order precomputed, each batch one
+      fancy-index per source (the memory-bound floor of the work).
+
+    Every contender reads the same number of records per round (grain, per-record
+    Python, a quarter of them) and keeps its iterator across rounds (tf.data's
+    prefetch may fill a few batches between them; ``dataset()`` starts a new
+    iterator each round); the rounds are interleaved so that the machine's load hits
+    every contender alike, and the table gives the median of the rounds.
+(b) Restore to the first batch at epoch 50 of a 10**6-record mixture (sources of
+    700,000 and 300,000 records, batch 128): ``set_state`` or ``tf.train.Checkpoint.read``
+    + the first batch of ``for batch in loader`` (the target); for information, a new
+    loader + ``Checkpoint.read`` + the first batch of ``dataset()`` (what a restarted
+    job pays, building the pipeline included); grain's ``set_state`` on a new iterator
+    of the same mixture at the same position. Median and fastest of the rounds.
+
+Absolute numbers depend on the machine and its load (printed); the ratios, measured in
+the same run, are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from rich.console import Console
+from rich.table import Table
+
+import resumeloader
+
+BATCH = 128
+SEED = 0
+WEIGHTS = {"web": 0.7, "code": 0.3}
+
+
+class _Records:
+    """Per-record access to (image, label) arrays: what grain's sources read."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]) -> None:
+        self.images, self.labels = arrays["image"], arrays["label"]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.int64]:
+        return self.images[index], self.labels[index]
+
+
+def _GRAIN_OPTIONS() -> Any:
+    import grain
+
+    return grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+
+
+def make_sources(sizes: dict[str, int]) -> dict[str, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(1)
+    return {
+        name: {
+            "image": rng.integers(0, 256, (size, 3, 32, 32), dtype=np.uint8),
+            "label": rng.integers(0, 10, size).astype(np.int64),
+        }
+        for name, size in sizes.items()
+    }
+
+
+def _mixed_loader(sources: dict[str, Any], **kwargs: Any) -> resumeloader.ResumableLoader:
+    pipeline = resumeloader.Pipeline.mix(sources, weights=WEIGHTS, seed=SEED, **kwargs)
+    return resumeloader.ResumableLoader.from_pipeline(pipeline.batch(BATCH))
+
+
+def _count(batches: Iterator[Any], num_batches: int) -> int:
+    records = 0
+    for _ in range(num_batches):
+        records += len(tf.nest.flatten(next(batches))[0])
+    return records
+
+
+# -- (a) throughput --------------------------------------------------------------------
+def contenders(sources: dict[str, Any], num_batches: int) -> dict[str, Callable[[], int]]:
+    """name -> a run reading `num_batches` batches (grain: a quarter) and returning records."""
+    loader = _mixed_loader(sources, records_per_epoch=10**9)
+    dataset = loader.dataset()
+    loop = iter(_mixed_loader(sources, records_per_epoch=10**9))
+
+    @tf.function
+    def consume(ds: tf.data.Dataset, steps: tf.Tensor) -> tf.Tensor:
+        total = tf.constant(0, tf.int64)
+        for batch in ds.take(steps):
+            loader.advance(after=batch)
+            total += tf.shape(batch["label"], out_type=tf.int64)[0]
+        return total
+
+    names = list(WEIGHTS)
+    shuffled = [
+        tf.data.Dataset.from_tensor_slices(sources[name]).shuffle(10_000, seed=k).repeat()
+        for k, name in enumerate(names)
+    ]
+    mixed = (
+        tf.data.Dataset.sample_from_datasets(
+            shuffled, weights=[WEIGHTS[n] for n in names], seed=SEED
+        )
+        .batch(BATCH)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    tf_iterator = iter(mixed)
+
+    import grain
+
+    parts = [
+        grain.MapDataset.source(_Records(sources[name])).shuffle(seed=k).repeat()
+        for k, name in enumerate(names)
+    ]
+    grain_mix = grain.MapDataset.mix(parts, weights=[WEIGHTS[n] for n in names]).batch(BATCH)
+    # No reader threads (2 cores): with them grain prefetches while the others are timed.
+    grain_iterator = iter(grain_mix.to_iter_dataset(_GRAIN_OPTIONS()))
+
+    # NumPy floor: the order precomputed (not timed), one fancy-index per source per batch.
+    keys = loader.pipeline.index_stage.indices(0, np.arange(num_batches * BATCH))
+    concat = loader.pipeline.source
+
+    def numpy_reference() -> int:
+        flat = keys % len(concat)
+        for start in range(0, len(flat), BATCH):
+            concat.read_batch(flat[start : start + BATCH])
+        return len(flat)
+
+    return {
+        "resumeloader: for batch in loader": lambda: _count(loop, num_batches),
+        "resumeloader: dataset() + advance() in tf.function": lambda: int(
+            consume(dataset, tf.constant(num_batches, tf.int64))
+        ),
+        "tf.data: sample_from_datasets of shuffled sources": lambda: _count(
+            tf_iterator, num_batches
+        ),
+        "grain: MapDataset.mix -> batch": lambda: _count(grain_iterator, num_batches // 4),
+        "NumPy reference: precomputed order, a fancy-index per source": numpy_reference,
+    }
+
+
+def throughput(sources: dict[str, Any], num_batches: int, rounds: int) -> dict[str, float]:
+    """Median records/s of each contender over interleaved rounds (after one warm-up)."""
+    runs = contenders(sources, num_batches)
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for round_ in range(rounds + 1):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            records = run()
+            if round_:  # round 0 warms up (tracing, iterator start-up)
+                rates[name].append(records / (time.perf_counter() - start))
+    return {name: statistics.median(values) for name, values in rates.items()}
+
+
+# -- (b) restore -----------------------------------------------------------------------
+def restore_times(rounds: int, workdir: Path) -> dict[str, list[float]]:
+    """Seconds from restoring at epoch 50 (middle) of a 10**6-record mixture to a batch."""
+    sources = {
+        "web": np.arange(700_000, dtype=np.int64),
+        "code": np.arange(300_000, dtype=np.int64) + 10**6,
+    }
+    loader = _mixed_loader(sources, records_per_epoch=10**6)
+    next(iter(loader))  # warm up
+    state = dict(loader.get_state(), epoch=50, offset=500_096)
+    loader.set_state(state)
+    path = tf.train.Checkpoint(loader=loader).write(str(workdir / "mix"))
+
+    def fresh() -> None:
+        new = _mixed_loader(sources, records_per_epoch=10**6)
+        tf.train.Checkpoint(loader=new).read(path)
+        next(iter(new.dataset()))
+
+    import grain
+
+    parts = [
+        grain.MapDataset.source(sources[name]).shuffle(seed=k).repeat()
+        for k, name in enumerate(WEIGHTS)
+    ]
+    grain_mix = grain.MapDataset.mix(parts, weights=list(WEIGHTS.values())).batch(BATCH)
+    grain_state = {"next_index": (50 * 10**6 + 500_096) // BATCH}
+
+    def grain_restore() -> None:
+        iterator = iter(grain_mix.to_iter_dataset(_GRAIN_OPTIONS()))
+        iterator.set_state(grain_state)
+        next(iterator)
+
+    checkpoint = tf.train.Checkpoint(loader=loader)
+    work = {
+        "resumeloader: set_state + first batch of for-loop": lambda: (
+            loader.set_state(state),
+            next(iter(loader)),
+        ),
+        "resumeloader: Checkpoint.read + first batch of for-loop": lambda: (
+            checkpoint.read(path),
+            next(iter(loader)),
+        ),
+        "resumeloader: new loader + Checkpoint.read + first batch of dataset() (info)": fresh,
+        "grain: new iterator + set_state + first batch": grain_restore,
+    }
+    times: dict[str, list[float]] = {name: [] for name in work}
+    for _ in range(rounds):
+        for name, run in work.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+# -- report ----------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sources, fewer rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median kept)")
+    args = parser.parse_args(argv)
+    sizes, num_batches, rounds = {"web": 70_000, "code": 20_000}, 200, args.rounds
+    if args.quick:
+        sizes, num_batches, rounds = {"web": 7_000, "code": 2_000}, 100, min(rounds, 3)
+    console = Console()
+    load_start = os.getloadavg()
+    rates = throughput(make_sources(sizes), num_batches, rounds)
+    table = Table(
+        title=f"(a) 70/30 mixture of {sizes['web']:,} + {sizes['code']:,} records "
+        f"(3x32x32 uint8 + label), batch {BATCH}, records/s, median of {rounds} rounds"
+    )
+    tf_rate = rates["tf.data: sample_from_datasets of shuffled sources"]
+    grain_rate = rates["grain: MapDataset.mix -> batch"]
+    for column in ("pipeline", "records/s", "vs tf.data", "vs grain"):
+        table.add_column(column, justify="left" if column == "pipeline" else "right")
+    for name, rate in rates.items():
+        table.add_row(name, f"{rate:,.0f}", f"{rate / tf_rate:.2f}x", f"{rate / grain_rate:.2f}x")
+    console.print(table)
+
+    restore = restore_times(rounds + 2, Path(tempfile.mkdtemp(prefix="bench_mix_")))
+    table = Table(title="(b) restore to first batch, epoch 50 of a 10**6-record mixture")
+    for column in ("method", f"median of {rounds + 2}", "fastest"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for name, seconds in restore.items():
+        median, fastest = statistics.median(seconds), min(seconds)
+        table.add_row(name, f"{median * 1e3:,.1f} ms", f"{fastest * 1e3:,.1f} ms")
+    console.print(table)
+
+    ours = max(
+        rates["resumeloader: for batch in loader"],
+        rates["resumeloader: dataset() + advance() in tf.function"],
+    )
+    slowest_restore = max(
+        statistics.median(v)
+        for k, v in restore.items()
+        if k.startswith("resumeloader") and not k.endswith("(info)")
+    )
+    targets = [
+        ("resumeloader (faster way) / tf.data sample_from_datasets", ours / tf_rate, 2.0, "x"),
+        ("resumeloader (faster way) / grain MapDataset.mix -> batch", ours / grain_rate, 2.0, "x"),
+    ]
+    table = Table(title="targets (issue 12)")
+    for column in ("target", "measured", "wanted", ""):
+        table.add_column(column, justify="left" if column == "target" else "right")
+    for name, value, wanted, unit in targets:
+        table.add_row(
+            name,
+            f"{value:.2f}{unit}",
+            f">= {wanted:.1f}{unit}",
+            "met" if value >= wanted else "NOT met",
+        )
+    restored_ms = slowest_restore * 1e3
+    table.add_row(
+        "restore -> first batch, epoch 50 of 10**6 (slower of set_state, Checkpoint.read)",
+        f"{restored_ms:.1f} ms",
+        "<= 50 ms",
+        "met" if restored_ms <= 50 else "NOT met",
+    )
+    console.print(table)
+    machine = {
+        "tensorflow": tf.__version__,
+        "cpus": os.cpu_count(),
+        "load average at start": [round(x, 1) for x in load_start],
+        "load average at end": [round(x, 1) for x in os.getloadavg()],
+    }
+    console.print(json.dumps(machine))
+
+
+if __name__ == "__main__":
+    main()

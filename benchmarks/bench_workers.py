@@ -1,0 +1,170 @@
+"""Workers that live as long as the loader: first batch of a new iteration, and Keras fit.
+
+    python benchmarks/bench_workers.py [--quick] [--rounds 3]
+
+Prints two tables (markdown), each with the load average and CPU count:
+
+(a) First batch of a new iteration, ms: a loader over 1,280 records (16 float32
+    each, 10 batches per epoch) with a GIL-bound ``map_fn`` (``_common.burn_python``,
+    ~50 us of pure Python per record), batch 128. For each configuration the loader is
+    built once, then (1) 7 epochs are read as Keras reads them, a new
+    ``iter(epoch_dataset(loader))`` per epoch, each to its end, and (2) 7 times a
+    ``for batch in loader`` takes one batch and breaks (leaving batches in flight),
+    then the state is moved (``set_state``). The first iteration includes the
+    workers' start-up; the median of iterations 2-7 is what every later iteration
+    pays. This script imports TensorFlow at the top, like a training script: worker
+    processes must not pay for it.
+(b) Keras ``fit`` of 5 epochs of 20,000 records (a small dense model, so the input
+    pipeline dominates) through ``epoch_dataset`` + ``ResumeCallback``: wall time from
+    building the loader to the end of ``fit`` (start-up included), records/s, and the
+    ratio to 0 workers. Configurations are interleaved round by round; medians.
+
+Absolute numbers depend on the machine and its load; the ratios in one run are the
+result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras
+import numpy as np
+import tensorflow  # noqa: F401 - imported at the top, like a training script
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _common
+
+import resumeloader
+from resumeloader import keras as rl_keras
+
+CONFIGS = [(0, "thread"), (2, "thread"), (2, "process")]
+BATCH = 128
+
+
+def _name(workers: int, kind: str) -> str:
+    return "0 workers" if workers == 0 else f"{workers} {kind} workers"
+
+
+def _loader(records: np.ndarray, workers: int, kind: str) -> resumeloader.ResumableLoader:
+    return resumeloader.ResumableLoader(
+        records, batch_size=BATCH, seed=0, map_fn=_common.burn_python, num_epochs=None,
+        num_workers=workers, worker_type=kind,
+    )
+
+
+def first_batches(records: np.ndarray, workers: int, kind: str, iterations: int) -> dict:
+    """Milliseconds to the first batch of each iteration: a new Keras-style epoch after
+    the previous one was read to its end, and a for loop after a break and a restore."""
+    loader = _loader(records[: BATCH * 10], workers, kind)  # short epochs: 10 batches
+    epoch_ds = rl_keras.epoch_dataset(loader)
+    timings: dict[str, list[float]] = {"epoch": [], "loop": []}
+    for _ in range(iterations):
+        start = time.perf_counter()
+        iterator = iter(epoch_ds)
+        next(iterator)
+        timings["epoch"].append((time.perf_counter() - start) * 1000)
+        loader.advance()
+        for _ in iterator:
+            loader.advance()
+    for iteration in range(iterations):
+        loader.set_state(dict(loader.get_state(), epoch=iteration, offset=BATCH * 3))
+        start = time.perf_counter()
+        for _ in loader:  # leaves batches in flight, as a `break` does
+            break
+        timings["loop"].append((time.perf_counter() - start) * 1000)
+    loader.close()
+    return timings
+
+
+def fit_seconds(records: np.ndarray, labels: np.ndarray, workers: int, kind: str,
+                epochs: int) -> float:
+    """Wall time of building the loader and a Keras fit of `epochs` epochs."""
+    keras.utils.set_random_seed(0)
+    start = time.perf_counter()
+    loader = resumeloader.ResumableLoader(
+        (records, labels), batch_size=BATCH, seed=0, num_epochs=epochs,
+        map_fn=lambda record, rng: (_common.burn_python(record[0]), record[1]),
+        num_workers=workers, worker_type=kind,
+    )
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    with tempfile.TemporaryDirectory() as ckpt:
+        callback = rl_keras.ResumeCallback(loader, ckpt, save_at_epoch_end=False)
+        model.fit(rl_keras.epoch_dataset(loader), epochs=epochs, callbacks=[callback], verbose=0)
+    seconds = time.perf_counter() - start
+    loader.close()
+    return seconds
+
+
+def _load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def parallel_capacity(count: int = 20_000) -> float:
+    """CPUs' worth of Python work two processes get now (2.0 on an idle 2-core machine):
+    no 2-worker speed-up can exceed it."""
+    import subprocess
+
+    code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+        f"import _common; print(_common.burn_for({count}))"
+    )
+
+    def timed(copies: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                  text=True) for _ in range(copies)]
+        return statistics.mean(float(p.communicate()[0]) for p in procs)
+
+    return 2 * timed(1) / timed(2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer records and rounds")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    num_records = 4096 if args.quick else 20_000
+    rounds = 1 if args.quick else args.rounds
+    epochs = 5
+    records = np.random.default_rng(0).random((num_records, 16), dtype=np.float32)
+    labels = records.sum(axis=1, keepdims=True)
+
+    firsts = {c: first_batches(records, *c, iterations=7) for c in CONFIGS}
+    print(f"\n(a) First batch of a new iteration, ms ({os.cpu_count()} CPUs, load average "
+          f"{_load()}; GIL-bound map_fn, batch {BATCH}; iteration 1 includes start-up)\n")
+    print("| workers | new epoch (epoch_dataset): iteration 1 | median of 2-7 "
+          "| for loop after a break and a restore: iteration 1 | median of 2-7 |")
+    print("|---|---|---|---|---|")
+    for config, t in firsts.items():
+        print(f"| {_name(*config)} | {t['epoch'][0]:.1f} | "
+              f"{statistics.median(t['epoch'][1:]):.1f} | {t['loop'][0]:.1f} | "
+              f"{statistics.median(t['loop'][1:]):.1f} |")
+
+    fits: dict[tuple[int, str], list[float]] = {c: [] for c in CONFIGS}
+    for _ in range(rounds):
+        for config in CONFIGS:
+            fits[config].append(fit_seconds(records, labels, *config, epochs=epochs))
+    base = statistics.median(fits[CONFIGS[0]])
+    total = num_records * epochs
+    print(f"\n(b) Keras fit, {epochs} epochs of {num_records:,} records, start-up included "
+          f"({os.cpu_count()} CPUs, load average {_load()}; parallel capacity "
+          f"{parallel_capacity():.2f}; median of {rounds} interleaved rounds)\n")
+    print("| workers | seconds | records/s | vs 0 workers |")
+    print("|---|---|---|---|")
+    for config, times in fits.items():
+        seconds = statistics.median(times)
+        print(f"| {_name(*config)} | {seconds:.2f} | {total / seconds:,.0f} | "
+              f"{base / seconds:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

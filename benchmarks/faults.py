@@ -1,0 +1,190 @@
+"""Fault injection: kills, stalls and Ctrl-Cs against a real training job, in subprocesses.
+
+    python benchmarks/faults.py [--cases NAME ...]
+
+The job (tests/scripts/fault_job.py) is written the way worker processes must
+survive: no ``if __name__ == "__main__":`` guard, TensorFlow imported at the top, its
+``map_fn`` and source defined in ``__main__``. It consumes 2 epochs of 96 records
+(batches of 8), saving its loader state and the records it consumed after every batch.
+Each case starts it in its own process group (as a terminal does), injects the fault,
+and measures until every process of the job (the parent and its workers) is gone:
+
+* outcome: how the job ended (``exited (...)``), or ``HUNG`` if any process of it was
+  still alive after 60 s (then killed);
+* seconds to exit: from the fault (or the stall, for timeouts) to the last process gone;
+* processes left, /dev/shm bytes left: what outlived the job (entries named after a job
+  process; resumeloader's blocks are anonymous and never have a name);
+* records lost / duplicated: the job is then restarted without faults and runs to the
+  end; its records are compared with the uninterrupted order (`IndexSampler`).
+
+The ``ctrl-c, plain TensorFlow`` row is a reference: a script that only imports
+TensorFlow and sleeps, interrupted the same way (TensorFlow's own exit time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the job and its runner are shared with the tests
+
+import _faults  # noqa: E402
+
+# A private mount namespace whose /dev/shm is a 16 MiB tmpfs (Docker's default is 64).
+SMALL_SHM = (
+    "unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=16m tmpfs /dev/shm && exec "$@"', "sh"
+)
+
+
+def _kill_group(job: _faults.Job) -> list[int]:
+    job.wait_for("batch 5")
+    pids = job.pids()
+    job.signal_group(signal.SIGKILL)
+    return pids
+
+
+def _kill_parent_in_stall(job: _faults.Job) -> list[int]:
+    job.wait_for("stalling")
+    time.sleep(0.3)
+    pids = job.pids()
+    os.kill(job.proc.pid, signal.SIGKILL)
+    return pids
+
+
+def _kill_one_worker(job: _faults.Job) -> list[int]:
+    job.wait_for("batch 5")
+    pids = job.pids()
+    os.kill(pids[-1], signal.SIGKILL)
+    return pids
+
+
+def _ctrl_c_in_stall(job: _faults.Job) -> list[int]:
+    job.wait_for("stalling")
+    time.sleep(0.3)
+    pids = job.pids()
+    job.signal_group(signal.SIGINT)
+    return pids
+
+
+def _stall_only(job: _faults.Job) -> list[int]:
+    job.wait_for("stalling")
+    return job.pids()
+
+
+Fault = Callable[[_faults.Job], list[int]]
+PROCESSES = ("--workers", "2", "--worker-type", "process")
+THREADS = ("--workers", "2", "--worker-type", "thread")
+# name -> (fault, job options, command wrapper)
+CASES: dict[str, tuple[Fault, tuple[str, ...], tuple[str, ...]]] = {
+    "SIGKILL process group mid-epoch, 2 process workers, 2 MiB batches": (
+        _kill_group, (*PROCESSES, "--record-floats", "65536", "--step-seconds", "0.05"), ()
+    ),
+    "SIGKILL parent while a worker stalls in map_fn": (
+        _kill_parent_in_stall, (*PROCESSES, "--stall", "map"), ()
+    ),
+    "SIGKILL one worker mid-epoch": (
+        _kill_one_worker, (*PROCESSES, "--step-seconds", "0.05"), ()
+    ),
+    "Ctrl-C, source stalls, 0 workers + prefetch thread": (
+        _ctrl_c_in_stall, ("--workers", "0", "--prefetch", "2", "--stall", "source"), ()
+    ),
+    "Ctrl-C, map_fn stalls, 2 thread workers": (
+        _ctrl_c_in_stall, (*THREADS, "--stall", "map"), ()
+    ),
+    "Ctrl-C, map_fn stalls, 2 process workers": (
+        _ctrl_c_in_stall, (*PROCESSES, "--stall", "map"), ()
+    ),
+    "Ctrl-C, map_fn stalls, dataset(), 2 process workers, worker_timeout=2": (
+        _ctrl_c_in_stall, (*PROCESSES, "--stall", "map", "--consume", "dataset",
+                           "--timeout", "2"), ()
+    ),
+    "map_fn stalls, 2 process workers, worker_timeout=2 (no signal)": (
+        _stall_only, (*PROCESSES, "--stall", "map", "--timeout", "2"), ()
+    ),
+    "map_fn stalls, 2 thread workers, worker_timeout=2 (no signal)": (
+        _stall_only, (*THREADS, "--stall", "map", "--timeout", "2"), ()
+    ),
+    "32 MiB batches, /dev/shm of 16 MiB (Docker-like), SIGKILL group": (
+        _kill_group, (*PROCESSES, "--record-floats", "1048576"), SMALL_SHM
+    ),
+}
+
+
+def _outcome(returncode: int | None) -> str:
+    if returncode is None:
+        return "HUNG"
+    if returncode < 0:
+        return f"exited ({signal.Signals(-returncode).name})"
+    return f"exited (status {returncode})"
+
+
+def run_case(name: str, workdir: pathlib.Path) -> list[str]:
+    fault, options, wrapper = CASES[name]
+    job = _faults.Job(workdir, *options, wrapper=wrapper)
+    pids = fault(job)
+    outcome = job.finish(pids, timeout=60)
+    resumed = _faults.resume(workdir, *options, wrapper=wrapper)
+    lost, duplicated = _faults.lost_and_duplicated(_faults.records(workdir))
+    exact = _faults.records(workdir) == _faults.reference() and resumed.returncode == 0
+    status = _outcome(outcome.returncode) if outcome.exited else "HUNG"
+    return [
+        name, status, f"{outcome.seconds:.2f}", str(len(outcome.processes_left)),
+        str(sum(outcome.shm_left.values())), str(lost), str(duplicated),
+        "yes" if exact else "NO",
+    ]
+
+
+def baseline() -> list[str]:
+    """Ctrl-C on a script that imports TensorFlow and sleeps: TensorFlow's own exit time."""
+    code = (
+        "import time, tensorflow as tf; tf.constant(1); print('ready', flush=True); "
+        "time.sleep(3600)"
+    )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True, env=env)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    time.sleep(0.3)
+    start = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=60)
+    seconds = time.monotonic() - start
+    return ["reference: Ctrl-C, plain TensorFlow script sleeping", _outcome(proc.returncode),
+            f"{seconds:.2f}", "0", "0", "-", "-", "-"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", nargs="*", help="substrings of the case names to run")
+    args = parser.parse_args()
+    names = [n for n in CASES if not args.cases or any(c in n for c in args.cases)]
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        names = [n for n in names if not CASES[n][2]]  # needs root and unshare
+    rows = [baseline()]
+    with tempfile.TemporaryDirectory(prefix="resumeloader-faults-") as tmp:
+        for index, name in enumerate(names):
+            rows.append(run_case(name, pathlib.Path(tmp) / str(index)))
+            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+    header = ["case", "outcome", "seconds to exit", "processes left", "/dev/shm bytes left",
+              "records lost", "records duplicated", "resumed exactly"]
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nFault injection, python benchmarks/faults.py: {os.cpu_count()} CPUs, load "
+          f"average {load} at the end, Python {sys.version.split()[0]}.\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""``Dataset.from_generator`` without TensorFlow's eager-mode leak of the generator.
+
+In eager mode TensorFlow (2.21 and earlier) keeps every ``from_generator`` callable
+alive for the life of the process (``script_ops`` appends it to the global graph's
+``_py_funcs_used_in_graph``), and with it everything it references: the loader, its
+source and its worker processes would never be garbage collected. Here TensorFlow
+gets a callable that holds the real one only weakly; the dataset object and the
+loader's `keep` list hold it strongly. So a dataset works as long as it or its loader
+lives (its iterators keep it; a dataset TensorFlow rebuilt from its graph, e.g. for
+distribution, needs the loader), and once the user drops both, the loader is
+collected and its workers stop.
+
+Inside a ``tf.function`` the dataset object only lives while tracing, yet the traced
+graph calls the generator later: there the callable is passed on as is.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import tensorflow as tf
+
+__all__ = ["from_generator"]
+
+_ATTRIBUTE = "_resumeloader_generator"
+
+
+def from_generator(
+    make: Callable[[], Iterator[Any]], output_signature: Any, *, keep: list[Any]
+) -> tf.data.Dataset:
+    """``tf.data.Dataset.from_generator(make, output_signature=...)``, see the module docstring.
+
+    Args:
+        make: returns the generator of one iteration.
+        output_signature: the element spec.
+        keep: a list owned by the loader; `make` is appended to it.
+    """
+    if tf.inside_function():
+        return tf.data.Dataset.from_generator(make, output_signature=output_signature)
+    ref = weakref.ref(make)
+
+    def generate() -> Iterator[Any]:
+        target = ref()
+        if target is None:  # only reachable through TensorFlow's leaked reference
+            msg = "This dataset's loader was garbage collected; keep the dataset referenced."
+            raise RuntimeError(msg)
+        return target()
+
+    ds = tf.data.Dataset.from_generator(generate, output_signature=output_signature)
+    # Not a tracked attribute: the dataset must not gain checkpoint dependencies.
+    object.__setattr__(ds, _ATTRIBUTE, make)
+    keep.append(make)
+    return ds

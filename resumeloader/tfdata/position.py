@@ -1,0 +1,236 @@
+"""A loader's position: where it lives, who may move it, and the live eager loop.
+
+The position is a `tf.Variable` (graph code reads and advances it, and
+``MirroredStrategy`` mirrors it), except while a ``for batch in loader`` is live: the
+loop counts in Python and writes the variable once, when it ends — a variable write
+per batch cost more than the rest of the loop (~290 us under a prefetch thread).
+Every reader in Python (``position``, ``get_state``, a checkpoint save) sees the
+loop's count; graph code cannot run beside a live loop (a ``dataset()`` iteration
+raises, an eager `advance` raises, and a graph advance is overwritten when the loop
+ends: the loop already counted its batches).
+
+`Position` also keeps the loader's `consumption.Ledger`, through which every move is
+checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from resumeloader.core import positions, validate
+from resumeloader.tfdata import consumption, graph, ordering
+
+__all__ = ["EagerLoop", "Position", "eager_only"]
+
+
+class EagerLoop:
+    """A live ``for batch in loader``: hands out batches and counts each as consumed.
+
+    A batch counts as consumed when it is handed out (a checkpoint saved in the loop
+    body, after the training step, resumes with the next batch). Until the loop asks
+    for the next batch it is also *in flight* (`in_flight` is the position before it),
+    for an emergency save during the step that consumed it.
+
+    Args:
+        batches: the batches from `position` on (closed with the loop).
+        layout: the loader's batch arithmetic.
+        position: the normalised position the loop starts at.
+        origin: where the loop was started (``file:line``), for error messages.
+        on_close: called once with the loop when it ends, however it ends.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_batches",
+        "_layout",
+        "_on_close",
+        "handed_out",
+        "in_flight",
+        "live",
+        "origin",
+        "position",
+    )
+
+    def __init__(
+        self,
+        batches: Iterator[Any],
+        layout: positions.Layout,
+        position: int,
+        *,
+        origin: str,
+        on_close: Callable[[EagerLoop], None],
+    ) -> None:
+        self._batches = batches
+        self._layout = layout
+        self._on_close = on_close
+        self.position = position
+        self.in_flight: int | None = None  # the position before the batch in flight
+        self.handed_out = 0
+        self.origin = origin
+        self.live = True
+
+    def __iter__(self) -> EagerLoop:
+        return self
+
+    def __next__(self) -> Any:
+        # Asking for the next batch means the step of the previous one is over.
+        self.in_flight = None
+        if not self.live:
+            raise StopIteration
+        try:
+            batch = next(self._batches)
+        except BaseException:
+            self.close()
+            raise
+        start = self.position
+        end = self._layout.advance(start, 1)
+        # Both stores together, no call between: a signal handler sees either state.
+        self.position, self.in_flight = end, start
+        self.handed_out += 1
+        return batch
+
+    def close(self) -> None:
+        """Ends the loop: stops its producer and hands the position back to the loader.
+
+        A batch in flight stays recorded in `in_flight` (the loop may end because its
+        step raised).
+        """
+        if not self.live:
+            return
+        self.live = False
+        try:
+            self._batches.close()  # type: ignore[attr-defined]
+        finally:
+            self._on_close(self)
+
+    def describe(self) -> str:
+        return (
+            f"`for batch in loader` started at {self.origin}, {self.handed_out} batches "
+            f"handed out, position {self.position}"
+        )
+
+    def __del__(self) -> None:
+        # An abandoned loop (dropped without finishing) ends when it is collected; at
+        # interpreter shutdown there may be nothing left to hand the position to.
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def eager_only(what: str) -> None:
+    """Raises a TypeError naming `what` while a tf.function is being traced."""
+    if tf.inside_function():
+        msg = (
+            f"`{what}` runs eagerly only: inside a tf.function the position is a symbolic "
+            "value. Read it (or save a checkpoint) outside the function, between steps. "
+            f"Received: {what} while tracing a tf.function."
+        )
+        raise TypeError(msg)
+
+
+def _python_int(value: Any) -> Any:
+    """An integer scalar tensor or NumPy value as an int (eagerly); anything else as is."""
+    if isinstance(value, (tf.Tensor, np.ndarray, np.generic)):
+        array = np.asarray(value)
+        if array.shape == () and array.dtype.kind in "iu":
+            return int(array)
+    return value
+
+
+class Position:
+    """The position of one loader and the checks on every move (module docstring).
+
+    Args:
+        layout: the loader's batch arithmetic.
+    """
+
+    def __init__(self, layout: positions.Layout) -> None:
+        self._layout = layout
+        self.ledger = consumption.Ledger(layout)
+        with tf.init_scope():
+            self.variable = tf.Variable(
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                name="resumeloader_position",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
+
+    def read(self) -> int:
+        """The normalised position (before the batch in flight inside `excluding_in_flight`)."""
+        live = self.ledger.loop()
+        if live is not None:
+            position = live.position
+        else:
+            eager_only("loader.position")
+            position = self._layout.normalise(int(self.variable.numpy()))
+        if self.ledger.excluding:
+            before = self.ledger.in_flight_before(position)
+            if before is not None:
+                return before
+        return position
+
+    def set(self, position: int) -> None:
+        """Restores `position` (validated by the caller).
+
+        Raises:
+            StreamIntegrityError: a ``for batch in loader`` is live.
+        """
+        self.ledger.check_position_change("set_state")
+        self.variable.assign(self._layout.normalise(position))
+        self.ledger.restored()
+        self.ledger.moved()
+
+    def advance(self, num_batches: Any) -> None:
+        """Advances by `num_batches` batches, eagerly (checked) or in a graph (ordered).
+
+        Raises:
+            StreamIntegrityError: see `consumption.Ledger.check_position_change` and
+                `consumption.Ledger.check_advance`.
+        """
+        self.ledger.check_position_change("advance")
+        if tf.inside_function():
+            with tf.control_dependencies(ordering.pending_get_next()):
+                graph.advance(self.variable, self._layout, num_batches)
+            return
+        num_batches = validate.integer("num_batches", _python_int(num_batches), low=0)
+        start = self.read()
+        end = self._layout.advance(start, num_batches)
+        self.ledger.check_advance(start, end)
+        self.variable.assign(end, read_value=False)
+        self.ledger.moved()
+
+    def loop(self, batches: Callable[[int], Iterator[Any]], origin: str) -> EagerLoop:
+        """A new live loop over ``batches(position)``, started at `origin`.
+
+        Raises:
+            StreamIntegrityError: another loop is live.
+        """
+        self.ledger.check_no_loop(origin)
+        position = self.read()
+        loop = EagerLoop(
+            batches(position), self._layout, position, origin=origin, on_close=self._ended
+        )
+        try:
+            self.ledger.open_loop(loop)
+        except BaseException:
+            loop.live = False  # never started: nothing to hand back
+            raise
+        return loop
+
+    def _ended(self, loop: EagerLoop) -> None:
+        self.ledger.close_loop(loop)
+        self.variable.assign(loop.position, read_value=False)
+
+    @contextlib.contextmanager
+    def excluding_in_flight(self) -> Iterator[int]:
+        """Within it, `read` gives the position before the batch in flight."""
+        self.ledger.excluding += 1
+        try:
+            yield self.read()
+        finally:
+            self.ledger.excluding -= 1

@@ -1,0 +1,119 @@
+"""The last step of every delivery path: produced batches become the loader's elements.
+
+A `Finisher` builds each ragged leaf from its parts (`graph.assemble`), runs the
+pipeline's tensor stages (`Pipeline.tf_map`: ``fn(batch, seeds)`` with each record's
+stateless seed pair) and drops the metadata the stages needed unless the loader
+yields it. It runs inside tf.data, as a ``map(num_parallel_calls=AUTOTUNE,
+deterministic=True)`` (batches in parallel, handed out in order), for ``dataset()``,
+distributed input and — when there are tensor stages — ``for batch in loader``: the
+same function in the same runtime in every path, so the same bytes. Each finishing
+function is a `tf.function` traced once per batch shape and shared by every dataset
+of the loader, so a new iteration does not trace the user's function again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from resumeloader.core import spec as spec_lib
+from resumeloader.stages import base
+from resumeloader.tfdata import graph
+
+__all__ = ["Finisher"]
+
+
+class Finisher:
+    """Turns batches as the generator yields them into the loader's elements.
+
+    Args:
+        spec: the per-record spec.
+        stages: the pipeline's tensor stages, in order.
+        with_metadata: whether the loader's elements are ``(batch, metadata)``.
+    """
+
+    def __init__(
+        self, spec: spec_lib.RecordSpec, stages: tuple[base.TensorStage, ...], with_metadata: bool
+    ) -> None:
+        self.spec = spec
+        self.stages = stages
+        self.with_metadata = with_metadata
+        #: Whether the generator pairs batches with metadata (the stages need the seeds).
+        self.seeded = with_metadata or bool(stages)
+        self._functions: dict[tuple[int | None, bool, bool], Any] = {}
+        self._specs: dict[int | None, Any] = {}
+
+    def input_spec(self, batch_dim: int | None) -> Any:
+        """The spec of the generator's elements (variable leaves as `graph.wire_spec`)."""
+        data = graph.wire_spec(self.spec, batch_dim)
+        return (data, graph.metadata_spec(batch_dim)) if self.seeded else data
+
+    def element_spec(self, batch_dim: int | None) -> Any:
+        """The spec of the finished elements (traced through the stages when there are any)."""
+        if not self.stages:
+            return graph.element_spec(self.spec, batch_dim, self.with_metadata)
+        if batch_dim not in self._specs:
+            empty = tf.data.Dataset.from_generator(
+                lambda: iter(()), output_signature=self.input_spec(batch_dim)
+            )
+            self._specs[batch_dim] = self.map(empty, batch_dim).element_spec
+        return self._specs[batch_dim]
+
+    def map(
+        self, ds: tf.data.Dataset, batch_dim: int | None, *, rebatch: int | None = None
+    ) -> tf.data.Dataset:
+        """`ds` (elements as `input_spec` describes) mapped to the loader's elements.
+
+        Args:
+            ds: the generator's dataset.
+            batch_dim: the static batch size of the finished elements, or None.
+            rebatch: cut each batch into batches of this size (distributed input: one per
+                replica) after assembling, before the tensor stages.
+        """
+        if rebatch is not None:
+            ds = self._map(ds, batch_dim=None, assemble=True, stages=False)
+            ds = ds.rebatch(rebatch, drop_remainder=True)
+            return self._map(ds, batch_dim, assemble=False, stages=True)
+        return self._map(ds, batch_dim, assemble=True, stages=True)
+
+    def _map(
+        self, ds: tf.data.Dataset, batch_dim: int | None, *, assemble: bool, stages: bool
+    ) -> tf.data.Dataset:
+        needed = (assemble and self.spec.variable) or (
+            stages and (bool(self.stages) or self.seeded != self.with_metadata)
+        )
+        if not needed:
+            return ds
+        key = (batch_dim, assemble, stages)
+        function = self._functions.get(key)
+        if function is None:
+            function = self._functions[key] = tf.function(
+                lambda element: self._finish(element, batch_dim, assemble=assemble, stages=stages)
+            )
+        # tf.data passes the items of a tuple element as separate arguments.
+        is_tuple = isinstance(ds.element_spec, tuple)
+
+        def finish(*args: Any) -> Any:
+            return function(args if is_tuple else args[0])
+
+        if stages and self.stages:
+            return ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.map(finish)
+
+    def eager(self, element: Any, batch_dim: int | None) -> Any:
+        """One element (tensors) finished eagerly; only without tensor stages (those run
+        in tf.data, see the module docstring)."""
+        assert not self.stages
+        return self._finish(element, batch_dim, assemble=True, stages=True)
+
+    def _finish(self, element: Any, batch_dim: int | None, *, assemble: bool, stages: bool) -> Any:
+        data, meta = element if self.seeded else (element, None)
+        if assemble:
+            data = graph.assemble(self.spec, data, batch_dim)
+        if not stages:
+            return (data, meta) if self.seeded else data
+        for stage in self.stages:
+            assert meta is not None  # the stages make the generator pair batches with seeds
+            data = stage.fn(data, meta["seed"])
+        return (data, meta) if self.with_metadata else data

@@ -1,0 +1,101 @@
+"""A training loop for fault injection, written the way worker processes must survive:
+no ``if __name__ == "__main__":`` guard, TensorFlow imported at the top, and the
+``map_fn`` and source defined here, in ``__main__``.
+
+``python fault_job.py WORKDIR [options]`` consumes 2 epochs of 96 records (batches of
+8; record i is filled with i) and after every batch saves ``{"loader": state,
+"records": ids consumed so far}`` to WORKDIR/state.json atomically; started again, it
+resumes from that file. It prints ``start PID`` first, ``batch K`` after each batch,
+``stalling PID`` when the map_fn or the source reaches record --stall-at (then sleeps
+for an hour) and ``done ...`` at the end, each line flushed. With --tf-flag, column 1
+of each record says whether the process that made it had imported TensorFlow.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import resumeloader
+
+parser = argparse.ArgumentParser()
+parser.add_argument("workdir", type=pathlib.Path)
+parser.add_argument("--workers", type=int, default=2)
+parser.add_argument("--worker-type", default="process")
+parser.add_argument("--prefetch", type=int, default=2)
+parser.add_argument("--consume", choices=["loop", "dataset"], default="loop")
+parser.add_argument("--stall", choices=["none", "map", "source"], default="none")
+parser.add_argument("--stall-at", type=int, default=40)
+parser.add_argument("--timeout", type=float, default=None)
+parser.add_argument("--record-floats", type=int, default=4)
+parser.add_argument("--step-seconds", type=float, default=0.0)
+parser.add_argument("--tf-flag", action="store_true", help="column 1: TensorFlow imported")
+args = parser.parse_args()
+print(f"start {os.getpid()}", flush=True)  # a worker re-running this script would print it
+
+NUM_RECORDS, BATCH = 96, 8
+STALL, STALL_AT, FLOATS, TF_FLAG = args.stall, args.stall_at, args.record_floats, args.tf_flag
+
+
+def stall_here(index):
+    if index == STALL_AT:
+        print(f"stalling {os.getpid()}", flush=True)
+        time.sleep(3600)
+
+
+def map_fn(record, rng):
+    if STALL == "map":
+        stall_here(int(record))
+    out = np.full(FLOATS, record, np.float32)
+    if TF_FLAG:
+        out[1] = "tensorflow" in sys.modules
+    return out
+
+
+class Source:
+    def __len__(self):
+        return NUM_RECORDS
+
+    def __getitem__(self, index):
+        if STALL == "source":
+            stall_here(index)
+        return np.int64(index)
+
+
+loader = resumeloader.ResumableLoader(
+    Source(), batch_size=BATCH, seed=1, num_epochs=2, map_fn=map_fn,
+    num_workers=args.workers, worker_type=args.worker_type, prefetch=args.prefetch,
+    worker_timeout=args.timeout,
+)
+path = args.workdir / "state.json"
+saved = json.loads(path.read_text()) if path.exists() else {"loader": None, "records": []}
+if saved["loader"] is not None:
+    loader.set_state(saved["loader"])
+records = saved["records"]
+tf_batches = 0
+
+
+def consumed(batch):
+    global tf_batches
+    time.sleep(args.step_seconds)
+    tf_batches += bool(TF_FLAG and batch[:, 1].numpy().any())
+    records.extend(int(i) for i in batch[:, 0].numpy())
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"loader": loader.get_state(), "records": records}))
+    os.replace(tmp, path)
+    print(f"batch {len(records) // BATCH}", flush=True)
+
+
+if args.consume == "loop":
+    for batch in loader:
+        consumed(batch)
+else:
+    for batch in loader.dataset():
+        loader.advance()
+        consumed(batch)
+print(f"done; workers that imported TensorFlow: {tf_batches}; TF {tf.__version__}", flush=True)

@@ -1,0 +1,87 @@
+"""ArrayRecordSource: ArrayRecord files read by batch, group size 1 required, files in the
+fingerprint (skipped only when the optional `array-record` extra is missing)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+array_record_module = pytest.importorskip("array_record.python.array_record_module")
+
+from resumeloader import ResumableLoader, StateMismatchError  # noqa: E402
+from resumeloader.sources import ArrayRecordSource  # noqa: E402
+
+RECORDS = [f"record {i}".encode() * (i % 5) for i in range(30)]
+
+
+def _write(path, records, options="group_size:1") -> None:
+    writer = array_record_module.ArrayRecordWriter(str(path), options)
+    for record in records:
+        writer.write(record)
+    writer.close()
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Two ArrayRecord files holding RECORDS[:18] and RECORDS[18:]."""
+    _write(tmp_path / "part-0.array_record", RECORDS[:18])
+    _write(tmp_path / "part-1.array_record", RECORDS[18:])
+    return tmp_path
+
+
+def test_array_record_source_reads_records_across_files_in_order(files):
+    """Record i is the i-th record of the sorted files; a batch comes back in request order."""
+    source = ArrayRecordSource(str(files / "part-*.array_record"))
+    indices = np.array([29, 0, 17, 18, 5, 5], dtype=np.int64)
+
+    assert len(source) == 30
+    assert source.read(18) == RECORDS[18]
+    assert source.read_batch(indices) == [RECORDS[i] for i in indices]
+
+
+@pytest.mark.parametrize(
+    "workers",
+    [{}, {"num_workers": 2, "worker_type": "process"}],
+    ids=["no-workers", "processes"],
+)
+@pytest.mark.parametrize("way", ["for-loop", "dataset"])
+def test_loader_over_array_record_yields_records_shuffled(files, way, workers):
+    """The loader yields tf.string batches of the stored records in the shuffled order."""
+    loader = ResumableLoader(
+        ArrayRecordSource(str(files / "part-*.array_record")),
+        batch_size=7,
+        seed=2,
+        num_epochs=1,
+        **workers,
+    )
+
+    batches = list(loader) if way == "for-loop" else list(loader.dataset())
+
+    order = loader.sampler.epoch_indices(0, 0, 30).tolist()
+    assert [r for b in batches for r in b.numpy().tolist()] == [RECORDS[i] for i in order]
+
+
+def test_array_record_source_group_size_above_one_refused(tmp_path):
+    """A file compressed in groups of records is refused, saying how to rewrite it."""
+    _write(tmp_path / "grouped.array_record", RECORDS, options="group_size:8")
+
+    with pytest.raises(ValueError) as info:
+        ArrayRecordSource(str(tmp_path / "grouped.array_record"))
+
+    assert "group_size:8" in str(info.value)
+    assert "'group_size:1'" in str(info.value)
+
+
+def test_loader_restore_with_other_array_record_files_refused(tmp_path):
+    """A checkpoint of other files with as many records is refused, naming the fields."""
+    _write(tmp_path / "a.array_record", RECORDS)
+    _write(tmp_path / "b.array_record", list(reversed(RECORDS)))
+    make = lambda name: ResumableLoader(  # noqa: E731
+        ArrayRecordSource(str(tmp_path / name)), batch_size=4, seed=0
+    )
+
+    with pytest.raises(StateMismatchError) as info:
+        make("b.array_record").set_state(make("a.array_record").get_state())
+
+    assert "source.names" in str(info.value)
+    assert "source.content" in str(info.value)

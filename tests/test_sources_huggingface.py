@@ -1,0 +1,139 @@
+"""HuggingFaceSource: a datasets.Dataset read a batch at a time as NumPy columns in the
+features' dtypes (skipped only when the optional `datasets` extra is missing)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+datasets = pytest.importorskip("datasets")
+
+from resumeloader import ResumableLoader, StateMismatchError  # noqa: E402
+from resumeloader.sources import HuggingFaceSource, adapt  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("clean_keras")
+
+NUM = 11
+
+
+def _dataset():
+    features = datasets.Features(
+        {
+            "text": datasets.Value("string"),
+            "tokens": datasets.Sequence(datasets.Value("int32")),
+            "embedding": datasets.Sequence(datasets.Value("float32"), length=4),
+            "pixels": datasets.Array2D((2, 3), "uint8"),
+            "label": datasets.ClassLabel(names=["a", "b", "c"]),
+            "meta": {"id": datasets.Value("int64"), "source": datasets.Value("string")},
+        }
+    )
+    data = {
+        "text": [f"row {i}" for i in range(NUM)],
+        "tokens": [list(range(i % 4)) for i in range(NUM)],
+        "embedding": [[i / 2] * 4 for i in range(NUM)],
+        "pixels": [np.full((2, 3), i, np.uint8) for i in range(NUM)],
+        "label": [i % 3 for i in range(NUM)],
+        "meta": [{"id": 100 + i, "source": "web"} for i in range(NUM)],
+    }
+    return datasets.Dataset.from_dict(data, features=features)
+
+
+def test_adapt_hugging_face_dataset_reads_through_hugging_face_source():
+    """A datasets.Dataset is recognised and read by HuggingFaceSource."""
+    assert isinstance(adapt(_dataset()), HuggingFaceSource)
+
+
+def test_hugging_face_source_spec_follows_features():
+    """Fixed-length lists are one leaf of their dtype, open lists ragged, uint8 stays uint8."""
+    loader = ResumableLoader(_dataset(), batch_size=4, seed=0)
+
+    spec = loader.element_spec
+    assert spec["embedding"] == tf.TensorSpec((None, 4), tf.float32)
+    assert spec["pixels"] == tf.TensorSpec((None, 2, 3), tf.uint8)
+    assert spec["tokens"] == tf.RaggedTensorSpec((None, None), tf.int32, 1, tf.int64)
+    assert spec["text"] == tf.TensorSpec((None,), tf.string)
+    assert spec["meta"]["id"] == tf.TensorSpec((None,), tf.int64)
+
+
+@pytest.mark.parametrize("way", ["for-loop", "dataset"])
+def test_loader_over_hugging_face_yields_rows_shuffled(way):
+    """Each batch holds the rows of the shuffled order, every column intact."""
+    loader = ResumableLoader(_dataset(), batch_size=4, seed=3, num_epochs=1)
+
+    batches = list(loader) if way == "for-loop" else list(loader.dataset())
+
+    order = loader.sampler.epoch_indices(0, 0, NUM).tolist()
+    ids = [i for b in batches for i in b["meta"]["id"].numpy().tolist()]
+    assert ids == [100 + i for i in order]
+    tokens = [t for b in batches for t in b["tokens"].to_list()]
+    assert tokens == [list(range(i % 4)) for i in order]
+    pixels = np.concatenate([b["pixels"].numpy() for b in batches])
+    assert pixels[:, 0, 0].tolist() == order
+
+
+def test_hugging_face_source_reads_one_batch_per_call():
+    """read_batch is one call per batch returning NumPy columns, not lists of scalars."""
+    batch = HuggingFaceSource(_dataset()).read_batch(np.array([3, 1]))
+
+    assert isinstance(batch["embedding"], np.ndarray)
+    assert batch["embedding"].shape == (2, 4)
+    assert batch["label"].dtype == np.int64
+    assert batch["label"].tolist() == [0, 1]
+
+
+def test_loader_hugging_face_with_map_fn_reads_records():
+    """With a map_fn, records are read a batch at a time and handed over as dicts."""
+    loader = ResumableLoader(
+        _dataset(),
+        batch_size=NUM,
+        seed=0,
+        shuffle=False,
+        map_fn=lambda record, rng: record["embedding"].sum() + record["meta"]["id"],
+    )
+
+    batch = next(iter(loader))
+
+    assert batch.numpy().tolist() == [i * 2 + 100 + i for i in range(NUM)]
+
+
+def test_hugging_face_decoding_image_feature_refused_with_advice():
+    """An Image feature that decodes in Python is refused with the cast that avoids it."""
+    ds = datasets.Dataset.from_dict({"image": ["a.png"]}).cast_column("image", datasets.Image())
+
+    with pytest.raises(TypeError) as info:
+        HuggingFaceSource(ds)
+
+    assert "Image(decode=False)" in str(info.value)
+
+
+def test_hugging_face_undecoded_image_is_bytes_and_path():
+    """An undecoded Image column is a dict of the encoded bytes and the path."""
+    png = tf.io.encode_png(np.zeros((2, 2, 3), np.uint8)).numpy()
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": png, "path": "x.png"}]})
+    ds = ds.cast_column("image", datasets.Image(decode=False))
+
+    batch = next(iter(ResumableLoader(ds, batch_size=1, seed=0)))
+
+    assert batch["image"]["bytes"].numpy().tolist() == [png]
+    assert batch["image"]["path"].numpy().tolist() == [b"x.png"]
+
+
+def test_hugging_face_dataset_dict_refused_naming_splits():
+    """A DatasetDict needs a split chosen."""
+    with pytest.raises(TypeError) as info:
+        adapt(datasets.DatasetDict({"train": _dataset()}))
+
+    assert "dataset['train']" in str(info.value)
+
+
+def test_loader_restore_with_transformed_dataset_refused():
+    """Another transform of the dataset (same length) has another fingerprint: refused."""
+    ds = _dataset()
+    state = ResumableLoader(ds, batch_size=4, seed=0).get_state()
+    changed = ds.map(lambda row: {"label": 0})
+
+    with pytest.raises(StateMismatchError) as info:
+        ResumableLoader(changed, batch_size=4, seed=0).set_state(state)
+
+    assert "source.fingerprint" in str(info.value)
