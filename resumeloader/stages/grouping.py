@@ -3,19 +3,35 @@
 Every function here is a pure function of the records' lengths and its arguments:
 ties are broken by the record's slot in the window (its position order), so the same
 window always gives the same groups, in any process. Each returns groups of *slots*
-(indices into the window) covering every slot exactly once.
+(indices into the window) covering every slot exactly once. `batch_order` is the
+seeded order in which a window's groups are emitted.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from resumeloader.core import sampler
+
 __all__ = [
+    "batch_order",
     "boundary_buckets",
     "first_fit_decreasing",
     "sorted_chunks",
     "token_budget",
 ]
+
+_ORDER_TAG = 0xB0C4_E7ED_0BDE_5EED
+
+
+def batch_order(count: int, *, seed: int, epoch: int, window: int) -> np.ndarray:
+    """A permutation of ``range(count)``: a pure function of (seed, epoch, window, count).
+
+    The order in which a windowed stage emits the groups of window `window` of epoch
+    `epoch`, so that batches of similar records do not come sorted by length.
+    """
+    key = sampler.epoch_hash(seed ^ _ORDER_TAG, epoch)
+    return sampler.permute(count, key, window, np.arange(count, dtype=np.int64))
 
 
 def _by_length(lengths: np.ndarray, *, descending: bool = False) -> np.ndarray:
