@@ -22,22 +22,52 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
+from resumeloader import errors
 from resumeloader.core import positions, rng
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import gather, generator, graph, prefetch, tf_map
 from resumeloader.workers import ordered, produce
 
-__all__ = ["Delivery"]
+__all__ = ["Delivery", "EagerBatches"]
 
 AUTOTUNE = tf.data.AUTOTUNE
-# (start position, tasks) -> the same tasks, observed.
-Watch = Callable[[int, Iterator[plan_lib.Task]], Iterator[plan_lib.Task]]
+# (start position, tasks) -> the same tasks, observed, and what to call with the
+# position after each batch as it is produced.
+Watch = Callable[
+    [int, Iterator[plan_lib.Task]], tuple[Iterator[plan_lib.Task], Callable[[int], None]]
+]
+
+
+class EagerBatches:
+    """The batches of ``for batch in loader``, each with the position after it.
+
+    The ends travel beside the batches (not through the prefetch thread or tf.data):
+    the producer appends a batch's end before the batch leaves it, so it is there
+    when the batch arrives.
+    """
+
+    def __init__(self, batches: Iterator[Any], ends: deque[int]) -> None:
+        self._batches = batches
+        self._ends = ends
+
+    def __iter__(self) -> EagerBatches:
+        return self
+
+    def __next__(self) -> tuple[Any, int]:
+        batch = next(self._batches)
+        return batch, self._ends.popleft()
+
+    def close(self) -> None:
+        """Stops the producer."""
+        self._batches.close()  # type: ignore[attr-defined]
 
 
 class Delivery:
@@ -73,14 +103,16 @@ class Delivery:
         self.producer = produce.BatchProducer(plan.pipeline, spec)
         # The generators of this delivery's datasets (see resumeloader.tfdata.generator).
         self.generators: list[Any] = []
-        self.spec = self.producer.spec
+        #: The spec of one row of the delivered batches (the batch stage's output).
+        self.spec = self.producer.output_spec
         self.finisher = tf_map.Finisher(self.spec, plan.pipeline.tensor_stages, with_metadata)
-        layout = plan.layout
-        #: The static batch size of the loader's batches (None when the last may be short).
-        self.batch_dim = layout.batch_size if layout.drop_remainder else None
+        stage = plan.pipeline.batch_stage
+        assert stage is not None
+        #: The static batch size of the loader's batches (None when it may vary).
+        self.batch_dim = stage.batch_dim
         columns = plan.pipeline.source.columns()
         self.gatherer: gather.Gatherer | None = None
-        fixed = not self.spec.variable
+        fixed = not self.spec.variable and stage.stacks
         if self.producer.reads_batches and not num_workers and columns is not None and fixed:
             leaves, treespec = columns
             if gather.Gatherer.supports(leaves, treespec, self.spec):
@@ -88,6 +120,7 @@ class Delivery:
         self._eager_lock = threading.Lock()
         self._eager_dataset: tf.data.Dataset | None = None
         self._eager_start = 0
+        self._eager_ends: deque[int] = deque()
         if self.gatherer is not None:
             self.path = "gather"
         elif self.producer.reads_batches:
@@ -100,13 +133,51 @@ class Delivery:
         """The structure of `tf.TypeSpec` of one element with leading dimension `batch_dim`."""
         return self.finisher.element_spec(batch_dim)
 
-    def _labelled(self, value: Any, task: plan_lib.Task) -> Any:
-        """`value`, paired with the task's per-record metadata when asked for (or when
-        tensor stages need the seeds)."""
+    def _labelled(self, value: Any, task: plan_lib.Task, rows: np.ndarray | None) -> Any:
+        """`value`, paired with the per-record metadata of its rows when asked for (or
+        when tensor stages need the seeds): the task's records in order, or those at
+        the task's slots `rows` (-1: an empty row, keyed as record -1)."""
         if not self.finisher.seeded:
             return value
         seed = self.plan.pipeline.seed
-        return value, rng.metadata(seed, task.indices, task.epoch, task.position)
+        if rows is None:
+            return value, rng.metadata(seed, task.indices, task.epoch, task.position)
+        filled = rows >= 0
+        indices = np.where(filled, task.indices[np.maximum(rows, 0)], -1)
+        meta = rng.metadata(seed, indices, task.epoch, 0)
+        meta["position"] = np.where(filled, task.position + rows, -1)
+        return value, meta
+
+    def _produced(
+        self,
+        plan: plan_lib.Plan,
+        layout: positions.Layout,
+        position: int,
+        watch: Watch | None = None,
+    ) -> Generator[tuple[Any, int], None, None]:
+        """(batch, the position after it) of `plan`'s stream cut by `layout`, from
+        normalised `position` on; each batch counts the positions its task says.
+
+        Raises:
+            ElasticResumeError: `position` lies inside a batch of its window.
+        """
+        tasks = plan.tasks(position, layout)
+        produced: Callable[[int], None] | None = None
+        if watch is not None:
+            tasks, produced = watch(position, tasks)
+        for task, out in self.workers.produce(self.producer, tasks):
+            at = task.position
+            for number, (batch, count) in enumerate(zip(out.batches, out.counts, strict=True)):
+                start, at = at, at + count
+                if at <= position:  # a window's batches before the position restored
+                    continue
+                if start < position:
+                    raise _not_a_boundary(layout, position, start, at)
+                end = layout.normalise(at)
+                if produced is not None:
+                    produced(end)
+                rows = None if out.rows is None else out.rows[number]
+                yield self._labelled(batch, task, rows), end
 
     def batches(
         self,
@@ -117,22 +188,24 @@ class Delivery:
     ) -> Generator[Any, None, None]:
         """NumPy batches of `plan`'s stream cut by `layout`, from normalised `position` on.
 
-        `watch(position, tasks)`, when given, sees the tasks before they are produced.
+        `watch(position, tasks)`, when given, sees the tasks before they are produced
+        and is told the position after each batch as it is produced.
         """
-        tasks = plan.tasks(position, layout)
-        if watch is not None:
-            tasks = watch(position, tasks)
-        for task, batch in self.workers.produce(self.producer, tasks):
-            yield self._labelled(batch, task)
+        with contextlib.closing(self._produced(plan, layout, position, watch)) as produced:
+            for batch, _ in produced:
+                yield batch
 
     def _index_arrays(
         self, layout: positions.Layout, position: int, watch: Watch | None = None
     ) -> Iterator[Any]:
         tasks = self.plan.tasks(position, layout)
+        produced: Callable[[int], None] | None = None
         if watch is not None:
-            tasks = watch(position, tasks)
+            tasks, produced = watch(position, tasks)
         for task in tasks:
-            yield self._labelled(task.indices, task)
+            if produced is not None:
+                produced(layout.normalise(task.position + len(task.indices)))
+            yield self._labelled(task.indices, task, None)
 
     # -- how -----------------------------------------------------------------------
     def prefetched(self, ds: tf.data.Dataset) -> tf.data.Dataset:
@@ -221,8 +294,9 @@ class Delivery:
         )
         return self.prefetched(self.finisher.map(ds, self.batch_dim))
 
-    def eager(self, position: int) -> Iterator[Any]:
-        """Tensors of the plan's batches from `position`, prepared by a Python thread.
+    def eager(self, position: int) -> EagerBatches:
+        """Tensors of the plan's batches from `position`, with the position after each,
+        prepared by a Python thread.
 
         Up to `prefetch` batches ahead (2 for ``AUTOTUNE``; none for None or 0),
         without tf.data: no per-batch ``py_func`` round trip, no iterator start-up.
@@ -233,29 +307,47 @@ class Delivery:
             return self._eager_graph(position)
         depth = 2 if self.prefetch == AUTOTUNE else self.prefetch or 0
         plan = self.plan
-        self.workers.start(self.producer)
-        return prefetch.prefetched(
-            lambda: self._tensors(self.batches(plan, plan.layout, position)), depth
-        )
+        ends: deque[int] = deque()
 
-    def _eager_graph(self, position: int) -> Iterator[Any]:
+        def batches() -> Generator[Any, None, None]:
+            with contextlib.closing(self._produced(plan, plan.layout, position)) as produced:
+                for batch, end in produced:
+                    ends.append(end)
+                    yield batch
+
+        self.workers.start(self.producer)
+        return EagerBatches(prefetch.prefetched(lambda: self._tensors(batches()), depth), ends)
+
+    def _eager_watch(
+        self, position: int, tasks: Iterator[plan_lib.Task]
+    ) -> tuple[Iterator[plan_lib.Task], Callable[[int], None]]:
+        return tasks, self._eager_ends.append
+
+    def _eager_graph(self, position: int) -> EagerBatches:
         # One tf.data pipeline serves every loop (building one costs ~50 ms); it reads
-        # its start when its first batch is produced, so the start is set and the
-        # first batch taken under a lock: two loops starting at once cannot mix up.
+        # its start (and where to put the batches' ends) when its first batch is
+        # produced, so both are set and the first batch taken under a lock: two loops
+        # starting at once cannot mix up.
         with self._eager_lock:
             if self._eager_dataset is None:
                 self._eager_dataset = self.dataset(
                     lambda: self._eager_start,
                     rest_of_epoch=False,
                     element_spec=self.element_spec(self.batch_dim),
+                    watch=self._eager_watch,
                 )
             self._eager_start = position
+            ends = self._eager_ends = deque()
             iterator = iter(self._eager_dataset)
             first = next(iterator, None)
-        if first is None:
-            return
-        yield first
-        yield from iterator
+
+        def elements() -> Generator[Any, None, None]:
+            if first is None:
+                return
+            yield first
+            yield from iterator
+
+        return EagerBatches(elements(), ends)
 
     def _tensors(self, batches: Generator[Any, None, None]) -> Iterator[Any]:
         """Eager elements of produced `batches` (variable leaves decoded and assembled)."""
@@ -301,3 +393,18 @@ class Delivery:
             final = graph.spec_text(self.element_spec(None))
             rows.append(("prefetch", f"prefetch({size})", final, "recomputed"))
         return rows
+
+
+def _not_a_boundary(
+    layout: positions.Layout, position: int, start: int, stop: int
+) -> errors.ElasticResumeError:
+    epoch, offset = divmod(position, layout.records_per_epoch)
+    msg = (
+        "Cannot resume between two batches of a window: the position restored lies "
+        f"inside a batch, which holds the window's positions [{start}, {stop}). A windowed "
+        "stage resumes only at the end of one of its batches (where its checkpoints are "
+        "saved); this state was edited, or saved by another configuration of the "
+        f"pipeline. Received: position {position} (epoch {epoch}, offset {offset} of "
+        "this shard)."
+    )
+    return errors.ElasticResumeError(msg)

@@ -9,11 +9,12 @@ top, costs nothing here) and imports no TensorFlow. User functions defined in
 Protocol on the socket (pickled messages, `multiprocessing.connection.Connection`):
 
 * parent -> worker: the payload (pickled pipeline and spec) once, then
-  ``("task", seq, session, indices, epoch, position)``, ``("session", id)`` (every task
+  ``("task", seq, session, task)`` (a `plan.Task`), ``("session", id)`` (every task
   of an older session is stale) and ``None`` (stop);
 * worker -> parent: ``(-1, 0, "ready", None)`` once set up, then
   ``(seq, session, kind, body)`` for every task, where kind is ``"ok"`` (body: slot,
-  block size, leaf layout, whether a new block's descriptor follows on the socket),
+  block size, array layout, whether a new block's descriptor follows on the socket,
+  and the `produce.Produced` header: the task's batches are its arrays, flattened),
   ``"error"``, ``"setup_error"`` or ``"skipped"`` (stale).
 
 A worker writes its batches into `SLOTS` blocks that it reuses; the parent copies a
@@ -42,9 +43,7 @@ from multiprocessing import connection
 from typing import Any
 
 import numpy as np
-import optree
 
-from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import failures, produce, shm
 
 __all__ = ["SLOTS", "main"]
@@ -141,7 +140,7 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
                 return
             if not inbox:
                 continue
-            _, seq, session, indices, epoch, position = inbox.popleft()
+            _, seq, session, task = inbox.popleft()
             new = None
             if session < latest:
                 reply: tuple[Any, ...] = (seq, session, "skipped", None)
@@ -149,13 +148,10 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
                 reply = (seq, session, "setup_error", setup_error)
             else:
                 try:
-                    batch = producer.batch(plan_lib.Task(indices, epoch, position))
-                    leaves = [
-                        np.ascontiguousarray(a)
-                        for a in optree.tree_leaves(batch, none_is_leaf=True)
-                    ]
-                    body, new = writer.write(leaves)
-                    reply = (seq, session, "ok", body)
+                    produced = producer.batch(task)
+                    arrays, header = produced.flatten(producer.output_spec.treespec)
+                    body, new = writer.write([np.ascontiguousarray(a) for a in arrays])
+                    reply = (seq, session, "ok", (*body, header))
                 except Exception as err:
                     reply = (seq, session, "error", failures.describe(err))
             conn.send(reply)
