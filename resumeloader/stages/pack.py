@@ -34,8 +34,8 @@ class PackStage(base.BatchStage):
     row where every leaf fits, ties by position) into rows of `length` tokens per leaf.
     The rows are ordered by a pure function of (seed, epoch, window) and cut into
     batches of `batch_size` rows; the window's last batch is filled with empty rows, so
-    every batch has the same shape. Every leaf must be a sequence (first dimension
-    ``None``); records must be one array or a dict of them.
+    every batch has the same shape. Every leaf must be a numeric sequence (its first
+    dimension its length); records must be one array or a dict of them.
 
     Guarantees: each record of a window is in exactly one row of one of its batches;
     no row exceeds its length; a batch counts the records it holds, so the position
@@ -155,14 +155,14 @@ class _Layout:
         )
         bad = [
             p for p, leaf in zip(spec.paths(), spec.leaves, strict=True)
-            if leaf.is_string or not leaf.shape or leaf.shape[0] is not None
-            or None in leaf.shape[1:]
+            if leaf.is_string or not leaf.shape or None in leaf.shape[1:]
         ]
         if bad or not flat:
             msg = (
-                "pack() packs sequences: records must be one numeric array whose first "
-                "dimension varies, or a dict of them (give `output_signature` with None for "
-                "it, e.g. tf.TensorSpec((None,), tf.int32)). Received records "
+                "pack() packs sequences: records must be one numeric array of one or more "
+                "dimensions, the first its length, or a dict of them (records of varying "
+                "length need `output_signature` with None for it, e.g. "
+                "tf.TensorSpec((None,), tf.int32)). Received records "
                 f"{spec.describe()}; not packable: {bad or 'the structure'}."
             )
             raise ValueError(msg)
