@@ -9,7 +9,14 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resumeloader import ElasticResumeError, Pipeline, ResumableLoader, StateMismatchError
+from resumeloader import (
+    ElasticResumeError,
+    Pipeline,
+    ResumableLoader,
+    ResumeMismatchError,
+    StateMismatchError,
+    testing,
+)
 from resumeloader.stages import bucket
 
 pytestmark = pytest.mark.usefixtures("clean_keras")
@@ -165,3 +172,27 @@ def test_bucket_dataset_input_context_refused():
     with pytest.raises(ValueError, match="windowed batch stage") as info:
         loader.dataset(input_context=tf.distribute.InputContext(2, 0, 2))
     assert "bucket_by_length(4, window 12" in str(info.value)
+
+
+class _CallCountingBucket(bucket.BucketStage):
+    """Broken on purpose: its batch order depends on how many windows it has grouped."""
+
+    def __init__(self) -> None:
+        super().__init__(2, window=6, drop_remainder=False, pad_to=None, pad_value=0,
+                         mask=False, truncate=False)
+        self._calls = 0
+
+    def group(self, columns, spec, *, seed, epoch, window):
+        self._calls += 1
+        return super().group(columns, spec, seed=seed + self._calls, epoch=epoch, window=window)
+
+
+def test_history_dependent_windowed_stage_fails_the_conformance_check():
+    """A windowed stage whose batches depend on its history is caught by the check."""
+    def make() -> ResumableLoader:
+        pipeline = Pipeline(w.tokens(LENGTHS[:20]), seed=0).apply(_CallCountingBucket())
+        return ResumableLoader.from_pipeline(pipeline, num_epochs=2)
+
+    with pytest.raises(ResumeMismatchError, match="differs from the uninterrupted run") as info:
+        testing.assert_resumes_identically(make, num_steps=7)
+    assert "restored at break point" in str(info.value)
