@@ -16,6 +16,8 @@ and a `Finisher` turns them into ``tf.string`` and ``tf.RaggedTensor`` leaves an
 the tensor stages (`Pipeline.tf_map`), inside tf.data. ``for batch in loader`` takes
 the same steps eagerly in its prefetch thread, or iterates the tf.data pipeline when
 there are tensor stages, so that their ops run in the same runtime as ``dataset()``.
+Every path hands over the batches of `resumeloader.tfdata.stream` (a window's batches
+one by one, each with the position after it).
 """
 
 from __future__ import annotations
@@ -26,48 +28,18 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
-from resumeloader import errors
-from resumeloader.core import positions, rng
+from resumeloader.core import positions
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.tfdata import gather, generator, graph, prefetch, tf_map
+from resumeloader.tfdata import gather, generator, graph, prefetch, stream, tf_map
 from resumeloader.workers import ordered, produce
 
-__all__ = ["Delivery", "EagerBatches"]
+__all__ = ["Delivery"]
 
 AUTOTUNE = tf.data.AUTOTUNE
-# (start position, tasks) -> the same tasks, observed, and what to call with the
-# position after each batch as it is produced.
-Watch = Callable[
-    [int, Iterator[plan_lib.Task]], tuple[Iterator[plan_lib.Task], Callable[[int], None]]
-]
-
-
-class EagerBatches:
-    """The batches of ``for batch in loader``, each with the position after it.
-
-    The ends travel beside the batches (not through the prefetch thread or tf.data):
-    the producer appends a batch's end before the batch leaves it, so it is there
-    when the batch arrives.
-    """
-
-    def __init__(self, batches: Iterator[Any], ends: deque[int]) -> None:
-        self._batches = batches
-        self._ends = ends
-
-    def __iter__(self) -> EagerBatches:
-        return self
-
-    def __next__(self) -> tuple[Any, int]:
-        batch = next(self._batches)
-        return batch, self._ends.popleft()
-
-    def close(self) -> None:
-        """Stops the producer."""
-        self._batches.close()  # type: ignore[attr-defined]
+Watch = stream.Watch
 
 
 class Delivery:
@@ -133,52 +105,6 @@ class Delivery:
         """The structure of `tf.TypeSpec` of one element with leading dimension `batch_dim`."""
         return self.finisher.element_spec(batch_dim)
 
-    def _labelled(self, value: Any, task: plan_lib.Task, rows: np.ndarray | None) -> Any:
-        """`value`, paired with the per-record metadata of its rows when asked for (or
-        when tensor stages need the seeds): the task's records in order, or those at
-        the task's slots `rows` (-1: an empty row, keyed as record -1)."""
-        if not self.finisher.seeded:
-            return value
-        seed = self.plan.pipeline.seed
-        if rows is None:
-            return value, rng.metadata(seed, task.indices, task.epoch, task.position)
-        filled = rows >= 0
-        indices = np.where(filled, task.indices[np.maximum(rows, 0)], -1)
-        meta = rng.metadata(seed, indices, task.epoch, 0)
-        meta["position"] = np.where(filled, task.position + rows, -1)
-        return value, meta
-
-    def _produced(
-        self,
-        plan: plan_lib.Plan,
-        layout: positions.Layout,
-        position: int,
-        watch: Watch | None = None,
-    ) -> Generator[tuple[Any, int], None, None]:
-        """(batch, the position after it) of `plan`'s stream cut by `layout`, from
-        normalised `position` on; each batch counts the positions its task says.
-
-        Raises:
-            ElasticResumeError: `position` lies inside a batch of its window.
-        """
-        tasks = plan.tasks(position, layout)
-        produced: Callable[[int], None] | None = None
-        if watch is not None:
-            tasks, produced = watch(position, tasks)
-        for task, out in self.workers.produce(self.producer, tasks):
-            at = task.position
-            for number, (batch, count) in enumerate(zip(out.batches, out.counts, strict=True)):
-                start, at = at, at + count
-                if at <= position:  # a window's batches before the position restored
-                    continue
-                if start < position:
-                    raise _not_a_boundary(layout, position, start, at)
-                end = layout.normalise(at)
-                if produced is not None:
-                    produced(end)
-                rows = None if out.rows is None else out.rows[number]
-                yield self._labelled(batch, task, rows), end
-
     def batches(
         self,
         plan: plan_lib.Plan,
@@ -191,9 +117,20 @@ class Delivery:
         `watch(position, tasks)`, when given, sees the tasks before they are produced
         and is told the position after each batch as it is produced.
         """
-        with contextlib.closing(self._produced(plan, layout, position, watch)) as produced:
+        with contextlib.closing(self._stream(plan, layout, position, watch)) as produced:
             for batch, _ in produced:
                 yield batch
+
+    def _stream(
+        self, plan: plan_lib.Plan, layout: positions.Layout, position: int, watch: Watch | None
+    ) -> Generator[tuple[Any, int], None, None]:
+        tasks = plan.tasks(position, layout)
+        on_batch = None
+        if watch is not None:
+            tasks, on_batch = watch(position, tasks)
+        seed = self.plan.pipeline.seed if self.finisher.seeded else None
+        produced = self.workers.produce(self.producer, tasks)
+        return stream.batches(produced, layout, position, seed=seed, on_batch=on_batch)
 
     def _index_arrays(
         self, layout: positions.Layout, position: int, watch: Watch | None = None
@@ -205,7 +142,8 @@ class Delivery:
         for task in tasks:
             if produced is not None:
                 produced(layout.normalise(task.position + len(task.indices)))
-            yield self._labelled(task.indices, task, None)
+            seed = self.plan.pipeline.seed if self.finisher.seeded else None
+            yield stream.labelled(task.indices, task, None, seed=seed)
 
     # -- how -----------------------------------------------------------------------
     def prefetched(self, ds: tf.data.Dataset) -> tf.data.Dataset:
@@ -294,7 +232,7 @@ class Delivery:
         )
         return self.prefetched(self.finisher.map(ds, self.batch_dim))
 
-    def eager(self, position: int) -> EagerBatches:
+    def eager(self, position: int) -> stream.EagerBatches:
         """Tensors of the plan's batches from `position`, with the position after each,
         prepared by a Python thread.
 
@@ -308,22 +246,14 @@ class Delivery:
         depth = 2 if self.prefetch == AUTOTUNE else self.prefetch or 0
         plan = self.plan
         ends: deque[int] = deque()
-
-        def batches() -> Generator[Any, None, None]:
-            with contextlib.closing(self._produced(plan, plan.layout, position)) as produced:
-                for batch, end in produced:
-                    ends.append(end)
-                    yield batch
-
+        watch: Watch = lambda _, tasks: (tasks, ends.append)  # noqa: E731
         self.workers.start(self.producer)
-        return EagerBatches(prefetch.prefetched(lambda: self._tensors(batches()), depth), ends)
+        tensors = prefetch.prefetched(
+            lambda: self._tensors(self.batches(plan, plan.layout, position, watch)), depth
+        )
+        return stream.EagerBatches(tensors, ends)
 
-    def _eager_watch(
-        self, position: int, tasks: Iterator[plan_lib.Task]
-    ) -> tuple[Iterator[plan_lib.Task], Callable[[int], None]]:
-        return tasks, self._eager_ends.append
-
-    def _eager_graph(self, position: int) -> EagerBatches:
+    def _eager_graph(self, position: int) -> stream.EagerBatches:
         # One tf.data pipeline serves every loop (building one costs ~50 ms); it reads
         # its start (and where to put the batches' ends) when its first batch is
         # produced, so both are set and the first batch taken under a lock: two loops
@@ -334,7 +264,7 @@ class Delivery:
                     lambda: self._eager_start,
                     rest_of_epoch=False,
                     element_spec=self.element_spec(self.batch_dim),
-                    watch=self._eager_watch,
+                    watch=lambda _, tasks: (tasks, self._eager_ends.append),
                 )
             self._eager_start = position
             ends = self._eager_ends = deque()
@@ -347,7 +277,7 @@ class Delivery:
             yield first
             yield from iterator
 
-        return EagerBatches(elements(), ends)
+        return stream.EagerBatches(elements(), ends)
 
     def _tensors(self, batches: Generator[Any, None, None]) -> Iterator[Any]:
         """Eager elements of produced `batches` (variable leaves decoded and assembled)."""
@@ -394,17 +324,3 @@ class Delivery:
             rows.append(("prefetch", f"prefetch({size})", final, "recomputed"))
         return rows
 
-
-def _not_a_boundary(
-    layout: positions.Layout, position: int, start: int, stop: int
-) -> errors.ElasticResumeError:
-    epoch, offset = divmod(position, layout.records_per_epoch)
-    msg = (
-        "Cannot resume between two batches of a window: the position restored lies "
-        f"inside a batch, which holds the window's positions [{start}, {stop}). A windowed "
-        "stage resumes only at the end of one of its batches (where its checkpoints are "
-        "saved); this state was edited, or saved by another configuration of the "
-        f"pipeline. Received: position {position} (epoch {epoch}, offset {offset} of "
-        "this shard)."
-    )
-    return errors.ElasticResumeError(msg)
