@@ -113,8 +113,9 @@ class BatchingMethods:
             >>> from resumeloader import Pipeline, ResumableLoader
             >>> data = [np.arange(n) for n in (5, 1, 4, 2, 3, 6, 1, 2)]
             >>> pipeline = Pipeline(data, seed=0).bucket_by_length(2, window=8)
-            >>> [b.shape.as_list() for b in ResumableLoader.from_pipeline(pipeline, num_epochs=1)]
-            [[2, 2], [2, 4], [2, 6], [2, 1]]
+            >>> loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+            >>> [b.shape.as_list() for b in loader]   # [records, padded length]
+            [[2, 2], [2, 6], [2, 1], [2, 4]]
         """
         batch_size = validate.integer("batch_size", batch_size, low=1, high=validate.MAX_COUNT)
         stage = bucket.BucketStage(
@@ -158,9 +159,11 @@ class BatchingMethods:
             >>> pipeline = Pipeline(data, seed=0).pack(5, window=4, batch_size=2)
             >>> batch = next(iter(ResumableLoader.from_pipeline(pipeline)))
             >>> batch["tokens"].numpy().tolist()
-            [[1, 2, 3, 4, 1], [1, 2, 3, 1, 2]]
+            [[1, 2, 3, 1, 2], [1, 2, 3, 4, 1]]
             >>> batch["segment_ids"].numpy().tolist()
-            [[1, 1, 1, 1, 2], [1, 1, 1, 2, 2]]
+            [[1, 1, 1, 2, 2], [1, 1, 1, 1, 2]]
+            >>> batch["positions"].numpy().tolist()
+            [[0, 1, 2, 0, 1], [0, 1, 2, 3, 0]]
         """
         stage = pack.PackStage(
             _lengths("length", length, optional=False),
@@ -195,8 +198,9 @@ class BatchingMethods:
             >>> from resumeloader import Pipeline, ResumableLoader
             >>> data = [np.arange(n) for n in (5, 1, 4, 2, 3, 6, 1, 2)]
             >>> pipeline = Pipeline(data, seed=0).batch_by_tokens(8, window=8)
-            >>> [b.shape.as_list() for b in ResumableLoader.from_pipeline(pipeline, num_epochs=1)]
-            [[1, 6], [2, 4], [4, 2], [1, 5]]
+            >>> loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+            >>> [(b.shape.as_list(), loader.position) for b in loader]   # position: records
+            [([2, 4], 2), ([1, 6], 3), ([4, 2], 7), ([1, 5], 8)]
         """
         if boundaries is not None:
             boundaries = tuple(
