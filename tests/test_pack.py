@@ -305,3 +305,21 @@ def test_pack_metadata_names_each_row_first_record():
         assert meta["position"].numpy().tolist() == firsts  # unshuffled: position == index
         rows += firsts
     assert sorted(rows) == [-1, 0, 1, 2, 3, 4]
+
+
+def _row_lengths(batch, seeds):
+    lengths = tf.reduce_sum(tf.cast(batch["segment_ids"] > 0, tf.int64), axis=1)
+    return lengths + seeds[:, 1] * 0
+
+
+def test_pack_tf_map_for_loop_counts_like_dataset():
+    """With a tensor stage, `for batch in loader` (via tf.data) counts each batch's records."""
+    pipeline = _pipeline().tf_map(_row_lengths)
+    reference = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+    expected = []
+    for batch in reference.dataset():
+        reference.advance()
+        expected.append((batch.numpy().tolist(), reference.position))
+    loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+    got = [(batch.numpy().tolist(), loader.position) for batch in loader]
+    assert got == expected and got[-1][1] == len(LENGTHS)

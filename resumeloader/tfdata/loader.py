@@ -420,7 +420,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
         guarded dataset again, ops that would drop, repeat, reorder or regroup batches
         (``repeat`` on a finite loader, ``shuffle``, ``filter``, ``batch``, ``unbatch``,
         ``skip``, ...) raise `StreamIntegrityError` naming the in-loader alternative.
-        For a finite loader its ``cardinality()`` (eagerly) is ``len(loader)``.
+        For a finite loader its ``cardinality()`` (eagerly) is ``len(loader)`` (unknown
+        when the number of batches depends on the data: `Pipeline.pack`,
+        `Pipeline.batch_by_tokens`).
 
         Args:
             input_context: for ``strategy.distribute_datasets_from_function``: this
