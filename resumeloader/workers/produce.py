@@ -249,7 +249,7 @@ def _batch_leaf(column: Any, want: spec_lib.LeafSpec, size: int) -> tuple[Any, s
             if len(column) != size:
                 return None, f"{len(column)} values for {size} records"
             if not want.ragged:
-                bad = next((v for v in column if not isinstance(v, (bytes, str, np.ndarray))), None)
+                bad = next((v for v in column if not _is_text(v)), None)
                 if bad is not None:
                     return None, f"a record's value is {type(bad).__name__}, expected bytes or str"
                 return column, None
@@ -271,6 +271,13 @@ def _batch_leaf(column: Any, want: spec_lib.LeafSpec, size: int) -> tuple[Any, s
         hint = _shape_hint(want, array.shape, per_record=False)
         return None, f"the batch is {got}, expected {size} records of {want.describe()}{hint}"
     return array, None
+
+
+def _is_text(value: Any) -> bool:
+    """Whether the wire format takes `value` as one string (bytes, str, or a 0-d array of one)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    return isinstance(value, (bytes, str))
 
 
 def _shape_hint(want: spec_lib.LeafSpec, got: tuple[int, ...], *, per_record: bool) -> str:
