@@ -111,3 +111,18 @@ def test_fit_on_packed_batches_interrupted_resumes_exactly(tmp_path):
     assert loader.position == EPOCHS * 40
     for got, want in zip(resumed, weights, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_fit_on_packed_batches_with_steps_per_epoch_raises(tmp_path):
+    """steps_per_epoch cannot be a packed loader's batches per epoch: refused at fit start."""
+    loader = _loader()
+    model = LoggedModel({})
+    model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+    data = loader.dataset().map(
+        lambda b: (tf.cast(b["tokens"], tf.float32), tf.cast(b["segment_ids"], tf.float32))
+    )
+    callback = resumeloader.keras.ResumeCallback(loader, str(tmp_path))
+    with pytest.raises(ValueError, match="pass `epoch_dataset\\(loader\\)` without") as info:
+        model.fit(data, epochs=1, steps_per_epoch=3, callbacks=[callback], verbose=0,
+                  shuffle=False)
+    assert "steps_per_epoch=3" in str(info.value) and loader.position == 0

@@ -150,3 +150,20 @@ def test_padded_batch_input_pipelines_together_hold_the_single_process_batch():
         per_pipeline.append([b["label"].numpy().tolist() for b in ds])
     together = [sorted(a + b) for a, b in zip(*per_pipeline, strict=True)]
     assert together == steps
+
+
+def test_padded_batch_other_shard_count_continues_without_loss():
+    """Like batch(), a padded loader continues with another shard count anywhere, exactly."""
+    single = _loader(batch_size=3)
+    single.advance(3)  # 9 records: an odd offset, fine for 1 or 3 shards
+    state = single.get_state()
+    labels = []
+    for shard in range(3):
+        loader = ResumableLoader.from_pipeline(
+            Pipeline(DATA, seed=5).shuffle().padded_batch(2, mask=True), num_epochs=1,
+            shard_index=shard, shard_count=3,
+        )
+        loader.set_state(state)
+        labels += [label for b in loader for label in b["label"].numpy().tolist()]
+    order = single.plan.indices(0, 0, 21).tolist()  # 3 shards keep 21 of the 23 records
+    assert sorted(labels) == sorted(order[9:21])
