@@ -222,10 +222,12 @@ def _pack_processes() -> ResumableLoader:
     )
 
 
-@register("batch_by_tokens-boundaries-endless", num_steps=9)
+@register("batch_by_tokens-boundaries-thread-workers-shard-1-of-2-endless", num_steps=9)
 def _tokens_endless() -> ResumableLoader:
     pipeline = _sequences(25).batch_by_tokens(30, window=12, boundaries=(5, 9), mask=True)
-    return ResumableLoader.from_pipeline(pipeline)
+    return ResumableLoader.from_pipeline(
+        pipeline, shard_index=1, shard_count=2, num_workers=2, worker_type="thread"
+    )
 
 
 _WORDS = [f"record-{i}" * (i % 4) for i in range(37)]

@@ -90,3 +90,28 @@ def test_grouping_ties_broken_by_slot():
     """Equal lengths keep window order, so a window always groups the same way."""
     groups = grouping.sorted_chunks(np.array([2, 1, 2, 1]), 2)
     assert [g.tolist() for g in groups] == [[1, 3], [0, 2]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    count=st.integers(0, 300),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 10**6),
+    window=st.integers(0, 10**6),
+)
+def test_property_batch_order_is_a_seeded_permutation(count, seed, epoch, window):
+    """The emission order of a window's groups is a permutation, the same on every call."""
+    order = grouping.batch_order(count, seed=seed, epoch=epoch, window=window)
+    assert sorted(order.tolist()) == list(range(count))
+    again = grouping.batch_order(count, seed=seed, epoch=epoch, window=window)
+    assert order.tolist() == again.tolist()
+
+
+def test_batch_order_differs_between_windows_and_epochs():
+    """Other windows and epochs of one seed get other orders."""
+    orders = {
+        tuple(grouping.batch_order(20, seed=1, epoch=e, window=w).tolist())
+        for e in range(3)
+        for w in range(3)
+    }
+    assert len(orders) == 9
