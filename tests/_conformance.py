@@ -196,6 +196,66 @@ def _quarantine() -> str:
     return os.path.join(folder, "quarantine.jsonl")
 
 
+# Batching records of varying length: padding, bucketing, packing, token budgets.
+_SEQUENCES = [np.arange(1 + (i * 7) % 13, dtype=np.int64) + 100 * i for i in range(37)]
+
+
+def _sequences(seed: int) -> Pipeline:
+    return Pipeline({"tokens": _SEQUENCES, "label": _LABELS}, seed=seed).shuffle()
+
+
+@register("padded_batch-mask-thread-workers-shard-1-of-2", num_steps=4)
+def _padded() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _sequences(20).padded_batch(3, mask=True), num_epochs=2, shard_index=1, shard_count=2,
+        num_workers=2, worker_type="thread",
+    )
+
+
+@register("bucket_by_length-process-workers", num_steps=9, break_points=(2, 5, 9))
+def _bucket_processes() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _sequences(21).bucket_by_length(3, window=9, pad_to=16), num_epochs=2, num_workers=2,
+        worker_type="process",
+    )
+
+
+@register("bucket_by_length-shard-2-of-3-metadata-drop-remainder", num_steps=5)
+def _bucket_shard() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _sequences(22).bucket_by_length(2, window=6, drop_remainder=True), num_epochs=3,
+        shard_index=2, shard_count=3, with_metadata=True,
+    )
+
+
+@register("pack-map_fn-thread-workers-shard-0-of-2", num_steps=5)
+def _pack_shard() -> ResumableLoader:
+    import tensorflow as tf
+
+    pipeline = Pipeline(_SEQUENCES, seed=23).shuffle().map(_worker_fns.augment)
+    return ResumableLoader.from_pipeline(
+        pipeline.pack(20, window=8, batch_size=2), num_epochs=2, shard_count=2,
+        output_signature=tf.TensorSpec((None,), tf.int64), num_workers=2, worker_type="thread",
+    )
+
+
+@register("pack-dict-process-workers", num_steps=7, break_points=(1, 4, 7))
+def _pack_processes() -> ResumableLoader:
+    data = {"inputs": _SEQUENCES, "targets": _SEQUENCES[::-1]}
+    pipeline = Pipeline(data, seed=24).shuffle().pack(24, window=10, batch_size=2)
+    return ResumableLoader.from_pipeline(
+        pipeline, num_epochs=2, num_workers=2, worker_type="process"
+    )
+
+
+@register("batch_by_tokens-boundaries-thread-workers-shard-1-of-2-endless", num_steps=9)
+def _tokens_endless() -> ResumableLoader:
+    pipeline = _sequences(25).batch_by_tokens(30, window=12, boundaries=(5, 9), mask=True)
+    return ResumableLoader.from_pipeline(
+        pipeline, shard_index=1, shard_count=2, num_workers=2, worker_type="thread"
+    )
+
+
 _WORDS = [f"record-{i}" * (i % 4) for i in range(37)]
 _TOKENS = [np.arange(i % 6, dtype=np.int64) + i for i in range(37)]
 

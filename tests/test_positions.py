@@ -94,3 +94,33 @@ def test_layout_advance_past_largest_position_raises_value_error():
     with pytest.raises(ValueError) as excinfo:
         layout.advance(0, 2**62)
     assert "passes the largest position, 2**63 - 1" in str(excinfo.value)
+
+
+@pytest.mark.parametrize(
+    ("position", "bounds"),
+    [(0, (0, 8)), (7, (0, 8)), (8, (8, 10)), (10, (10, 18)), (29, (28, 30))],
+    ids=["start", "inside", "second-window", "next-epoch", "last-short-window"],
+)
+def test_layout_window_bounds_align_to_epoch_start(position, bounds):
+    """Windows of 8 over epochs of 10 records: [0, 8), [8, 10), then the next epoch's."""
+    layout = _position.Layout(10, 4, False, None, window=8)
+    assert layout.window_bounds(position) == bounds
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda layout: layout.advance(0, 1),
+        lambda layout: layout.batch_end(0),
+        lambda layout: layout.batches_per_epoch,
+        lambda layout: layout.batches_left_in_epoch(0),
+    ],
+    ids=["advance", "batch_end", "batches_per_epoch", "batches_left_in_epoch"],
+)
+def test_layout_unknown_counts_refuse_batch_arithmetic(call):
+    """Batches that count the records they hold have no arithmetic: it raises, naming it."""
+    layout = _position.Layout(10, 4, False, None, window=8, known_counts=False)
+    with pytest.raises(ValueError, match="count the records they hold") as info:
+        call(layout)
+    assert "Layout." in str(info.value)
+    assert layout.normalise(10) == 10  # normalising needs no batch sizes

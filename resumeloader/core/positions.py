@@ -5,7 +5,14 @@ offset). Batches are cut from the position the stream (re)starts at, never cross
 epoch boundary, and an epoch's short last batch is dropped when `drop_remainder`.
 A position is *normalised* when it is not inside a dropped remainder. Advancing by
 any number of batches is O(1) arithmetic (`Layout.advance`); the loop it replaces is
-kept by the tests as the definition it must equal. Pure Python.
+kept by the tests as the definition it must equal.
+
+A windowed batch stage (bucketing, packing, token budgets) groups the records of
+*windows* of `window` consecutive positions, aligned to the epoch's start (an epoch's
+last window may be shorter). With `known_counts` each batch still counts as
+`batch_size` positions, so all of the above holds; without, a batch counts the
+records it holds, which only its window's data tells: the batch arithmetic here
+does not apply (the consumer learns each batch's end from the producer). Pure Python.
 """
 
 from __future__ import annotations
@@ -26,6 +33,10 @@ class Layout:
     batch_size: int
     drop_remainder: bool
     num_epochs: int | None
+    #: Positions per window of a windowed batch stage, or None.
+    window: int | None = None
+    #: Whether every batch counts `batch_size` positions (an epoch's last the rest).
+    known_counts: bool = True
 
     @property
     def end(self) -> int | None:
@@ -43,14 +54,25 @@ class Layout:
         end = self.end
         return position if end is None else min(position, end)
 
+    def window_bounds(self, position: int) -> tuple[int, int]:
+        """The positions where the window holding `position` starts and ends."""
+        assert self.window is not None
+        epoch, offset = divmod(position, self.records_per_epoch)
+        start = offset - offset % self.window
+        stop = min(start + self.window, self.records_per_epoch)
+        base = epoch * self.records_per_epoch
+        return base + start, base + stop
+
     def batch_end(self, position: int) -> int:
         """The position after the batch that starts at normalised `position`."""
+        self._check_counts("batch_end")
         offset = position % self.records_per_epoch
         return position + min(self.batch_size, self.records_per_epoch - offset)
 
     @property
     def batches_per_epoch(self) -> int:
         """Batches of an epoch read from its start (at least 1)."""
+        self._check_counts("batches_per_epoch")
         full, rest = divmod(self.records_per_epoch, self.batch_size)
         return max(1, full + (1 if rest and not self.drop_remainder else 0))
 
@@ -60,6 +82,7 @@ class Layout:
         Raises:
             ValueError: an endless stream would pass `MAX_POSITION`.
         """
+        self._check_counts("advance")
         position = self.normalise(position)
         end = self.end
         if num_batches <= 0 or (end is not None and position >= end):
@@ -83,8 +106,17 @@ class Layout:
 
     def batches_left_in_epoch(self, position: int) -> int:
         """Batches from normalised `position` to the end of its epoch (0 past the end)."""
+        self._check_counts("batches_left_in_epoch")
         if self.end is not None and position >= self.end:
             return 0
         left = self.records_per_epoch - position % self.records_per_epoch
         full, rest = divmod(left, self.batch_size)
         return full + (1 if rest and not self.drop_remainder else 0)
+
+    def _check_counts(self, what: str) -> None:
+        if not self.known_counts:
+            msg = (
+                f"`Layout.{what}` needs batches of known size, but this layout's batches "
+                "count the records they hold (a packing or token-budget stage)."
+            )
+            raise ValueError(msg)

@@ -5,7 +5,9 @@ as its UTF-8 bytes, as ``tf.string`` does). Its shape has fixed dimensions and
 ``None`` where records differ. A leaf is *variable* when it is a string or has a
 ``None`` dimension: its batches become ``tf.string`` tensors or ``tf.RaggedTensor`` s
 and travel from the producer to TensorFlow in the batch wire format
-(`resumeloader.core.wire`).
+(`resumeloader.core.wire`). A *dense* leaf (a batch stage's output, e.g. padded
+tokens) has ``None`` dimensions that vary from batch to batch but not within one: its
+batches are plain arrays.
 """
 
 from __future__ import annotations
@@ -26,10 +28,15 @@ _NUMERIC = "biufc"  # bool, signed, unsigned, float, complex
 
 @dataclasses.dataclass(frozen=True)
 class LeafSpec:
-    """Shape (without the batch dimension; None where it varies) and dtype of a leaf."""
+    """Shape (without the batch dimension; None where it varies) and dtype of a leaf.
+
+    `dense`: the None dimensions vary from batch to batch only (padded batches), so
+    a batch is one array (a ``tf.Tensor`` with unknown dimensions), not ragged.
+    """
 
     shape: tuple[int | None, ...]
     dtype: np.dtype
+    dense: bool = False
 
     @property
     def is_string(self) -> bool:
@@ -39,7 +46,7 @@ class LeafSpec:
     @property
     def ragged(self) -> bool:
         """Whether some dimension varies from record to record."""
-        return None in self.shape
+        return None in self.shape and not self.dense
 
     @property
     def variable(self) -> bool:

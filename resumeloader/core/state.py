@@ -6,8 +6,11 @@ A state is what a checkpoint holds for a loader:
   which record comes at which position, as ``"<stage>.<field>"`` keys (e.g.
   ``"sampler.seed"``), and a ``fingerprint`` hashing them;
 * the *position*: ``epoch``, ``offset`` (records of the epoch's global order consumed
-  by all shards together, at the start of the current window) and ``row`` (batches
-  of that window consumed; 0 for fixed-size batching);
+  by all shards together) and ``row``, always 0: a windowed batch stage (bucketing,
+  packing, token budgets) needs no field of its own, because its batches tile each
+  window and the position after any batch is still a number of records consumed
+  (the window start plus the records of its batches before); a restore recomputes
+  the window it lies in (`resumeloader.stages.plan`);
 * the layout it was saved with (``shard_count``, ``batch_size``), informational:
   the global position does not depend on them, so another shard count or batch size
   can continue it (elastic resume).

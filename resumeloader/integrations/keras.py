@@ -96,7 +96,10 @@ class ResumeCallback(keras.callbacks.Callback):
 
     Feed ``fit`` with either ``epoch_dataset(loader)`` and no ``steps_per_epoch``, or
     ``loader.dataset()`` with ``steps_per_epoch=loader.batches_per_epoch`` (which
-    ``steps_per_execution`` must divide). Metric values of a resumed epoch cover all
+    ``steps_per_execution`` must divide). A loader whose batches count the records
+    they hold (`Pipeline.pack`, `Pipeline.batch_by_tokens`) has no batches per epoch
+    known in advance: feed it ``epoch_dataset(loader)``; the callback ends each Keras
+    epoch where the loader's epoch ends. Metric values of a resumed epoch cover all
     its batches, those before the interruption included.
 
     Args:
@@ -144,6 +147,9 @@ class ResumeCallback(keras.callbacks.Callback):
             )
             raise TypeError(msg)
         self._fit_state: callback_state.FitState | None = None
+        # False for packing and token budgets: an epoch has as many batches as its data.
+        self._known = loader.plan.layout.known_counts
+        self._epoch = 0  # the Keras epoch running
         self._left = 0  # batches of the loader's epoch left when the Keras epoch began
         self._counted = 0  # batches of this Keras epoch the loader was advanced by
         self._since_save = 0
@@ -183,7 +189,7 @@ class ResumeCallback(keras.callbacks.Callback):
         self._track_fit_state(checkpoint, fit_state)
         self._saved_position = self._loader.position
         self._since_save = 0
-        self._resumed_mid_epoch = self._loader.step > 0
+        self._resumed_mid_epoch = self._loader.position % self._loader.plan.records_per_epoch > 0
         self._check_fit_arguments()
         # Read by fit right after on_train_begin, as for BackupAndRestore (0 reads as
         # unset); cleared again in on_epoch_begin so that it cannot leak to later fits.
@@ -213,9 +219,16 @@ class ResumeCallback(keras.callbacks.Callback):
     def _check_fit_arguments(self) -> None:
         steps = self.params.get("steps")
         per_execution = int(getattr(self.model, "steps_per_execution", 1) or 1)
-        per_epoch = self._loader.batches_per_epoch
         if steps is None:
             return
+        if not self._known:
+            msg = (
+                "This loader's epochs have as many batches as its data makes (packing, token "
+                "budgets): pass `epoch_dataset(loader)` without `steps_per_epoch`. "
+                f"Received: steps_per_epoch={steps}."
+            )
+            raise ValueError(msg)
+        per_epoch = self._loader.batches_per_epoch
         if steps != per_epoch:
             msg = (
                 "ResumeCallback keeps Keras epochs equal to loader epochs: `steps_per_epoch` "
@@ -265,23 +278,34 @@ class ResumeCallback(keras.callbacks.Callback):
             assert self._fit_state is not None
             self._fit_state.apply_metrics()
             self._resumed_mid_epoch = False
-        self._left = self._loader.batches_left_in_epoch
+        self._epoch = epoch
+        self._left = self._loader.batches_left_in_epoch if self._known else 0
         self._counted = 0
-        if self._left == 0:  # an exhausted loader has nothing more to train on
+        if self._loader.exhausted:  # nothing more to train on
             self.model.stop_training = True
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         # Keras passes the last step of the execution; an execution cut short by the
         # end of an epoch_dataset still reports its full length.
-        consumed = min(batch + 1, self._left)
-        if consumed > self._counted:
-            self._loader.advance(consumed - self._counted)
-            self._since_save += consumed - self._counted
-            self._counted = consumed
+        if self._known:
+            consumed = min(batch + 1, self._left)
+            if consumed > self._counted:
+                self._loader.advance(consumed - self._counted)
+                self._since_save += consumed - self._counted
+                self._counted = consumed
+            ended = consumed >= self._left
+        else:
+            # Where the epoch ends is known once it is there: one batch at a time.
+            while self._counted < batch + 1 and self._loader.epoch == self._epoch:
+                self._loader.advance()
+                self._since_save += 1
+                self._counted += 1
+            ended = self._loader.epoch != self._epoch or self._loader.exhausted
         if self._save_every is not None and self._since_save >= self._save_every:
             self._save()
-        if consumed >= self._left and not self.model.stop_training:
-            # Ends the epoch exactly at the loader's epoch boundary.
+        if ended and not self.model.stop_training:
+            # Ends the epoch exactly at the loader's epoch boundary (before Keras runs out
+            # of data: it would learn that epoch's length for the next ones).
             self.model.stop_training = _BOUNDARY
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:

@@ -7,7 +7,8 @@ A pipeline is a chain of stages, in three kinds:
 * **record stages** (any number) transform one record at a time in Python, keyed by
   (seed, epoch, record index): `RecordStage.apply`;
 * a **batch stage** (exactly one) groups the records of consecutive positions
-  into batches: `BatchStage.assemble`;
+  into batches: `BatchStage.assemble`, or, for a *windowed* stage, the records of a
+  window of consecutive positions: `BatchStage.group` and `BatchStage.assemble_group`;
 * **tensor stages** (any number, after the batch stage) transform whole batches as
   tensors inside TensorFlow: `TensorStage.fn` (defined here, run by the TensorFlow
   layer).
@@ -27,15 +28,28 @@ resume-conformance suite (``tests/test_conformance.py``):
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from resumeloader.core import spec as spec_lib
 
-__all__ = ["BatchStage", "IndexStage", "RecordStage", "Stage", "TensorStage"]
+__all__ = [
+    "BatchStage",
+    "Group",
+    "GroupError",
+    "IndexStage",
+    "RecordStage",
+    "Stage",
+    "TensorStage",
+]
 
 Fields = dict[str, int | str]
+#: One leaf of the records of a batch or window: a list of the records' arrays, or an
+#: array whose first dimension is the record (what a source's ``read_batch`` returns).
+Column = Sequence[Any]
 
 
 class Stage:
@@ -80,14 +94,68 @@ class RecordStage(Stage):
         raise NotImplementedError
 
 
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """The records of one batch of a window, as slots of the window (0 = its first position).
+
+    Attributes:
+        slots: int64, every slot of the batch, row after row.
+        row_splits: for rows that hold several records (packing), int64 offsets into
+            `slots`: row ``i`` is ``slots[row_splits[i]:row_splits[i + 1]]`` (an empty
+            row has none); None when each row is one record.
+    """
+
+    slots: np.ndarray
+    row_splits: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        """The positions this batch counts: the records it holds."""
+        return len(self.slots)
+
+    def first_slots(self) -> np.ndarray:
+        """The slot of each row's first record (-1 for an empty row)."""
+        if self.row_splits is None:
+            return self.slots
+        starts, stops = self.row_splits[:-1], self.row_splits[1:]
+        first = np.full(len(starts), -1, dtype=np.int64)
+        filled = stops > starts
+        first[filled] = self.slots[starts[filled]]
+        return first
+
+
+class GroupError(ValueError):
+    """A record that a batch stage cannot put in a batch (e.g. longer than a packed row).
+
+    The producer names the record (index, epoch, position) from `slot`, its place in
+    the columns the stage was given.
+    """
+
+    def __init__(self, msg: str, *, slot: int) -> None:
+        super().__init__(msg)
+        self.slot = slot
+
+
 class BatchStage(Stage):
-    """Groups the records of consecutive positions into batches."""
+    """Groups records into batches: consecutive positions, or windows of them.
+
+    A plain stage (`window` None) makes one batch of each run of `batch_size`
+    consecutive positions (`assemble`). A *windowed* stage groups the records of each
+    window of `window` consecutive positions, aligned to the epoch's start, into
+    batches (`group`, then `assemble_group` for each): the batches of a window hold
+    each of its records exactly once, in an order that is a pure function of the
+    records, the seed, the epoch and the window. With `known_counts` every batch but
+    an epoch's last holds `batch_size` records, so position arithmetic stays O(1);
+    without, the number of batches of a window depends on its records, and the
+    consumer advances by the records each batch holds.
+    """
 
     kind = "batch"
 
     @property
     def batch_size(self) -> int:
-        """Records per batch (the last batch of an epoch may be shorter)."""
+        """Records per batch (the last batch of an epoch may be shorter); for a stage
+        without `known_counts`, the most records a batch holds."""
         raise NotImplementedError
 
     @property
@@ -95,8 +163,60 @@ class BatchStage(Stage):
         """Whether an epoch's short last batch is dropped."""
         raise NotImplementedError
 
-    def assemble(self, columns: list[list[np.ndarray]], spec: spec_lib.RecordSpec) -> list[Any]:
-        """One batch's leaves from the records' leaves, column by column."""
+    @property
+    def window(self) -> int | None:
+        """Positions per window of a windowed stage, or None for a plain one."""
+        return None
+
+    @property
+    def known_counts(self) -> bool:
+        """Whether every batch counts `batch_size` positions (an epoch's last the rest)."""
+        return True
+
+    @property
+    def stacks(self) -> bool:
+        """Whether a batch is just its records' leaves stacked (ragged ones as lists), so
+        that a source's ``read_batch`` result is the batch as it is."""
+        return False
+
+    @property
+    def batch_dim(self) -> int | None:
+        """The size of every batch's first dimension, when it never varies."""
+        return self.batch_size if self.drop_remainder else None
+
+    def output_spec(self, spec: spec_lib.RecordSpec) -> spec_lib.RecordSpec:
+        """The spec of one row of the batches, for records of `spec` (default: the same).
+
+        Raises:
+            ValueError: records of `spec` cannot be grouped by this stage.
+        """
+        return spec
+
+    def assemble(self, columns: list[Column], spec: spec_lib.RecordSpec) -> list[Any]:
+        """One batch's leaves (of `output_spec`) from the records' leaves, column by column
+        (plain stages).
+
+        Raises:
+            GroupError: a record does not fit (its slot is its place in `columns`).
+        """
+        raise NotImplementedError
+
+    def group(
+        self, columns: list[Column], spec: spec_lib.RecordSpec, *, seed: int, epoch: int,
+        window: int,
+    ) -> list[Group]:
+        """The batches of window number `window` of epoch `epoch`, in order (windowed
+        stages). `columns` hold the window's records in position order.
+
+        Raises:
+            GroupError: a record does not fit.
+        """
+        raise NotImplementedError
+
+    def assemble_group(
+        self, columns: list[Column], spec: spec_lib.RecordSpec, group: Group
+    ) -> list[Any]:
+        """The leaves (of `output_spec`) of the batch `group` of the window's `columns`."""
         raise NotImplementedError
 
     def resized(self, batch_size: int) -> BatchStage:

@@ -36,9 +36,15 @@ class FixedBatchStage(base.BatchStage):
     def drop_remainder(self) -> bool:
         return self._drop_remainder
 
-    def assemble(self, columns: list[list[np.ndarray]], spec: spec_lib.RecordSpec) -> list[Any]:
+    @property
+    def stacks(self) -> bool:
+        return True
+
+    def assemble(self, columns: list[base.Column], spec: spec_lib.RecordSpec) -> list[Any]:
+        # Strings and ragged leaves stay lists (the wire format encodes them); a source's
+        # read_batch gives arrays already.
         return [
-            column if leaf.ragged else np.stack(column)
+            column if leaf.variable or isinstance(column, np.ndarray) else np.stack(column)
             for column, leaf in zip(columns, spec.leaves, strict=True)
         ]
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from resumeloader import sources
 from resumeloader.core import validate
-from resumeloader.stages import base, batch, mix, on_error, sampler, tf_map
+from resumeloader.stages import base, batch, batching, mix, on_error, sampler, tf_map
 from resumeloader.stages import map as map_stage
 
 __all__ = ["Pipeline"]
@@ -18,15 +18,16 @@ __all__ = ["Pipeline"]
 _KINDS = ("index", "record", "batch", "tensor")
 
 
-class Pipeline:
+class Pipeline(batching.BatchingMethods):
     """An immutable chain of stages that defines which bytes land in which batch.
 
     A pipeline reads a source in an index order (natural, or shuffled per epoch),
-    runs record stages on each record, groups records into batches and runs tensor
-    stages (TensorFlow ops) on each batch. Each method returns a new pipeline. How
-    the batches are delivered (workers, prefetch, the tf.data graph, distribution)
-    is not part of it: pass the pipeline to `ResumableLoader.from_pipeline` with
-    those options.
+    runs record stages on each record, groups records into batches (`batch`, or for
+    records of varying length `padded_batch`, `bucket_by_length`, `pack`,
+    `batch_by_tokens`) and runs tensor stages (TensorFlow ops) on each batch. Each
+    method returns a new pipeline. How the batches are delivered (workers, prefetch,
+    the tf.data graph, distribution) is not part of it: pass the pipeline to
+    `ResumableLoader.from_pipeline` with those options.
 
     Guarantees: the batch at a position is a pure function of the pipeline, its
     seed, the epoch and the position; the state a loader saves names every stage

@@ -3,10 +3,12 @@
 A plan fixes what the pipeline leaves open: the number of epochs and this shard's
 part of each epoch's global order (shard ``s`` of ``S`` takes global offsets ``s, s
 + S, ...``; each epoch drops its ``num_records % S`` tail). A *position* counts this
-shard's records across epochs; `tasks` yields, from any position, the batches to
-produce: their record indices, epoch and position. Pure Python and NumPy: which
-records each batch holds is decided here, before any worker, thread or tf.data stage
-touches them.
+shard's records across epochs; `tasks` yields, from any position, what to produce:
+for a plain batch stage one task per batch (its record indices, epoch and position),
+for a windowed one (bucketing, packing) one task per window of this shard's stream,
+whose batches the producer groups (the first task holds the whole window the
+position lies in). Pure Python and NumPy: which records each batch or window holds is
+decided here, before any worker, thread or tf.data stage touches them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from resumeloader import errors
 from resumeloader.core import positions, sampler, validate
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import sampler as sampler_stage
@@ -31,11 +34,14 @@ _INDEX_CHUNK = 8192
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    """One batch to produce: its record indices, epoch, and the position of its first record."""
+    """One batch (or window, for a windowed batch stage) to produce: its record indices,
+    epoch, and the position of its first record."""
 
     indices: np.ndarray
     epoch: int
     position: int
+    #: The window's number in its epoch (windowed stages; 0 otherwise).
+    window: int = 0
 
 
 class Plan:
@@ -85,7 +91,12 @@ class Plan:
             )
             raise ValueError(msg)
         self.layout = positions.Layout(
-            self.records_per_epoch, stage.batch_size, stage.drop_remainder, self.num_epochs
+            self.records_per_epoch,
+            stage.batch_size,
+            stage.drop_remainder,
+            self.num_epochs,
+            window=stage.window,
+            known_counts=stage.known_counts,
         )
 
     @property
@@ -143,10 +154,50 @@ class Plan:
         last = epoch + 1 if self.num_epochs is None else min(epoch + 1, self.num_epochs)
         return dataclasses.replace(self.layout, num_epochs=last)
 
+    def check_restore(self, position: int, *, same_layout: bool) -> None:
+        """Raises unless a windowed stream can continue exactly from normalised `position`.
+
+        Args:
+            position: the position restored.
+            same_layout: whether the state was saved with this plan's shard count.
+
+        Raises:
+            ElasticResumeError: the position lies inside a window and the shard count
+                changed (this shard's windows now hold other records), or it is not a
+                batch boundary of its window (a stage whose batches count `batch_size`
+                positions).
+        """
+        layout = self.layout
+        if layout.window is None or (layout.end is not None and position >= layout.end):
+            return
+        start, _ = layout.window_bounds(position)
+        inside = position - start
+        epoch, offset = divmod(position, self.records_per_epoch)
+        where = f"offset {offset} of epoch {epoch} (this shard), {inside} into its window"
+        if inside and not same_layout:
+            msg = (
+                "Cannot resume inside a window with another shard count: each shard groups "
+                f"the records of windows of {layout.window} of its own positions, which now "
+                "hold other records, so the rest of the window would repeat or lose some. "
+                f"Received: a state saved at {where}. Resume with the shard count it was "
+                "saved with, or from a checkpoint at a window boundary."
+            )
+            raise errors.ElasticResumeError(msg)
+        if layout.known_counts and inside % layout.batch_size:
+            msg = (
+                "Cannot resume between two batches of a window: the position must be a batch "
+                f"boundary (a multiple of batch_size={layout.batch_size} into the window). "
+                f"Received: a state at {where}."
+            )
+            raise errors.ElasticResumeError(msg)
+
     def tasks(self, position: int, layout: positions.Layout | None = None) -> Iterator[Task]:
-        """One task per batch from normalised `position` on, cut by `layout` (default: the
-        plan's own)."""
+        """One task per batch (per window for a windowed stage) from normalised `position`
+        on, cut by `layout` (default: the plan's own)."""
         layout = self.layout if layout is None else layout
+        if layout.window is not None:
+            yield from self._windows(position, layout)
+            return
         end = layout.end
         per_epoch = layout.records_per_epoch
         chunk, chunk_epoch, chunk_start = np.empty(0, np.int64), -1, 0
@@ -159,6 +210,22 @@ class Plan:
                 chunk = self.indices(epoch, offset, chunk_stop)
                 chunk_epoch, chunk_start, first, last = epoch, offset, 0, stop - position
             yield Task(chunk[first:last], epoch, position)
+            position = layout.normalise(stop)
+
+    def _windows(self, position: int, layout: positions.Layout) -> Iterator[Task]:
+        """One task per window from the one holding normalised `position` (whole windows:
+        the consumer skips the batches before `position`)."""
+        end = layout.end
+        per_epoch = layout.records_per_epoch
+        while end is None or position < end:
+            start, stop = layout.window_bounds(position)
+            epoch = start // per_epoch
+            base = epoch * per_epoch
+            assert layout.window is not None
+            offset = start - base
+            yield Task(
+                self.indices(epoch, offset, stop - base), epoch, start, offset // layout.window
+            )
             position = layout.normalise(stop)
 
     def __repr__(self) -> str:

@@ -23,14 +23,19 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from resumeloader import errors
 from resumeloader.core import positions
 from resumeloader.stages import plan as plan_lib
 
-__all__ = ["Generation", "Ledger", "Loop", "caller"]
+__all__ = ["MAX_BOUNDARIES", "Generation", "Ledger", "Loop", "caller"]
+
+#: Batch ends a dataset() iteration of batches of varying size keeps for `advance`
+#: (about 8 MB); a consumer that never advances loses the oldest.
+MAX_BOUNDARIES = 1 << 20
 
 
 def caller(depth: int = 2) -> str:
@@ -51,11 +56,16 @@ class Loop(Protocol):
 
 
 class Generation:
-    """One iteration of ``dataset()``: where it started and how far it produced."""
+    """One iteration of ``dataset()``: where it started and how far it produced.
 
-    __slots__ = ("closed", "end", "finished", "serial", "start", "superseded")
+    For batches that count the records they hold (packing, token budgets) it also
+    keeps the position after each batch produced and not yet advanced past: what an
+    `advance` by a number of batches needs to know where it lands.
+    """
 
-    def __init__(self, serial: int, start: int) -> None:
+    __slots__ = ("boundaries", "closed", "end", "finished", "serial", "start", "superseded")
+
+    def __init__(self, serial: int, start: int, *, keep_boundaries: bool) -> None:
         self.serial = serial
         self.start = start
         self.end = start  # the position after the last batch produced
@@ -63,6 +73,15 @@ class Generation:
         self.finished = False  # produced its last batch (read-ahead may still be queued)
         self.closed = False  # its iterator is gone: nothing more can be handed out
         # (tf.data may read ahead even without a `prefetch`: it injects one.)
+        self.boundaries: deque[int] | None = deque([start]) if keep_boundaries else None
+
+    def produced(self, end: int) -> None:
+        """A batch ending at position `end` was produced."""
+        self.end = end
+        if self.boundaries is not None:
+            if len(self.boundaries) >= MAX_BOUNDARIES:
+                self.boundaries.popleft()  # an advance from there raises (see Ledger)
+            self.boundaries.append(end)
 
 
 class Ledger:
@@ -181,8 +200,11 @@ class Ledger:
             )
             raise errors.StreamIntegrityError(msg)
 
-    def watch(self, position: int, tasks: Iterator[plan_lib.Task]) -> Iterator[plan_lib.Task]:
-        """Starts a dataset() iteration at `position`; its tasks pass through the result.
+    def watch(
+        self, position: int, tasks: Iterator[plan_lib.Task]
+    ) -> tuple[Iterator[plan_lib.Task], Callable[[int], None]]:
+        """Starts a dataset() iteration at `position`; its tasks pass through the first
+        result, the second is called with the position after each batch produced.
 
         Raises:
             StreamIntegrityError: a ``for batch in loader`` is live (raised here, when
@@ -191,9 +213,10 @@ class Ledger:
         self.check_no_loop_under("a dataset() iteration", position)
         self._supersede()
         self._serial += 1
-        generation = Generation(self._serial, position)
+        keep = not self._layout.known_counts
+        generation = Generation(self._serial, position, keep_boundaries=keep)
         self._current, self._stale = generation, None
-        return self._observed(generation, tasks)
+        return self._observed(generation, tasks), generation.produced
 
     def _observed(
         self, generation: Generation, tasks: Iterator[plan_lib.Task]
@@ -211,7 +234,6 @@ class Ledger:
                         "started."
                     )
                     raise errors.StreamIntegrityError(msg)
-                generation.end = self._layout.advance(task.position, 1)
                 yield task
             generation.finished = True
         except GeneratorExit:
@@ -264,3 +286,38 @@ class Ledger:
             f"{generation.start}) produced up to position {generation.end}."
         )
         raise errors.StreamIntegrityError(msg)
+
+    def advanced(self, start: int, num_batches: int) -> int:
+        """The position `num_batches` batches after `start`, for batches that count the
+        records they hold: read from what the current dataset() iteration produced.
+
+        Raises:
+            StreamIntegrityError: no dataset() iteration produced the batch at `start`
+                (an advance before iterating, or after a restore) or the batches after
+                it (an advance past what was produced).
+        """
+        self.check_advance(start, start)  # a restore under a live iteration
+        generation = self._current
+        boundaries = None if generation is None else generation.boundaries
+        if generation is None or boundaries is None or start not in boundaries:
+            msg = (
+                "This loader's batches count the records they hold (a packing or token-budget "
+                "stage), so an advance needs the batches the current dataset() iteration "
+                "produced, and none produced a batch at this position. Iterate "
+                "`loader.dataset()` (or `for batch in loader`) and advance once per batch "
+                "consumed; to skip ahead, consume the batches or restore a checkpoint. "
+                f"Received: advance by {num_batches} from position {start}."
+            )
+            raise errors.StreamIntegrityError(msg)
+        while boundaries[0] != start:  # the batches already advanced past
+            boundaries.popleft()
+        if num_batches >= len(boundaries):
+            msg = (
+                "The consumer advanced past the last batch the loader produced: it counted "
+                "batches that did not come from this loader (see the README, 'Safe and "
+                f"unsafe tf.data ops'). Received: advance by {num_batches} from position "
+                f"{start}; dataset() iteration {generation.serial} (started at "
+                f"{generation.start}) produced {len(boundaries) - 1} batches after it."
+            )
+            raise errors.StreamIntegrityError(msg)
+        return boundaries[num_batches]

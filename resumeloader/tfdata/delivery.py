@@ -16,28 +16,30 @@ and a `Finisher` turns them into ``tf.string`` and ``tf.RaggedTensor`` leaves an
 the tensor stages (`Pipeline.tf_map`), inside tf.data. ``for batch in loader`` takes
 the same steps eagerly in its prefetch thread, or iterates the tf.data pipeline when
 there are tensor stages, so that their ops run in the same runtime as ``dataset()``.
+Every path hands over the batches of `resumeloader.tfdata.stream` (a window's batches
+one by one, each with the position after it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import tensorflow as tf
 
-from resumeloader.core import positions, rng
+from resumeloader.core import positions
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.tfdata import gather, generator, graph, prefetch, tf_map
+from resumeloader.tfdata import gather, generator, graph, prefetch, stream, tf_map
 from resumeloader.workers import ordered, produce, quarantine
 
 __all__ = ["Delivery"]
 
 AUTOTUNE = tf.data.AUTOTUNE
-# (start position, tasks) -> the same tasks, observed.
-Watch = Callable[[int, Iterator[plan_lib.Task]], Iterator[plan_lib.Task]]
+Watch = stream.Watch
 
 
 class Delivery:
@@ -78,14 +80,16 @@ class Delivery:
         )
         # The generators of this delivery's datasets (see resumeloader.tfdata.generator).
         self.generators: list[Any] = []
-        self.spec = self.producer.spec
+        #: The spec of one row of the delivered batches (the batch stage's output).
+        self.spec = self.producer.output_spec
         self.finisher = tf_map.Finisher(self.spec, plan.pipeline.tensor_stages, with_metadata)
-        layout = plan.layout
-        #: The static batch size of the loader's batches (None when the last may be short).
-        self.batch_dim = layout.batch_size if layout.drop_remainder else None
+        stage = plan.pipeline.batch_stage
+        assert stage is not None
+        #: The static batch size of the loader's batches (None when it may vary).
+        self.batch_dim = stage.batch_dim
         columns = plan.pipeline.source.columns()
         self.gatherer: gather.Gatherer | None = None
-        fixed = not self.spec.variable
+        fixed = not self.spec.variable and stage.stacks
         if self.producer.reads_batches and not num_workers and columns is not None and fixed:
             leaves, treespec = columns
             if gather.Gatherer.supports(leaves, treespec, self.spec):
@@ -93,6 +97,7 @@ class Delivery:
         self._eager_lock = threading.Lock()
         self._eager_dataset: tf.data.Dataset | None = None
         self._eager_start = 0
+        self._eager_ends: deque[int] = deque()
         if self.gatherer is not None:
             self.path = "gather"
         elif self.producer.reads_batches:
@@ -105,14 +110,6 @@ class Delivery:
         """The structure of `tf.TypeSpec` of one element with leading dimension `batch_dim`."""
         return self.finisher.element_spec(batch_dim)
 
-    def _labelled(self, value: Any, task: plan_lib.Task) -> Any:
-        """`value`, paired with the task's per-record metadata when asked for (or when
-        tensor stages need the seeds)."""
-        if not self.finisher.seeded:
-            return value
-        seed = self.plan.pipeline.seed
-        return value, rng.metadata(seed, task.indices, task.epoch, task.position)
-
     def batches(
         self,
         plan: plan_lib.Plan,
@@ -122,24 +119,47 @@ class Delivery:
     ) -> Generator[Any, None, None]:
         """NumPy batches of `plan`'s stream cut by `layout`, from normalised `position` on.
 
-        `watch(position, tasks)`, when given, sees the tasks before they are produced.
+        `watch(position, tasks)`, when given, sees the tasks before they are produced
+        and is told the position after each batch as it is produced.
         """
+        with contextlib.closing(self._stream(plan, layout, position, watch)) as produced:
+            for batch, _ in produced:
+                yield batch
+
+    def _stream(
+        self, plan: plan_lib.Plan, layout: positions.Layout, position: int, watch: Watch | None
+    ) -> Generator[tuple[Any, int], None, None]:
         tasks = plan.tasks(position, layout)
+        on_batch = None
         if watch is not None:
-            tasks = watch(position, tasks)
-        for task, batch in self.workers.produce(self.producer, tasks):
-            if self.quarantine is not None:
-                task = self.quarantine.hand_out(plan, task, self.producer.skips.take(task))
-            yield self._labelled(batch, task)
+            tasks, on_batch = watch(position, tasks)
+        seed = self.plan.pipeline.seed if self.finisher.seeded else None
+        produced = self.workers.produce(self.producer, tasks)
+        if self.quarantine is not None:
+            produced = self._handed_out(plan, produced)
+        return stream.batches(produced, layout, position, seed=seed, on_batch=on_batch)
+
+    def _handed_out(
+        self, plan: plan_lib.Plan, produced: Iterator[tuple[plan_lib.Task, produce.Produced]]
+    ) -> Iterator[tuple[plan_lib.Task, produce.Produced]]:
+        """`produced`, each task's replaced records logged to the quarantine (its budget
+        checked) as it is handed out, the task's indices naming the replacements."""
+        assert self.quarantine is not None
+        for task, out in produced:
+            yield self.quarantine.hand_out(plan, task, self.producer.skips.take(task)), out
 
     def _index_arrays(
         self, layout: positions.Layout, position: int, watch: Watch | None = None
     ) -> Iterator[Any]:
         tasks = self.plan.tasks(position, layout)
+        produced: Callable[[int], None] | None = None
         if watch is not None:
-            tasks = watch(position, tasks)
+            tasks, produced = watch(position, tasks)
         for task in tasks:
-            yield self._labelled(task.indices, task)
+            if produced is not None:
+                produced(layout.normalise(task.position + len(task.indices)))
+            seed = self.plan.pipeline.seed if self.finisher.seeded else None
+            yield stream.labelled(task.indices, task, None, seed=seed)
 
     # -- how -----------------------------------------------------------------------
     def prefetched(self, ds: tf.data.Dataset) -> tf.data.Dataset:
@@ -228,8 +248,9 @@ class Delivery:
         )
         return self.prefetched(self.finisher.map(ds, self.batch_dim))
 
-    def eager(self, position: int) -> Iterator[Any]:
-        """Tensors of the plan's batches from `position`, prepared by a Python thread.
+    def eager(self, position: int) -> stream.EagerBatches:
+        """Tensors of the plan's batches from `position`, with the position after each,
+        prepared by a Python thread.
 
         Up to `prefetch` batches ahead (2 for ``AUTOTUNE``; none for None or 0),
         without tf.data: no per-batch ``py_func`` round trip, no iterator start-up.
@@ -240,29 +261,39 @@ class Delivery:
             return self._eager_graph(position)
         depth = 2 if self.prefetch == AUTOTUNE else self.prefetch or 0
         plan = self.plan
+        ends: deque[int] = deque()
+        watch: Watch = lambda _, tasks: (tasks, ends.append)  # noqa: E731
         self.workers.start(self.producer)
-        return prefetch.prefetched(
-            lambda: self._tensors(self.batches(plan, plan.layout, position)), depth
+        tensors = prefetch.prefetched(
+            lambda: self._tensors(self.batches(plan, plan.layout, position, watch)), depth
         )
+        return stream.EagerBatches(tensors, ends)
 
-    def _eager_graph(self, position: int) -> Iterator[Any]:
+    def _eager_graph(self, position: int) -> stream.EagerBatches:
         # One tf.data pipeline serves every loop (building one costs ~50 ms); it reads
-        # its start when its first batch is produced, so the start is set and the
-        # first batch taken under a lock: two loops starting at once cannot mix up.
+        # its start (and where to put the batches' ends) when its first batch is
+        # produced, so both are set and the first batch taken under a lock: two loops
+        # starting at once cannot mix up.
         with self._eager_lock:
             if self._eager_dataset is None:
                 self._eager_dataset = self.dataset(
                     lambda: self._eager_start,
                     rest_of_epoch=False,
                     element_spec=self.element_spec(self.batch_dim),
+                    watch=lambda _, tasks: (tasks, self._eager_ends.append),
                 )
             self._eager_start = position
+            ends = self._eager_ends = deque()
             iterator = iter(self._eager_dataset)
             first = next(iterator, None)
-        if first is None:
-            return
-        yield first
-        yield from iterator
+
+        def elements() -> Generator[Any, None, None]:
+            if first is None:
+                return
+            yield first
+            yield from iterator
+
+        return stream.EagerBatches(elements(), ends)
 
     def _tensors(self, batches: Generator[Any, None, None]) -> Iterator[Any]:
         """Eager elements of produced `batches` (variable leaves decoded and assembled)."""
@@ -308,3 +339,4 @@ class Delivery:
             final = graph.spec_text(self.element_spec(None))
             rows.append(("prefetch", f"prefetch({size})", final, "recomputed"))
         return rows
+

@@ -1,9 +1,10 @@
 """``ResumableLoader.describe()``: the pipeline rendered as an execution plan with rich.
 
-One row per stage, from the checkpointed position down to what tf.data hands to the
-training step: what the stage is, the element it produces, and whether it is
-checkpointed, derived from the checkpoint on every (re)start, or recomputed. The
-order stages come from the `Plan`, the rest from the `Delivery`.
+One row per stage (a batch stage that only stacks records has none), from the
+checkpointed position down to what tf.data hands to the training step: what the
+stage is, the element it produces, and whether it is checkpointed, derived from the
+checkpoint on every (re)start, or recomputed. The order stages come from the `Plan`,
+the rest from the `Delivery`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ Row = tuple[str, str, str, str]
 def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.Delivery) -> list[Row]:
     pipeline = plan.pipeline
     source = pipeline.source
-    record = delivery.spec.describe()
+    record = delivery.producer.spec.describe()
     epochs = "endless" if plan.num_epochs is None else f"{plan.num_epochs} epochs"
     rows: list[Row] = [
         ("position", "int64 tf.Variable, advanced by the consumer", "int64", "CHECKPOINTED"),
@@ -53,6 +54,12 @@ def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.Delivery) -> list[Ro
     for stage in pipeline.record_stages:
         name = "map_fn" if stage.name == "map" else stage.name
         rows.append((name, stage.describe(), record, "derived"))
+    batch = pipeline.batch_stage
+    if batch is not None and not batch.stacks:  # grouping beyond stacking: worth a row
+        what = batch.describe()
+        if batch.window is not None:
+            what += "; a restore inside a window recomputes that window"
+        rows.append((batch.name, what, f"row {delivery.spec.describe()}", "derived"))
     return rows
 
 

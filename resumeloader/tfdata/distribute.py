@@ -65,8 +65,9 @@ def pipeline(plan: plan_lib.Plan, input_context: Any) -> InputPipeline:
 
     Raises:
         TypeError: `input_context` is not a `tf.distribute.InputContext`.
-        ValueError: the global batch does not split evenly among the replicas, or
-            an epoch would end in a short global batch (set ``drop_remainder=True``).
+        ValueError: the global batch does not split evenly among the replicas, an
+            epoch would end in a short global batch (set ``drop_remainder=True``), or
+            the batch stage is windowed (bucketing, packing, token budgets).
     """
     if not isinstance(input_context, tf.distribute.InputContext):
         msg = (
@@ -74,6 +75,18 @@ def pipeline(plan: plan_lib.Plan, input_context: Any) -> InputPipeline:
             f"Received: input_context={input_context!r}."
         )
         raise TypeError(msg)
+    stage = plan.pipeline.batch_stage
+    if plan.layout.window is not None and stage is not None:
+        msg = (
+            "`dataset(input_context=...)` splits each step's records among the input "
+            "pipelines by position, but a windowed batch stage groups the records of a "
+            "whole window into batches by their lengths, so the pipelines' batches would "
+            "not be the single-process batches. Use `strategy.experimental_distribute_dataset("
+            "loader.dataset())` (one pipeline, batches split across replicas) or "
+            "`Pipeline.padded_batch`. Received: batch stage "
+            f"{stage.describe()}."
+        )
+        raise ValueError(msg)
     batch_size = plan.batch_size
     replicas = input_context.num_replicas_in_sync
     pipelines = input_context.num_input_pipelines

@@ -77,11 +77,11 @@ UNSAFE: dict[str, tuple[str, str]] = {
     ),
     "padded_batch": (
         "groups several batches into one element: one advance counts only one of them",
-        f"{_BATCH}; padding: a padding stage {_COMING}",
+        "`Pipeline.padded_batch(batch_size, pad_to=..., mask=...)`",
     ),
     "ragged_batch": (
         "groups several batches into one element: one advance counts only one of them",
-        f"{_BATCH}; padding: a padding stage {_COMING}",
+        f"{_BATCH} (varying leaves become tf.RaggedTensor), or `Pipeline.padded_batch`",
     ),
     "sparse_batch": (
         "groups several batches into one element: one advance counts only one of them",
@@ -95,11 +95,12 @@ UNSAFE: dict[str, tuple[str, str]] = {
     "window": ("regroups batches into windows", _BATCH),
     "group_by_window": (
         "regroups records of several batches by key",
-        f"a bucketing stage {_COMING}",
+        "`Pipeline.bucket_by_length`, `Pipeline.batch_by_tokens` or `Pipeline.pack`",
     ),
     "bucket_by_sequence_length": (
         "regroups records of several batches by length",
-        f"a bucketing stage {_COMING}",
+        "`Pipeline.bucket_by_length(batch_size, window=...)`, or `Pipeline.batch_by_tokens` "
+        "with `boundaries=`",
     ),
     "rejection_resample": (
         "drops and repeats records to reach a target distribution",

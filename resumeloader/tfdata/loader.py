@@ -266,13 +266,39 @@ class ResumableLoader(tf.train.experimental.PythonState):
 
     @property
     def batches_per_epoch(self) -> int:
-        """Batches in a whole epoch of this shard."""
+        """Batches in a whole epoch of this shard.
+
+        Raises:
+            TypeError: the batch stage's batches count the records they hold
+                (`Pipeline.pack`, `Pipeline.batch_by_tokens`): the number depends on the
+                data and is not known in advance.
+        """
+        self._check_counts("loader.batches_per_epoch")
         return self._layout.batches_left_in_epoch(0)
 
     @property
     def batches_left_in_epoch(self) -> int:
-        """Batches from the position to the end of its epoch (0 once exhausted)."""
+        """Batches from the position to the end of its epoch (0 once exhausted).
+
+        Raises:
+            TypeError: see `batches_per_epoch`.
+        """
+        self._check_counts("loader.batches_left_in_epoch")
         return self._layout.batches_left_in_epoch(self.position)
+
+    def _check_counts(self, what: str) -> None:
+        if not self._layout.known_counts:
+            stage = self._plan.pipeline.batch_stage
+            msg = (
+                f"`{what}` is not known in advance for this loader: its batches hold as many "
+                "records as the data lets them (packing, token budgets), so how many there "
+                "are depends on the records. Iterate an epoch with "
+                "`loader.dataset(rest_of_epoch=True)` (Keras: `epoch_dataset(loader)` without "
+                "`steps_per_epoch`); progress is `loader.position` of "
+                f"`loader.plan.records_per_epoch` records. Received: batch stage "
+                f"{stage.describe() if stage is not None else None}."
+            )
+            raise TypeError(msg)
 
     @property
     def position(self) -> int:
@@ -289,7 +315,12 @@ class ResumableLoader(tf.train.experimental.PythonState):
 
     @property
     def step(self) -> int:
-        """Batches consumed in the current epoch."""
+        """Batches consumed in the current epoch.
+
+        Raises:
+            TypeError: see `batches_per_epoch`.
+        """
+        self._check_counts("loader.step")
         offset = self.position % self._layout.records_per_epoch
         return -(-offset // self._layout.batch_size)
 
@@ -303,8 +334,10 @@ class ResumableLoader(tf.train.experimental.PythonState):
         """Batches left to the end of a finite loader: what ``for batch in loader`` yields now.
 
         Raises:
-            TypeError: the loader is endless (``num_epochs=None``).
+            TypeError: the loader is endless (``num_epochs=None``), or its number of
+                batches is not known in advance (see `batches_per_epoch`).
         """
+        self._check_counts("len(loader)")
         end = self._layout.end
         if end is None:
             msg = (
@@ -350,18 +383,24 @@ class ResumableLoader(tf.train.experimental.PythonState):
             configuration and the position. An example is in
             `resumeloader.tfdata.describe.describe`.
         """
-        title = (
-            f"ResumableLoader: epoch {self.epoch}, step {self.step}, position "
-            f"{self.position} ({self.num_records} records, batch {self.batch_size}, "
-            f"{self.batches_per_epoch} batches per epoch)"
-        )
+        if self._layout.known_counts:
+            title = (
+                f"ResumableLoader: epoch {self.epoch}, step {self.step}, position "
+                f"{self.position} ({self.num_records} records, batch {self.batch_size}, "
+                f"{self.batches_per_epoch} batches per epoch)"
+            )
+        else:
+            title = (
+                f"ResumableLoader: epoch {self.epoch}, position {self.position} "
+                f"({self.num_records} records; batches per epoch depend on the data)"
+            )
         return describe_lib.describe(title, self._plan, self._delivery, console=console)
 
     # -- the pipeline ----------------------------------------------------------------
     @property
     def element_spec(self) -> Any:
         """The structure of `tf.TensorSpec` of one batch."""
-        return self._delivery.element_spec(self.batch_size if self.drop_remainder else None)
+        return self._delivery.element_spec(self._delivery.batch_dim)
 
     def dataset(
         self,
@@ -381,7 +420,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
         guarded dataset again, ops that would drop, repeat, reorder or regroup batches
         (``repeat`` on a finite loader, ``shuffle``, ``filter``, ``batch``, ``unbatch``,
         ``skip``, ...) raise `StreamIntegrityError` naming the in-loader alternative.
-        For a finite loader its ``cardinality()`` (eagerly) is ``len(loader)``.
+        For a finite loader its ``cardinality()`` (eagerly) is ``len(loader)`` (unknown
+        when the number of batches depends on the data: `Pipeline.pack`,
+        `Pipeline.batch_by_tokens`).
 
         Args:
             input_context: for ``strategy.distribute_datasets_from_function``: this
@@ -412,7 +453,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         # one-epoch dataset (whose first epoch may be short after a resume) keeps it
         # unknown.
         count: Callable[[], int] | None = None
-        if not rest_of_epoch:
+        if not rest_of_epoch and self._layout.known_counts:
             count = self.__len__ if self.num_epochs is not None else _infinite
         finite = rest_of_epoch or self.num_epochs is not None
         guarded = guard.GuardedDataset(ds, finite=finite, count=count)
@@ -555,6 +596,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 f"{self._layout.records_per_epoch} records per shard is past 2**63 records."
             )
             raise errors.StateError(msg)
+        same = saved["shard_count"] == self._plan.shard_count
+        self._plan.check_restore(self._layout.normalise(position), same_layout=same)
         self._position.set(position)
 
     def serialize(self) -> str:

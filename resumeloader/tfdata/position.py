@@ -37,8 +37,7 @@ class EagerLoop:
     for an emergency save during the step that consumed it.
 
     Args:
-        batches: the batches from `position` on (closed with the loop).
-        layout: the loader's batch arithmetic.
+        batches: ``(batch, position after it)`` from `position` on (closed with the loop).
         position: the normalised position the loop starts at.
         origin: where the loop was started (``file:line``), for error messages.
         on_close: called once with the loop when it ends, however it ends.
@@ -47,7 +46,6 @@ class EagerLoop:
     __slots__ = (
         "__weakref__",
         "_batches",
-        "_layout",
         "_on_close",
         "handed_out",
         "in_flight",
@@ -58,15 +56,13 @@ class EagerLoop:
 
     def __init__(
         self,
-        batches: Iterator[Any],
-        layout: positions.Layout,
+        batches: Iterator[tuple[Any, int]],
         position: int,
         *,
         origin: str,
         on_close: Callable[[EagerLoop], None],
     ) -> None:
         self._batches = batches
-        self._layout = layout
         self._on_close = on_close
         self.position = position
         self.in_flight: int | None = None  # the position before the batch in flight
@@ -83,12 +79,11 @@ class EagerLoop:
         if not self.live:
             raise StopIteration
         try:
-            batch = next(self._batches)
+            batch, end = next(self._batches)
         except BaseException:
             self.close()
             raise
         start = self.position
-        end = self._layout.advance(start, 1)
         # Both stores together, no call between: a signal handler sees either state.
         self.position, self.in_flight = end, start
         self.handed_out += 1
@@ -195,26 +190,44 @@ class Position:
         self.ledger.check_position_change("advance")
         if tf.inside_function():
             with tf.control_dependencies(ordering.pending_get_next()):
-                graph.advance(self.variable, self._layout, num_batches)
+                if self._layout.known_counts:
+                    graph.advance(self.variable, self._layout, num_batches)
+                else:
+                    self._advance_by_host(num_batches)
             return
         num_batches = validate.integer("num_batches", _python_int(num_batches), low=0)
         start = self.read()
-        end = self._layout.advance(start, num_batches)
+        if self._layout.known_counts:
+            end = self._layout.advance(start, num_batches)
+        else:
+            end = self.ledger.advanced(start, num_batches) if num_batches else start
         self.ledger.check_advance(start, end)
         self.variable.assign(end, read_value=False)
         self.ledger.moved()
 
+    def _advance_by_host(self, num_batches: Any) -> None:
+        """A graph advance for batches of varying size: a host callback reads where the
+        batches end from the ledger (what the dataset() iteration produced)."""
+
+        def advanced(position: Any, count: Any) -> Any:
+            start = self._layout.normalise(int(position))
+            number = validate.integer("num_batches", int(count), low=0)
+            return np.int64(self.ledger.advanced(start, number) if number else start)
+
+        count = tf.cast(num_batches, tf.int64)
+        end = tf.py_function(advanced, [self.variable.read_value(), count], tf.int64)
+        self.variable.assign(tf.reshape(end, ()))
+
     def loop(self, batches: Callable[[int], Iterator[Any]], origin: str) -> EagerLoop:
-        """A new live loop over ``batches(position)``, started at `origin`.
+        """A new live loop over ``batches(position)`` (pairs of a batch and the position
+        after it), started at `origin`.
 
         Raises:
             StreamIntegrityError: another loop is live.
         """
         self.ledger.check_no_loop(origin)
         position = self.read()
-        loop = EagerLoop(
-            batches(position), self._layout, position, origin=origin, on_close=self._ended
-        )
+        loop = EagerLoop(batches(position), position, origin=origin, on_close=self._ended)
         try:
             self.ledger.open_loop(loop)
         except BaseException:

@@ -9,12 +9,13 @@ top, costs nothing here) and imports no TensorFlow. User functions defined in
 Protocol on the socket (pickled messages, `multiprocessing.connection.Connection`):
 
 * parent -> worker: the payload (pickled pipeline and spec) once, then
-  ``("task", seq, session, indices, epoch, position)``, ``("session", id)`` (every task
+  ``("task", seq, session, task)`` (a `plan.Task`), ``("session", id)`` (every task
   of an older session is stale) and ``None`` (stop);
 * worker -> parent: ``(-1, 0, "ready", None)`` once set up, then
   ``(seq, session, kind, body)`` for every task, where kind is ``"ok"`` (body: slot,
-  block size, leaf layout, whether a new block's descriptor follows on the socket,
-  the batch's replaced records as `resumeloader.workers.quarantine` describes them),
+  block size, array layout, whether a new block's descriptor follows on the socket,
+  the `produce.Produced` header (the task's batches are its arrays, flattened), and
+  the task's replaced records as `resumeloader.workers.quarantine` describes them),
   ``"error"``, ``"setup_error"`` or ``"skipped"`` (stale).
 
 A worker writes its batches into `SLOTS` blocks that it reuses; the parent copies a
@@ -43,9 +44,7 @@ from multiprocessing import connection
 from typing import Any
 
 import numpy as np
-import optree
 
-from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import failures, produce, shm
 
 __all__ = ["SLOTS", "main"]
@@ -142,7 +141,7 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
                 return
             if not inbox:
                 continue
-            _, seq, session, indices, epoch, position = inbox.popleft()
+            _, seq, session, task = inbox.popleft()
             new = None
             if session < latest:
                 reply: tuple[Any, ...] = (seq, session, "skipped", None)
@@ -150,15 +149,11 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
                 reply = (seq, session, "setup_error", setup_error)
             else:
                 try:
-                    task = plan_lib.Task(indices, epoch, position)
-                    batch = producer.batch(task)
-                    leaves = [
-                        np.ascontiguousarray(a)
-                        for a in optree.tree_leaves(batch, none_is_leaf=True)
-                    ]
-                    body, new = writer.write(leaves)
-                    # The batch's replaced records travel with it (the parent logs them).
-                    reply = (seq, session, "ok", (*body, producer.skips.take(task)))
+                    produced = producer.batch(task)
+                    arrays, header = produced.flatten(producer.output_spec.treespec)
+                    body, new = writer.write([np.ascontiguousarray(a) for a in arrays])
+                    # The task's replaced records travel with it (the parent logs them).
+                    reply = (seq, session, "ok", (*body, header, producer.skips.take(task)))
                 except Exception as err:
                     reply = (seq, session, "error", failures.describe(err))
             conn.send(reply)

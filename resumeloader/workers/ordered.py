@@ -1,7 +1,8 @@
 """Ordered parallel batch production: in the calling thread, or thread and process pools.
 
-A task is one batch (record indices, epoch, position); workers run
-`BatchProducer.batch` on it and the results are handed out strictly in task order,
+A task is one batch, or one window of a windowed batch stage (record indices, epoch,
+position); workers run `BatchProducer.batch` on it and the results (the task's
+batches, `produce.Produced`) are handed out strictly in task order,
 with a bounded number of batches in flight. The stream is therefore the same for
 any number and kind of workers, and restoring with another ``num_workers`` is exact.
 
@@ -158,7 +159,7 @@ class WorkerSettings:
                     (producer.pipeline, producer.spec), protocol=pickle.HIGHEST_PROTOCOL
                 )
                 self._pool = processes.ProcessPool(
-                    payload, producer.spec, self.num_workers, timeout=self.timeout,
+                    payload, producer.output_spec, self.num_workers, timeout=self.timeout,
                     on_skips=producer.skips.put,
                 )
             return self._pool
@@ -172,8 +173,8 @@ class WorkerSettings:
 
     def produce(
         self, producer: produce.BatchProducer, tasks: Iterator[Task]
-    ) -> Iterator[tuple[Task, Any]]:
-        """Yields ``(task, batch)`` for each task, in task order."""
+    ) -> Iterator[tuple[Task, produce.Produced]]:
+        """Yields ``(task, its batches)`` for each task, in task order."""
         if not self.num_workers:
             for task in tasks:
                 yield task, producer.batch(task)

@@ -30,12 +30,11 @@ from multiprocessing import connection
 from typing import Any
 
 import numpy as np
-import optree
 
 from resumeloader import errors
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import child, failures, worker_process
+from resumeloader.workers import child, failures, produce, worker_process
 
 Task = plan_lib.Task
 
@@ -57,7 +56,7 @@ class ProcessPool:
 
     Args:
         payload: the pipeline and record spec, pickled (cloudpickle).
-        spec: the record spec (to rebuild the batches' structure).
+        spec: the batches' spec (`BatchProducer.output_spec`: to rebuild their structure).
         num_workers: worker processes (>= 1).
         timeout: seconds the consumer waits for one batch before the worker is
             stopped and a `WorkerError` raised; None waits as long as the worker lives.
@@ -97,8 +96,8 @@ class ProcessPool:
         """The process ids of the live workers."""
         return [w.pid for w in self._workers if not w.dead]
 
-    def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, Any]]:
-        """Yields ``(task, batch)`` for each task, in task order (one session)."""
+    def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, produce.Produced]]:
+        """Yields ``(task, its batches)`` for each task, in task order (one session)."""
         queue: deque[_Item] = deque()
         session = -1
         capacity = SLOTS * len(self._workers)
@@ -191,9 +190,7 @@ class ProcessPool:
                 seq = next(self._seqs)
                 task = item.task
                 try:
-                    worker.conn.send(
-                        ("task", seq, session, task.indices, task.epoch, task.position)
-                    )
+                    worker.conn.send(("task", seq, session, task))
                 except OSError:
                     self._bury(worker)
                     continue
@@ -224,7 +221,7 @@ class ProcessPool:
                 continue
             worker.outstanding.popleft()
             if session == self._session and kind != "skipped":
-                value = (self._copy(worker, body), body[4]) if kind == "ok" else body
+                value = (self._copy(worker, body), body[5]) if kind == "ok" else body
                 self._results[seq] = (kind, value)
         if not ready:  # a dead worker whose socket a grandchild keeps open
             for worker in busy.values():
@@ -238,14 +235,14 @@ class ProcessPool:
             self._results[seq] = ("died", (worker.index, worker.pid, worker.how_it_died()))
         worker.outstanding.clear()
 
-    def _copy(self, worker: worker_process.WorkerProcess, body: Any) -> Any:
-        slot, _, layout = body[:3]
+    def _copy(self, worker: worker_process.WorkerProcess, body: Any) -> produce.Produced:
+        slot, _, layout, _, header = body[:5]
         buffer = worker.blocks[slot].buf
-        leaves = [
+        arrays = [
             np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset).copy()
             for dtype, shape, offset in layout
         ]
-        return optree.tree_unflatten(self._spec.treespec, leaves)
+        return produce.Produced.unflatten(self._spec.treespec, arrays, header)
 
     def _take(self, item: _Item) -> tuple[str, Any] | None:
         return None if item.seq is None else self._results.pop(item.seq, None)

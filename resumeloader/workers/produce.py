@@ -1,14 +1,17 @@
-"""Turns a batch task into one batch: read, run the record stages, check, assemble, encode.
+"""Turns a task into its batches: read, run the record stages, check, group, assemble, encode.
 
 NumPy and optree only, no TensorFlow, so that worker processes stay light. Every
 failure of user code is translated into a `RecordError` naming the record index,
-the epoch and the position, with the original exception chained. A batch leaves
-here as one fixed-shape numeric array per leaf: variable leaves (strings, arrays of
-varying shape) in the batch wire format (`resumeloader.core.wire`).
+the epoch and the position, with the original exception chained. A task of a plain
+batch stage makes one batch, one of a windowed stage (bucketing, packing) the
+window's batches (`Produced`). A batch leaves here as one numeric array per leaf of
+the batch stage's output spec: variable leaves (strings, arrays of varying shape) in
+the batch wire format (`resumeloader.core.wire`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -19,11 +22,12 @@ import optree
 from resumeloader import errors
 from resumeloader.core import spec as spec_lib
 from resumeloader.core import wire
+from resumeloader.stages import base as stages_base
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import quarantine
 
-__all__ = ["BatchProducer"]
+__all__ = ["BatchProducer", "Produced"]
 
 _READ_ONLY_HINT = (
     " Records are read-only views of the source, so that a map_fn cannot change the "
@@ -31,8 +35,45 @@ _READ_ONLY_HINT = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Produced:
+    """A task's batches, in order.
+
+    Attributes:
+        batches: each a structure of arrays (of the batch stage's output spec).
+        counts: the positions each batch counts (the records it holds).
+        rows: per batch, the slot in the task of each row's (first) record (-1 for an
+            empty row); None when each batch's rows are its task's records in order.
+    """
+
+    batches: list[Any]
+    counts: list[int]
+    rows: list[np.ndarray] | None = None
+
+    def flatten(self, treespec: Any) -> tuple[list[np.ndarray], tuple[list[int], bool]]:
+        """Every array of the batches (and rows), and what `unflatten` needs besides."""
+        arrays = [a for batch in self.batches for a in treespec.flatten_up_to(batch)]
+        if self.rows is not None:
+            arrays += self.rows
+        return arrays, (self.counts, self.rows is not None)
+
+    @classmethod
+    def unflatten(
+        cls, treespec: Any, arrays: list[np.ndarray], header: tuple[list[int], bool]
+    ) -> Produced:
+        """The `Produced` whose `flatten` gave `arrays` and `header`."""
+        counts, has_rows = header
+        size = treespec.num_leaves
+        batches = [
+            optree.tree_unflatten(treespec, arrays[i * size : (i + 1) * size])
+            for i in range(len(counts))
+        ]
+        rows = list(arrays[len(counts) * size :]) if has_rows else None
+        return cls(batches, list(counts), rows)
+
+
 class BatchProducer:
-    """Produces the batch of a `Task` of a pipeline, with errors that name the record.
+    """Produces the batches of a `Task` of a pipeline, with errors that name the record.
 
     Args:
         pipeline: the pipeline whose source, record stages and batch stage run (its
@@ -59,6 +100,8 @@ class BatchProducer:
         if spec is None and not self._stages:
             spec = self._source.record_spec()
         self.spec = spec if spec is not None else spec_lib.RecordSpec.of(self._probe())
+        #: The spec of one row of the batches (what the batch stage makes of records).
+        self.output_spec = self._batch_stage.output_spec(self.spec)
 
     def record(self, index: int, *, epoch: int, position: int) -> Any:
         """Reads record `index` and runs the record stages; user errors become `RecordError`."""
@@ -80,8 +123,8 @@ class BatchProducer:
                 raise _record_error(what, err, index, epoch, position) from err
         return record
 
-    def batch(self, task: plan_lib.Task) -> Any:
-        """The batch of `task`'s records, whose first record sits at ``task.position``;
+    def batch(self, task: plan_lib.Task) -> Produced:
+        """The batches of `task`'s records, whose first record sits at ``task.position``;
         a failing record raises `RecordError` or is replaced, as the error policy says."""
         try:
             return self._batch(task)
@@ -90,10 +133,10 @@ class BatchProducer:
                 raise
         return self._batch_replacing(task)
 
-    def _batch(self, task: plan_lib.Task) -> Any:
+    def _batch(self, task: plan_lib.Task) -> Produced:
         indices, epoch, position = task.indices, task.epoch, task.position
         if self.reads_batches:
-            return self._read_batch(indices, epoch=epoch, position=position)
+            return self._grouped(self._read_batch(indices, epoch=epoch, position=position), task)
         # A source that reads many records at once is read once per batch.
         read = None
         if self._source.reads_many:
@@ -109,12 +152,32 @@ class BatchProducer:
                 columns, self._check(record, index=index, **where), strict=True
             ):
                 column.append(leaf)
-        leaves = self._batch_stage.assemble(columns, self.spec)
-        return self._encoded(leaves)
+        return self._grouped(columns, task)
+
+    # -- the batch stage's part ------------------------------------------------------
+    def _grouped(self, columns: list[Any], task: plan_lib.Task) -> Produced:
+        """The task's batches from its records' checked `columns`."""
+        stage, spec = self._batch_stage, self.spec
+        try:
+            if stage.window is None:
+                return Produced([self._encoded(stage.assemble(columns, spec))], [len(task.indices)])
+            seed = self.pipeline.seed
+            groups = stage.group(columns, spec, seed=seed, epoch=task.epoch, window=task.window)
+            batches = [self._encoded(stage.assemble_group(columns, spec, g)) for g in groups]
+        except stages_base.GroupError as err:
+            index, position = int(task.indices[err.slot]), task.position + err.slot
+            msg = (
+                f"Record index {index} (epoch {task.epoch}, position {position}) does not fit "
+                f"the batch stage `{stage.name}`: {err}"
+            )
+            raise errors.RecordSpecError(
+                msg, record_index=index, epoch=task.epoch, position=position
+            ) from err
+        return Produced(batches, [g.count for g in groups], [g.first_slots() for g in groups])
 
     # -- the error policy's path: only for a batch in which a record failed --------
-    def _batch_replacing(self, task: plan_lib.Task) -> Any:
-        """`task`'s batch made again record by record, each failing record replaced as
+    def _batch_replacing(self, task: plan_lib.Task) -> Produced:
+        """`task`'s batches made again record by record, each failing record replaced as
         the error policy says; the replacements are left in `skips`."""
         epoch = task.epoch
         columns: list[list[np.ndarray]] = [[] for _ in self.spec.leaves]
@@ -129,9 +192,9 @@ class BatchProducer:
                 skips.append(skip)
             for column, leaf in zip(columns, leaves, strict=True):
                 column.append(leaf)
-        batch = self._encoded(self._batch_stage.assemble(columns, self.spec))
+        produced = self._grouped(columns, task)
         self.skips.put(task, skips)
-        return batch
+        return produced
 
     def _checked(self, index: int, *, epoch: int, position: int) -> list[np.ndarray]:
         record = self.record(index, epoch=epoch, position=position)
@@ -157,9 +220,9 @@ class BatchProducer:
     def _encoded(self, leaves: list[Any]) -> Any:
         encoded = [
             wire.encode(leaf, spec) if spec.variable else leaf
-            for leaf, spec in zip(leaves, self.spec.leaves, strict=True)
+            for leaf, spec in zip(leaves, self.output_spec.leaves, strict=True)
         ]
-        return optree.tree_unflatten(self.spec.treespec, encoded)
+        return optree.tree_unflatten(self.output_spec.treespec, encoded)
 
     def _read_many(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
         try:
@@ -204,7 +267,7 @@ class BatchProducer:
         )
         raise errors.RecordSpecError(msg, record_index=index, epoch=epoch, position=position)
 
-    def _read_batch(self, indices: np.ndarray, *, epoch: int, position: int) -> Any:
+    def _read_batch(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
         first, size = int(indices[0]), len(indices)
         try:
             batch = self._source.read_batch(indices)
@@ -224,10 +287,7 @@ class BatchProducer:
                 break
             leaves.append(leaf)
         if problem is None:
-            try:
-                return self._encoded(leaves)
-            except TypeError as err:
-                problem = str(err)
+            return leaves
         msg = (
             f"read_batch returned a batch that does not match the element spec for the "
             f"{size} records starting at record index {first} (epoch {epoch}, position "
@@ -243,7 +303,10 @@ def _batch_leaf(column: Any, want: spec_lib.LeafSpec, size: int) -> tuple[Any, s
             if len(column) != size:
                 return None, f"{len(column)} values for {size} records"
             if not want.ragged:
-                return column, None  # bytes or str, checked by wire.encode
+                bad = next((v for v in column if not _is_text(v)), None)
+                if bad is not None:
+                    return None, f"a record's value is {type(bad).__name__}, expected bytes or str"
+                return column, None
             values = [spec_lib.leaf_array(value) for value in column]
             bad = next((v for v in values if not want.accepts(v)), None)
             if bad is not None:
@@ -262,6 +325,13 @@ def _batch_leaf(column: Any, want: spec_lib.LeafSpec, size: int) -> tuple[Any, s
         hint = _shape_hint(want, array.shape, per_record=False)
         return None, f"the batch is {got}, expected {size} records of {want.describe()}{hint}"
     return array, None
+
+
+def _is_text(value: Any) -> bool:
+    """Whether the wire format takes `value` as one string (bytes, str, or a 0-d array of one)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    return isinstance(value, (bytes, str))
 
 
 def _shape_hint(want: spec_lib.LeafSpec, got: tuple[int, ...], *, per_record: bool) -> str:

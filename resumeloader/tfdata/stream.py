@@ -1,0 +1,119 @@
+"""A plan's batches one by one, each with the position after it (and its metadata).
+
+Workers produce one `produce.Produced` per task: the batch of a plain stage, or the
+batches of a window. `batches` flattens them in order, gives each the position after
+it (the task's position plus the records of the batches before, normalised), drops
+the batches of a window that come before the position a stream starts at (a restore
+inside a window recomputes the whole window), and pairs each batch with its
+per-record metadata when the loader needs it. No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
+
+import numpy as np
+
+from resumeloader import errors
+from resumeloader.core import positions, rng
+from resumeloader.stages import plan as plan_lib
+from resumeloader.workers import produce
+
+__all__ = ["EagerBatches", "Watch", "batches", "labelled"]
+
+# (start position, tasks) -> the same tasks, observed, and what to call with the
+# position after each batch as it is produced.
+Watch = Callable[
+    [int, Iterator[plan_lib.Task]], tuple[Iterator[plan_lib.Task], Callable[[int], None]]
+]
+
+
+def labelled(value: Any, task: plan_lib.Task, rows: np.ndarray | None, *, seed: int | None) -> Any:
+    """`value`, paired with the per-record metadata of its rows when `seed` is given: the
+    task's records in order, or those at the task's slots `rows` (-1: an empty row,
+    keyed as record -1)."""
+    if seed is None:
+        return value
+    if rows is None:
+        return value, rng.metadata(seed, task.indices, task.epoch, task.position)
+    filled = rows >= 0
+    indices = np.where(filled, task.indices[np.maximum(rows, 0)], -1)
+    meta = rng.metadata(seed, indices, task.epoch, 0)
+    meta["position"] = np.where(filled, task.position + rows, -1)
+    return value, meta
+
+
+def batches(
+    produced: Iterator[tuple[plan_lib.Task, produce.Produced]],
+    layout: positions.Layout,
+    position: int,
+    *,
+    seed: int | None,
+    on_batch: Callable[[int], None] | None = None,
+) -> Generator[tuple[Any, int], None, None]:
+    """(batch, the position after it) of the tasks' batches from normalised `position` on.
+
+    Args:
+        produced: ``(task, its batches)`` in task order, the first task holding `position`.
+        layout: the layout the tasks were cut by.
+        position: where the stream starts.
+        seed: the pipeline seed to label batches with metadata, or None.
+        on_batch: called with the position after each batch, as it is produced.
+
+    Raises:
+        ElasticResumeError: `position` lies inside a batch of its window.
+    """
+    for task, out in produced:
+        at = task.position
+        for number, (batch, count) in enumerate(zip(out.batches, out.counts, strict=True)):
+            start, at = at, at + count
+            if at <= position:  # a window's batches before the position restored
+                continue
+            if start < position:
+                raise _not_a_boundary(layout, position, start, at)
+            end = layout.normalise(at)
+            if on_batch is not None:
+                on_batch(end)
+            rows = None if out.rows is None else out.rows[number]
+            yield labelled(batch, task, rows, seed=seed), end
+
+
+class EagerBatches:
+    """The batches of ``for batch in loader``, each with the position after it.
+
+    The ends travel beside the batches (not through the prefetch thread or tf.data):
+    the producer appends a batch's end before the batch leaves it, so it is there
+    when the batch arrives.
+    """
+
+    def __init__(self, batches: Iterator[Any], ends: deque[int]) -> None:
+        self._batches = batches
+        self._ends = ends
+
+    def __iter__(self) -> EagerBatches:
+        return self
+
+    def __next__(self) -> tuple[Any, int]:
+        batch = next(self._batches)
+        return batch, self._ends.popleft()
+
+    def close(self) -> None:
+        """Stops the producer."""
+        self._batches.close()  # type: ignore[attr-defined]
+
+
+def _not_a_boundary(
+    layout: positions.Layout, position: int, start: int, stop: int
+) -> errors.ElasticResumeError:
+    epoch, offset = divmod(position, layout.records_per_epoch)
+    msg = (
+        "Cannot resume between two batches of a window: the position restored lies "
+        f"inside a batch, which holds the window's positions [{start}, {stop}). A windowed "
+        "stage resumes only at the end of one of its batches (where its checkpoints are "
+        "saved); this state was edited, or saved by another configuration of the "
+        f"pipeline. Received: position {position} (epoch {epoch}, offset {offset} of "
+        "this shard)."
+    )
+    return errors.ElasticResumeError(msg)
