@@ -169,7 +169,7 @@ start = -raw.ctypes.data % 64 + misalignment
 data = raw[start : start + rows * 64].view(np.float32).reshape(rows, 16)
 data[...] = 1.5
 before = status("VmRSS")
-loader = resumeloader.ResumableLoader(data, batch_size=256, seed=0, num_epochs=2)
+loader = resumeloader.ResumableLoader(data, batch_size=4096, seed=0, num_epochs=2)
 for _ in loader.dataset():  # two epochs through one iterator
     pass
 for _ in loader.dataset(rest_of_epoch=True):  # and a second iterator

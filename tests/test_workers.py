@@ -6,6 +6,7 @@ import gc
 import os
 import signal
 import threading
+import time
 
 import _worker_fns as fns
 import numpy as np
@@ -33,12 +34,28 @@ def _worker_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("resumeloader-worker")]
 
 
+def _leftovers(before: tuple[set, set, set]) -> tuple[list, list, list]:
+    now = (_children(), _segments(), _worker_threads())
+    return tuple(sorted(set(items) - old) for items, old in zip(now, before, strict=True))
+
+
 @pytest.fixture(autouse=True)
 def _no_leftovers():
-    """Every test must leave no worker process, thread or shared-memory segment behind."""
+    """Every test must leave no worker process, thread or shared-memory segment behind.
+
+    Only what the test itself started counts (an earlier module's loader may still be
+    finalised by TensorFlow's iterator cleanup), and it gets 5 s to go: a pool is
+    stopped when its loader is collected, not necessarily by the time the test returns.
+    """
+    before = (set(_children()), set(_segments()), set(_worker_threads()))
     yield
-    gc.collect()
-    leftovers = (_children(), _segments(), _worker_threads())
+    deadline = time.monotonic() + 5.0
+    while True:
+        gc.collect()
+        leftovers = _leftovers(before)
+        if leftovers == ([], [], []) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert leftovers == ([], [], []), f"left behind: {leftovers}"
 
 

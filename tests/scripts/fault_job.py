@@ -36,7 +36,14 @@ parser.add_argument("--record-floats", type=int, default=4)
 parser.add_argument("--step-seconds", type=float, default=0.0)
 parser.add_argument("--tf-flag", action="store_true", help="column 1: TensorFlow imported")
 args = parser.parse_args()
-print(f"start {os.getpid()}", flush=True)  # a worker re-running this script would print it
+
+
+def say(line):
+    """One whole line in one write: the map_fn thread and the loop never interleave."""
+    os.write(sys.stdout.fileno(), f"{line}\n".encode())
+
+
+say(f"start {os.getpid()}")  # a worker re-running this script would print it
 
 NUM_RECORDS, BATCH = 96, 8
 STALL, STALL_AT, FLOATS, TF_FLAG = args.stall, args.stall_at, args.record_floats, args.tf_flag
@@ -44,7 +51,7 @@ STALL, STALL_AT, FLOATS, TF_FLAG = args.stall, args.stall_at, args.record_floats
 
 def stall_here(index):
     if index == STALL_AT:
-        print(f"stalling {os.getpid()}", flush=True)
+        say(f"stalling {os.getpid()}")
         time.sleep(3600)
 
 
@@ -88,7 +95,7 @@ def consumed(batch):
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"loader": loader.get_state(), "records": records}))
     os.replace(tmp, path)
-    print(f"batch {len(records) // BATCH}", flush=True)
+    say(f"batch {len(records) // BATCH}")
 
 
 if args.consume == "loop":
@@ -98,4 +105,4 @@ else:
     for batch in loader.dataset():
         loader.advance()
         consumed(batch)
-print(f"done; workers that imported TensorFlow: {tf_batches}; TF {tf.__version__}", flush=True)
+say(f"done; workers that imported TensorFlow: {tf_batches}; TF {tf.__version__}")
