@@ -32,7 +32,8 @@ from resumeloader import errors
 
 __all__ = ["SAFE", "UNSAFE", "GuardedDataset"]
 
-_COMING = "(a `Pipeline` stage coming in 0.2)"
+_SELECT = "select the records before the loader (a source over the kept indices)"
+_MIX = "`Pipeline.mix(sources, weights)` (README, 'Mixing sources')"
 _BATCH = "the loader's `batch_size` (`Pipeline.batch`)"
 
 # name: (what it does to the stream after dataset(), what to use instead)
@@ -49,7 +50,7 @@ UNSAFE: dict[str, tuple[str, str]] = {
     "filter": (
         "drops batches the consumer never advances for: the position falls behind what "
         "was trained",
-        f"a filtering stage {_COMING}",
+        _SELECT,
     ),
     "ignore_errors": (
         "drops failing batches silently: the position falls behind what was trained",
@@ -57,7 +58,7 @@ UNSAFE: dict[str, tuple[str, str]] = {
         "seeded other record of its epoch (the same after a restore), logged, within an "
         "error budget (README, 'Bad records')",
     ),
-    "unique": ("drops batches: the position falls behind", f"a filtering stage {_COMING}"),
+    "unique": ("drops batches: the position falls behind", _SELECT),
     "skip": (
         "drops the first batches without an advance: the position falls behind",
         "`loader.advance(n)` before iterating (the position then records the skip)",
@@ -104,7 +105,7 @@ UNSAFE: dict[str, tuple[str, str]] = {
     ),
     "rejection_resample": (
         "drops and repeats records to reach a target distribution",
-        f"a mixing stage {_COMING}",
+        _MIX,
     ),
     "flat_map": (
         "turns each batch into any number of elements",
@@ -112,11 +113,11 @@ UNSAFE: dict[str, tuple[str, str]] = {
     ),
     "interleave": (
         "turns each batch into any number of elements, interleaved",
-        f"per-record work in `map_fn`; to mix datasets, a mixing stage {_COMING}",
+        f"per-record work in `map_fn`; to mix datasets, {_MIX}",
     ),
     "concatenate": (
         "appends other elements, and the consumer advances for them too",
-        f"a mixing stage {_COMING}, or a second loader",
+        f"{_MIX}, or a second loader",
     ),
     "cache": (
         "replays the first iteration's batches on later ones, whatever the position",

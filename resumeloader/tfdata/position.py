@@ -111,9 +111,12 @@ class EagerLoop:
 
     def __del__(self) -> None:
         # An abandoned loop (dropped without finishing) ends when it is collected; at
-        # interpreter shutdown there may be nothing left to hand the position to.
-        with contextlib.suppress(Exception):
+        # interpreter shutdown there may be nothing left to hand the position to (nor
+        # module globals such as `contextlib`: only builtins here).
+        try:
             self.close()
+        except Exception:  # noqa: S110 - a finaliser must not raise
+            pass
 
 
 def eager_only(what: str) -> None:

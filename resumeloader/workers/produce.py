@@ -100,6 +100,13 @@ class BatchProducer:
         if spec is None and not self._stages:
             spec = self._source.record_spec()
         self.spec = spec if spec is not None else spec_lib.RecordSpec.of(self._probe())
+        # The thin path: a record that is one numeric array of a fixed shape is checked
+        # with one comparison of its dtype and shape (`_check` does the same, slower).
+        self._fixed: tuple[np.dtype, tuple[int, ...]] | None = None
+        if len(self.spec.leaves) == 1 and self.spec.treespec == _LEAF_TREESPEC:
+            leaf = self.spec.leaves[0]
+            if not leaf.is_string and None not in leaf.shape:
+                self._fixed = (leaf.dtype, tuple(leaf.shape))
         #: The spec of one row of the batches (what the batch stage makes of records).
         self.output_spec = self._batch_stage.output_spec(self.spec)
 
@@ -114,7 +121,10 @@ class BatchProducer:
     def _transform(self, record: Any, *, index: int, epoch: int, position: int) -> Any:
         if not self._stages:
             return record
-        record = optree.tree_map(_read_only, record, none_is_leaf=True)
+        if type(record) is np.ndarray:
+            record = _read_only(record)
+        else:
+            record = optree.tree_map(_read_only, record, none_is_leaf=True)
         for stage in self._stages:
             try:
                 record = stage.apply(record, epoch=epoch, index=index)
@@ -142,16 +152,19 @@ class BatchProducer:
         if self._source.reads_many:
             read = self._read_many(indices, epoch=epoch, position=position)
         columns: list[list[np.ndarray]] = [[] for _ in self.spec.leaves]
+        single = columns[0] if len(columns) == 1 else None
         for offset, index in enumerate(indices.tolist()):
-            where = {"epoch": epoch, "position": position + offset}
+            at = position + offset
             if read is None:
-                record = self.record(index, **where)
+                record = self.record(index, epoch=epoch, position=at)
             else:
-                record = self._transform(read[offset], index=index, **where)
-            for column, leaf in zip(
-                columns, self._check(record, index=index, **where), strict=True
-            ):
-                column.append(leaf)
+                record = self._transform(read[offset], index=index, epoch=epoch, position=at)
+            leaves = self._check(record, index=index, epoch=epoch, position=at)
+            if single is not None:
+                single.append(leaves[0])
+            else:
+                for column, leaf in zip(columns, leaves, strict=True):
+                    column.append(leaf)
         return self._grouped(columns, task)
 
     # -- the batch stage's part ------------------------------------------------------
@@ -241,6 +254,14 @@ class BatchProducer:
         return records
 
     def _check(self, record: Any, *, index: int, epoch: int, position: int) -> list[np.ndarray]:
+        fixed = self._fixed
+        if (
+            fixed is not None
+            and type(record) is np.ndarray
+            and record.dtype == fixed[0]
+            and record.shape == fixed[1]
+        ):
+            return [record]
         problem = None
         try:
             leaves, treespec = spec_lib.flatten(record)
@@ -358,6 +379,9 @@ def treespec_text(treespec: Any) -> str:
     """A structure in words, e.g. ``{image: *, label: *}``."""
     text = str(treespec).removeprefix("PyTreeSpec(").removesuffix(")")
     return text.removesuffix(", NoneIsLeaf").replace("'", "")
+
+
+_LEAF_TREESPEC = optree.tree_structure(0, none_is_leaf=True)
 
 
 def _read_only(value: Any) -> Any:
