@@ -1,6 +1,6 @@
 """The benchmark suite: one command, one Markdown report (benchmarks/RESULTS.md).
 
-    python benchmarks/run_all.py [--quick] [--sections loader,overhead,arrays,workers,sampler]
+    python benchmarks/run_all.py [--quick] [--sections loader,overhead,...,faults]
                                  [--output benchmarks/RESULTS.md]
 
 Runs every benchmark script in one process (the in-memory-array sizes and the Keras
@@ -17,7 +17,9 @@ checkpoint size), bench_overhead.py ((d) fixed cost per batch, (e) per-record ``
 overhead), bench_arrays.py ((f) in-memory arrays below and above 1 GiB), bench_map_fn.py
 ((g) workers for a Python ``map_fn`` against tf.data and grain), bench_workers.py ((h)
 worker start-up and Keras ``fit``, run in a process of its own since it imports
-TensorFlow at the top like a training script), bench_sampler.py (index throughput). The
+TensorFlow at the top like a training script), bench_sampler.py (index throughput);
+bench_data.py, bench_mix.py, bench_batching.py and faults.py each run in a process of
+their own and their tables (with their own targets) are copied as printed. The
 contenders they share are in _common.py.
 """
 
@@ -39,7 +41,17 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import _common  # noqa: E402
 
-SECTIONS = ("loader", "overhead", "arrays", "workers", "sampler")
+SECTIONS = ("loader", "overhead", "arrays", "workers", "sampler", "data", "mix", "batching",
+            "faults")
+
+# Scripts run in a process of their own, their tables copied as printed (each prints its
+# own targets table): section -> (script, heading).
+_PRINTED = {
+    "data": ("bench_data.py", "Real data: TFRecord, ArrayRecord, image files, tokens (issue 11)"),
+    "mix": ("bench_mix.py", "Weighted mixing (issue 12)"),
+    "batching": ("bench_batching.py", "Padding, bucketing and packing (issue 12)"),
+    "faults": ("faults.py", "Fault injection: what each fault leaves behind (issue 14)"),
+}
 
 
 def _sampler(quick: bool) -> _common.Report:
@@ -104,6 +116,34 @@ def _worker_startup(quick: bool) -> _common.Report:
     return _common.Report(text, targets)
 
 
+def _printed(section: str, quick: bool) -> _common.Report:
+    """A script of `_PRINTED` in a fresh process; its output as printed, in a text block."""
+    script, heading = _PRINTED[section]
+    span = _common.Span()
+    command = [sys.executable, str(HERE / script)]
+    if quick and script != "faults.py":
+        command.append("--quick")
+    env = dict(os.environ, COLUMNS="160", TERM="dumb")  # rich: no wrapping, no colours
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env,
+                              timeout=1800 if quick else 3600, check=False)
+        printed, status = done.stdout.strip(), done.returncode
+        note = "" if status == 0 else f"exited with status {status}: {done.stderr[-600:]}"
+    except subprocess.TimeoutExpired:
+        printed, note = "", "timed out and was killed"
+    text = "\n".join([
+        f"### {heading} (`{script}`)",
+        "",
+        "```text",
+        printed,
+        "```",
+        *(["", f"**{script}: {note}.**"] if note else []),
+        "",
+        span.caption(f"{script} (as printed, in its own process)"),
+    ])
+    return _common.Report(text, [])
+
+
 def run(sections: list[str], quick: bool) -> list[_common.Report]:
     import bench_arrays
     import bench_loader
@@ -121,6 +161,7 @@ def run(sections: list[str], quick: bool) -> list[_common.Report]:
         "arrays": lambda: bench_arrays.run(quick),
         "workers": workers,
         "sampler": lambda: _sampler(quick),
+        **{name: (lambda name=name: _printed(name, quick)) for name in _PRINTED},
     }
     reports = []
     for name in sections:

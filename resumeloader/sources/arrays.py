@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import optree
 
+from resumeloader.core import handoff
 from resumeloader.core import spec as spec_lib
 from resumeloader.sources import base
 
@@ -139,8 +140,10 @@ class ArraySource(base.Source):
         return True
 
     def read_batch(self, indices: np.ndarray) -> Any:
-        batch = [
-            c[indices] if isinstance(c, np.ndarray) else [c[i] for i in indices.tolist()]
+        batch = [  # fresh, aligned arrays an eager tensor may take over (core/handoff.py)
+            handoff.gather(c, indices)
+            if isinstance(c, np.ndarray)
+            else [c[i] for i in indices.tolist()]
             for c in self._columns
         ]
         return optree.tree_unflatten(self._treespec, batch)

@@ -109,14 +109,12 @@ class EagerLoop:
             f"handed out, position {self.position}"
         )
 
-    def __del__(self) -> None:
+    def __del__(self, suppress: Any = contextlib.suppress) -> None:
         # An abandoned loop (dropped without finishing) ends when it is collected; at
         # interpreter shutdown there may be nothing left to hand the position to (nor
-        # module globals such as `contextlib`: only builtins here).
-        try:
+        # module globals: `suppress` is bound when the class is made).
+        with suppress(Exception):
             self.close()
-        except Exception:  # noqa: S110 - a finaliser must not raise
-            pass
 
 
 def eager_only(what: str) -> None:

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from resumeloader.core import handoff
+
 __all__ = ["prefetched", "to_tensors"]
 
 _POLL_SECONDS = 0.1
@@ -38,18 +40,35 @@ class _Failure:
 def to_tensors(batch: Any) -> Any:
     """The batch with every NumPy leaf converted to an eager tensor.
 
-    An array, or a dict of arrays, takes the short way (`tf.constant` on each array:
-    a third of the cost of `tf.nest` with `tf.convert_to_tensor`; same tensors).
+    An array, or a dict or tuple of arrays, takes the short way (`_tensor` on each
+    array: a third of the cost of `tf.nest` with `tf.convert_to_tensor`).
     """
     if type(batch) is np.ndarray:
-        return tf.constant(batch)
+        return _tensor(batch)
     if type(batch) is dict and all(type(leaf) is np.ndarray for leaf in batch.values()):
-        return {key: tf.constant(leaf) for key, leaf in batch.items()}
+        return {key: _tensor(leaf) for key, leaf in batch.items()}
+    if type(batch) is tuple and all(type(leaf) is np.ndarray for leaf in batch):
+        return tuple(_tensor(leaf) for leaf in batch)
     return tf.nest.map_structure(_to_tensor, batch, expand_composites=True)
 
 
+def _tensor(array: np.ndarray) -> Any:
+    """`array` as an eager tensor: a fresh numeric array the library made (a gathered
+    batch, `core/handoff.py`) hands its memory over through DLPack, any
+    other array is copied (a view of shared memory, an array a source may reuse)."""
+    if (
+        array.dtype.kind in "iuf"
+        and array.flags.c_contiguous
+        and array.flags.writeable
+        and array.size
+        and handoff.take(array)
+    ):
+        return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+    return tf.constant(array)
+
+
 def _to_tensor(leaf: Any) -> Any:
-    return tf.constant(leaf) if type(leaf) is np.ndarray else tf.convert_to_tensor(leaf)
+    return _tensor(leaf) if type(leaf) is np.ndarray else tf.convert_to_tensor(leaf)
 
 
 def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:

@@ -105,8 +105,9 @@ class BatchProducer:
         self._fixed: tuple[np.dtype, tuple[int, ...]] | None = None
         if len(self.spec.leaves) == 1 and self.spec.treespec == _LEAF_TREESPEC:
             leaf = self.spec.leaves[0]
-            if not leaf.is_string and None not in leaf.shape:
-                self._fixed = (leaf.dtype, tuple(leaf.shape))
+            shape = tuple(dim for dim in leaf.shape if dim is not None)
+            if not leaf.is_string and len(shape) == len(leaf.shape):
+                self._fixed = (leaf.dtype, shape)
         #: The spec of one row of the batches (what the batch stage makes of records).
         self.output_spec = self._batch_stage.output_spec(self.spec)
 
@@ -381,7 +382,7 @@ def treespec_text(treespec: Any) -> str:
     return text.removesuffix(", NoneIsLeaf").replace("'", "")
 
 
-_LEAF_TREESPEC = optree.tree_structure(0, none_is_leaf=True)
+_LEAF_TREESPEC = spec_lib.flatten(np.zeros(()))[1]  # the structure of a record that is one leaf
 
 
 def _read_only(value: Any) -> Any:

@@ -1,0 +1,80 @@
+"""Eager batches that take over a gathered array's memory, and those that must not."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from resumeloader import ResumableLoader
+from resumeloader.core import handoff
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64, np.float32])
+def test_gather_equals_fancy_index_aligned_and_marked(dtype):
+    column = np.arange(7 * 3 * 5).reshape(7, 3, 5).astype(dtype)
+    indices = np.array([6, 0, 3, 3])
+
+    out = handoff.gather(column, indices)
+
+    np.testing.assert_array_equal(out, column[indices])
+    assert out.ctypes.data % handoff.ALIGNMENT == 0
+    assert handoff.take(out)
+    assert not handoff.take(out)  # handed over once
+
+
+def test_gather_strings_and_subclasses_index_as_usual_unmarked():
+    strings = np.array([b"a", b"bb", b"ccc"], dtype=object)
+    out = handoff.gather(strings, np.array([2, 0]))
+    assert out.tolist() == [b"ccc", b"a"]
+    assert not handoff.take(out)
+    matrix = np.ma.masked_array(np.arange(4))
+    assert not handoff.take(handoff.gather(matrix, np.array([1])))
+
+
+def test_take_refuses_an_array_never_marked():
+    assert not handoff.take(np.arange(10))
+
+
+def test_eager_batches_keep_their_values_after_later_batches():
+    """Tensors that took over gathered memory are not overwritten by later batches."""
+    images = np.arange(64 * 8 * 8, dtype=np.float32).reshape(64, 8, 8)
+    labels = np.arange(64)
+    loader = ResumableLoader((images, labels), batch_size=8, seed=5, num_epochs=2)
+    kept = list(loader)  # every tensor alive at once, 16 batches
+    for image, label in kept:
+        np.testing.assert_array_equal(image.numpy(), images[label.numpy()])
+
+
+class _ReusingSource:
+    """A source whose read_batch fills and returns one buffer it keeps and reuses."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.buffer = np.zeros((4, 3), np.float32)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return np.full(3, index, np.float32)
+
+    def read_batch(self, indices: np.ndarray) -> np.ndarray:
+        self.buffer = self.buffer if len(indices) == len(self.buffer) else np.zeros(
+            (len(indices), 3), np.float32
+        )
+        self.buffer[...] = np.asarray(indices, np.float32)[:, None]
+        return self.buffer
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_source_buffer_reused_between_batches_is_copied(prefetch):
+    """An array a source returns (and may overwrite) is never shared with a tensor."""
+    loader = ResumableLoader(_ReusingSource(16), batch_size=4, seed=1, num_epochs=1,
+                             prefetch=prefetch)
+    batches = list(itertools.islice(loader, 4))  # all alive; the buffer rewritten since
+
+    rows = [row for batch in batches for row in batch.numpy()]
+    assert sorted(int(row[0]) for row in rows) == list(range(16))
+    assert all((row == row[0]).all() for row in rows)
