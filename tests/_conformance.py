@@ -286,7 +286,9 @@ def _tf_augment(batch, seeds):
     return tf.map_fn(one, (batch, seeds), fn_output_signature=tf.float32)
 
 
-@register("tf_map-stateless-random", num_steps=7)
+# Each restore traces the stage anew: three break points (start, mid-epoch, the epoch
+# boundary) keep it to ~4 s; test_tf_map.py restores it at three more.
+@register("tf_map-stateless-random", num_steps=7, break_points=(0, 4, 8))
 def _tf_map() -> ResumableLoader:
     pipeline = Pipeline(_IMAGES, seed=13).shuffle().batch(5).tf_map(_tf_augment)
     return ResumableLoader.from_pipeline(pipeline, num_epochs=2)
