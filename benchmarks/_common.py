@@ -15,6 +15,7 @@ setting this to 0") and the same number of worker processes as resumeloader.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import platform
@@ -380,3 +381,16 @@ def burn_for(count: int) -> float:
     for _ in range(count):
         burn_python(record)
     return time.perf_counter() - start
+
+
+def script_main(run: Callable[[bool], Report], doc: str, quick_help: str) -> None:
+    """The command line of a benchmark script: ``--quick``, then its tables and targets."""
+    global BUDGET_SECONDS
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    quick = parser.parse_args().quick
+    BUDGET_SECONDS = 1.0 if quick else BUDGET_SECONDS
+    report = run(quick)
+    print(report.markdown)
+    print()
+    print(targets_table(report.targets))

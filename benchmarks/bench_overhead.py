@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable
@@ -156,14 +155,7 @@ def run(quick: bool) -> _common.Report:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and batches")
-    quick = parser.parse_args().quick
-    _common.BUDGET_SECONDS = 1.0 if quick else _common.BUDGET_SECONDS
-    report = run(quick)
-    print(report.markdown)
-    print()
-    print(_common.targets_table(report.targets))
+    _common.script_main(run, __doc__, "fewer rounds and batches")
 
 
 if __name__ == "__main__":
