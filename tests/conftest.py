@@ -44,3 +44,19 @@ def clean_keras():
         keras.backend.clear_session(free_memory=True)
     else:
         gc.collect()
+
+
+# Modules whose every test starts TensorFlow subprocesses; with the tests marked
+# `slow`, they run first.
+_SLOW_MODULES = {"test_kill.py", "test_notebook.py", "test_faults.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Runs the subprocess tests first (the order within each group kept): with two
+    xdist workers stealing work, the suite then ends on short tests on both workers
+    instead of one worker finishing a long kill test while the other idles."""
+
+    def slow(item: pytest.Item) -> bool:
+        return item.get_closest_marker("slow") is not None or item.path.name in _SLOW_MODULES
+
+    items.sort(key=lambda item: not slow(item))
