@@ -47,12 +47,21 @@ def test_eager_batches_keep_their_values_after_later_batches():
         np.testing.assert_array_equal(image.numpy(), images[label.numpy()])
 
 
+def _aligned_zeros(rows: int) -> np.ndarray:
+    """A fresh float32[rows, 3] buffer aligned as a handed-over batch would be, so only
+    the library's record of what it made itself keeps it from being shared."""
+    raw = np.zeros(rows * 3 * 4 + handoff.ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % handoff.ALIGNMENT
+    return raw[start : start + rows * 12].view(np.float32).reshape(rows, 3)
+
+
 class _ReusingSource:
-    """A source whose read_batch fills and returns one buffer it keeps and reuses."""
+    """A source whose read_batch fills and returns one (aligned) buffer it keeps and
+    reuses."""
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.buffer = np.zeros((4, 3), np.float32)
+        self.buffer = _aligned_zeros(4)
 
     def __len__(self) -> int:
         return self.n
@@ -61,9 +70,8 @@ class _ReusingSource:
         return np.full(3, index, np.float32)
 
     def read_batch(self, indices: np.ndarray) -> np.ndarray:
-        self.buffer = self.buffer if len(indices) == len(self.buffer) else np.zeros(
-            (len(indices), 3), np.float32
-        )
+        if len(indices) != len(self.buffer):
+            self.buffer = _aligned_zeros(len(indices))
         self.buffer[...] = np.asarray(indices, np.float32)[:, None]
         return self.buffer
 

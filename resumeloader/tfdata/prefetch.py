@@ -41,14 +41,15 @@ def to_tensors(batch: Any) -> Any:
     """The batch with every NumPy leaf converted to an eager tensor.
 
     An array, or a dict or tuple of arrays, takes the short way (`_tensor` on each
-    array: a third of the cost of `tf.nest` with `tf.convert_to_tensor`).
+    array, without `tf.nest`: less than half the cost of `tf.nest.map_structure` with
+    `tf.convert_to_tensor`, 8 us against 19 us for an int64[128] batch).
     """
     if type(batch) is np.ndarray:
         return _tensor(batch)
     if type(batch) is dict and all(type(leaf) is np.ndarray for leaf in batch.values()):
         return {key: _tensor(leaf) for key, leaf in batch.items()}
     if type(batch) is tuple and all(type(leaf) is np.ndarray for leaf in batch):
-        return tuple(_tensor(leaf) for leaf in batch)
+        return tuple(map(_tensor, batch))
     return tf.nest.map_structure(_to_tensor, batch, expand_composites=True)
 
 
