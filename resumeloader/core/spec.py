@@ -13,6 +13,7 @@ batches are plain arrays.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,6 +99,19 @@ class RecordSpec:
         """Whether any leaf is variable (a string or of varying shape)."""
         return any(leaf.variable for leaf in self.leaves)
 
+    @functools.cached_property
+    def one_array(self) -> tuple[np.dtype, tuple[int, ...]] | None:
+        """(dtype, shape) when a record is one numeric array of a fixed shape, else None:
+        such a record fits the spec exactly when it is an `np.ndarray` of that dtype and
+        shape, one comparison instead of a flatten and a check per leaf."""
+        if len(self.leaves) != 1 or self.treespec != _ONE_LEAF:
+            return None
+        leaf = self.leaves[0]
+        shape = tuple(dim for dim in leaf.shape if dim is not None)
+        if leaf.is_string or len(shape) != len(leaf.shape):
+            return None
+        return leaf.dtype, shape
+
     def paths(self) -> list[str]:
         """Each leaf's path in a record, e.g. ``record['image']``, ``record[0]``, ``record``."""
         return [
@@ -168,3 +182,7 @@ def flatten(record: Any) -> tuple[list[np.ndarray], Any]:
     """
     leaves, treespec = optree.tree_flatten(record, none_is_leaf=True)
     return [leaf_array(leaf) for leaf in leaves], treespec
+
+
+# The structure of a record that is a single leaf (an array, a number, a string).
+_ONE_LEAF = flatten(np.zeros(()))[1]

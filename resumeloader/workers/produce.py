@@ -100,14 +100,6 @@ class BatchProducer:
         if spec is None and not self._stages:
             spec = self._source.record_spec()
         self.spec = spec if spec is not None else spec_lib.RecordSpec.of(self._probe())
-        # The thin path: a record that is one numeric array of a fixed shape is checked
-        # with one comparison of its dtype and shape (`_check` does the same, slower).
-        self._fixed: tuple[np.dtype, tuple[int, ...]] | None = None
-        if len(self.spec.leaves) == 1 and self.spec.treespec == _LEAF_TREESPEC:
-            leaf = self.spec.leaves[0]
-            shape = tuple(dim for dim in leaf.shape if dim is not None)
-            if not leaf.is_string and len(shape) == len(leaf.shape):
-                self._fixed = (leaf.dtype, shape)
         #: The spec of one row of the batches (what the batch stage makes of records).
         self.output_spec = self._batch_stage.output_spec(self.spec)
 
@@ -255,7 +247,7 @@ class BatchProducer:
         return records
 
     def _check(self, record: Any, *, index: int, epoch: int, position: int) -> list[np.ndarray]:
-        fixed = self._fixed
+        fixed = self.spec.one_array  # the thin path: one comparison
         if (
             fixed is not None
             and type(record) is np.ndarray
@@ -380,9 +372,6 @@ def treespec_text(treespec: Any) -> str:
     """A structure in words, e.g. ``{image: *, label: *}``."""
     text = str(treespec).removeprefix("PyTreeSpec(").removesuffix(")")
     return text.removesuffix(", NoneIsLeaf").replace("'", "")
-
-
-_LEAF_TREESPEC = spec_lib.flatten(np.zeros(()))[1]  # the structure of a record that is one leaf
 
 
 def _read_only(value: Any) -> Any:
