@@ -45,7 +45,7 @@ def caller(depth: int = 2) -> str:
 
 
 class Loop(Protocol):
-    """What the ledger needs of a live eager loop (`resumeloader.tfdata.position.EagerLoop`)."""
+    """What the ledger needs of a live eager loop (`resumeloader.handout.loop.EagerLoop`)."""
 
     live: bool
     in_flight: int | None

@@ -1,10 +1,12 @@
-"""Replaced records on their way out: the skips of each batch, the quarantine log, the budget.
+"""The quarantine log and the error budget of the bad-record policy, kept where batches are
+handed out.
 
 A producer that replaces a failing record (`resumeloader.stages.on_error`) leaves the
-batch's *skips* in its `SkipLedger`; a worker process sends them back with the batch
-and the pool puts them in the parent producer's ledger. The process that hands
-batches out takes them with the batch and gives them to its `Quarantine`, which
-appends each to the JSON-lines log once and keeps the error budget. No TensorFlow.
+batch's *skips* in its `resumeloader.workers.skips.SkipLedger` (a worker sends them
+back with the batch). The process that hands batches out takes them with the batch
+and gives them to its `Quarantine`, which appends each to the JSON-lines log once and
+keeps the error budget (`handed_out` does both for a stream of produced tasks). No
+TensorFlow.
 
 The log has one JSON object per line: ``epoch``, ``position`` (as the loader counts:
 this shard's records across epochs), ``record_index``, ``replacement`` (the record
@@ -30,57 +32,18 @@ import json
 import math
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from resumeloader import errors
 from resumeloader.core import state
 from resumeloader.stages import on_error
 from resumeloader.stages import plan as plan_lib
+from resumeloader.workers import produce
 
-__all__ = ["Quarantine", "SkipLedger"]
+__all__ = ["Quarantine", "handed_out"]
 
 Skips = list[dict[str, Any]]
-
-
-def _key(task: plan_lib.Task) -> tuple[int, int, bytes]:
-    return task.epoch, task.position, task.indices.tobytes()
-
-
-class SkipLedger:
-    """The skips of the batches a producer made, until the consumer side takes them.
-
-    A task's batch may be made more than once (a new iteration from an earlier
-    position, two iterations racing): every making puts, every hand-out takes, and
-    the entry is forgotten when the hand-outs have caught up with the makings. A
-    batch made and never handed out (an abandoned iteration's read-ahead) leaves
-    its entry, which the next making of that batch reuses.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        # task key -> [makings not yet handed out, skips (the same each time)]
-        self._skips: dict[tuple[int, int, bytes], list[Any]] = {}
-
-    def put(self, task: plan_lib.Task, skips: Skips) -> None:
-        """Records that `task`'s batch was made with `skips` (nothing when empty)."""
-        if skips:
-            with self._lock:
-                entry = self._skips.setdefault(_key(task), [0, list(skips)])
-                entry[0] += 1
-
-    def take(self, task: plan_lib.Task) -> Skips:
-        """The skips of `task`'s batch, as it is handed out."""
-        if not self._skips:  # the common case, without the lock or the key
-            return []
-        with self._lock:
-            key = _key(task)
-            entry = self._skips.get(key)
-            if entry is None:
-                return []
-            entry[0] -= 1
-            if entry[0] <= 0:
-                del self._skips[key]
-            return list(entry[1])
 
 
 class Quarantine:
@@ -196,3 +159,15 @@ class Quarantine:
                 written += os.write(fd, data[written:])
         finally:
             os.close(fd)
+
+
+def handed_out(
+    quarantine: Quarantine,
+    plan: plan_lib.Plan,
+    producer: produce.BatchProducer,
+    produced: Iterator[tuple[plan_lib.Task, produce.Produced]],
+) -> Iterator[tuple[plan_lib.Task, produce.Produced]]:
+    """`produced`, each task's replaced records logged to `quarantine` (its budget
+    checked) as it is handed out, the task's indices naming the replacements."""
+    for task, out in produced:
+        yield quarantine.hand_out(plan, task, producer.skips.take(task)), out

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from resumeloader.core import sampler
-from resumeloader.stages import base
+from resumeloader.core import sampler, validate
+from resumeloader.stages import base, fields
 
 __all__ = ["SamplerStage"]
 
 
+@fields.stage
 class SamplerStage(base.IndexStage):
     """Record ``permute(num_records, seed, epoch, offset)`` at each offset, or ``offset`` itself.
 
@@ -18,29 +19,18 @@ class SamplerStage(base.IndexStage):
     """
 
     name = "sampler"
+    algorithm = sampler.ALGORITHM
 
-    def __init__(self, num_records: int, *, seed: int, shuffle: bool) -> None:
-        self._num_records = num_records
-        self._seed = seed
-        self._shuffle = shuffle
-
-    @property
-    def num_records(self) -> int:
-        return self._num_records
-
-    @property
-    def shuffle(self) -> bool:
-        """Whether epochs are shuffled."""
-        return self._shuffle
+    num_records: int = fields.field(check=fields.count)
+    seed: int = fields.field(check=lambda _, value: validate.seed(value), kw_only=True)
+    #: Whether epochs are shuffled.
+    shuffle: bool = fields.field(check=fields.flag, order=True, kw_only=True)
 
     def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
-        if not self._shuffle:
+        if not self.shuffle:
             return offsets
-        return sampler.permute(self._num_records, self._seed, epoch, offsets)
-
-    def order_fields(self) -> base.Fields:
-        return {"algorithm": sampler.ALGORITHM, "shuffle": int(self._shuffle)}
+        return sampler.permute(self.num_records, self.seed, epoch, offsets)
 
     def describe(self) -> str:
-        order = "shuffled" if self._shuffle else "in order"
-        return f"IndexSampler: {order}, seed {self._seed}"
+        order = "shuffled" if self.shuffle else "in order"
+        return f"IndexSampler: {order}, seed {self.seed}"

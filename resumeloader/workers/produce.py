@@ -25,7 +25,7 @@ from resumeloader.core import wire
 from resumeloader.stages import base as stages_base
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import quarantine
+from resumeloader.workers import skips
 
 __all__ = ["BatchProducer", "Produced"]
 
@@ -79,8 +79,9 @@ class BatchProducer:
         pipeline: the pipeline whose source, record stages and batch stage run (its
             tensor stages run in TensorFlow, not here).
         spec: the per-record spec batches are checked against. When None it is the
-            source's own (`Source.record_spec`) if there is no record stage, else that
-            of record 0 (epoch 0) read and run through the record stages.
+            pipeline's (`Pipeline.record_spec`), else the source's own
+            (`Source.record_spec`) if there is no record stage, else that of record 0
+            (epoch 0) read and run through the record stages.
     """
 
     def __init__(
@@ -96,7 +97,9 @@ class BatchProducer:
         policy = pipeline.error_policy
         self._policy = policy if policy.replaces else None
         #: The replacements in the batches made here, until the consumer side takes them.
-        self.skips = quarantine.SkipLedger()
+        self.skips = skips.SkipLedger()
+        if spec is None:
+            spec = pipeline.record_spec
         if spec is None and not self._stages:
             spec = self._source.record_spec()
         self.spec = spec if spec is not None else spec_lib.RecordSpec.of(self._probe())
@@ -163,13 +166,12 @@ class BatchProducer:
     # -- the batch stage's part ------------------------------------------------------
     def _grouped(self, columns: list[Any], task: plan_lib.Task) -> Produced:
         """The task's batches from its records' checked `columns`."""
-        stage, spec = self._batch_stage, self.spec
+        stage = self._batch_stage
         try:
-            if stage.window is None:
-                return Produced([self._encoded(stage.assemble(columns, spec))], [len(task.indices)])
-            seed = self.pipeline.seed
-            groups = stage.group(columns, spec, seed=seed, epoch=task.epoch, window=task.window)
-            batches = [self._encoded(stage.assemble_group(columns, spec, g)) for g in groups]
+            made = stage.batches(
+                columns, self.spec, seed=self.pipeline.seed, epoch=task.epoch,
+                window=task.window,
+            )
         except stages_base.GroupError as err:
             index, position = int(task.indices[err.slot]), task.position + err.slot
             msg = (
@@ -179,7 +181,7 @@ class BatchProducer:
             raise errors.RecordSpecError(
                 msg, record_index=index, epoch=task.epoch, position=position
             ) from err
-        return Produced(batches, [g.count for g in groups], [g.first_slots() for g in groups])
+        return Produced([self._encoded(leaves) for leaves in made.leaves], made.counts, made.rows)
 
     # -- the error policy's path: only for a batch in which a record failed --------
     def _batch_replacing(self, task: plan_lib.Task) -> Produced:

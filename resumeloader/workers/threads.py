@@ -1,207 +1,76 @@
-"""Ordered parallel batch production: in the calling thread, or thread and process pools.
+"""The thread backend: daemon threads making batch tasks, handed back in task order.
 
-A task is one batch, or one window of a windowed batch stage (record indices, epoch,
-position); workers run `BatchProducer.batch` on it and the results (the task's
-batches, `produce.Produced`) are handed out strictly in task order,
-with a bounded number of batches in flight. The stream is therefore the same for
-any number and kind of workers, and restoring with another ``num_workers`` is exact.
-
-Process workers (`resumeloader.workers.processes`) live as long as the loader: they
-start once (``start``, or the first iteration) and serve every iteration and epoch
-until ``close()``, garbage collection or interpreter exit. Thread workers are daemon
-threads started per iteration: a thread stalled in user code never keeps the
-interpreter from exiting (Ctrl-C), and is left behind by an iteration that ends.
-With a ``timeout`` a batch that does not arrive in time raises a `WorkerError` naming it.
-Like the batch producer it drives, this module imports no TensorFlow: keep it so.
+The threads are started per iteration (`run`) and are daemons: a thread stalled in
+user code never keeps the interpreter from exiting (Ctrl-C), and is left behind by an
+iteration that ends (closing waits at most 0.25 s for it). With a ``timeout`` a batch
+that does not arrive in time raises a `WorkerError` naming it. No TensorFlow here.
 """
 
 from __future__ import annotations
 
-import math
-import pickle
 import queue
-import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from concurrent import futures
-from typing import Any
+from typing import Any, ClassVar
 
-import cloudpickle
-
-from resumeloader import errors
-from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import processes, produce
+from resumeloader.workers import backend, options, produce
 
-__all__ = ["WorkerSettings"]
+__all__ = ["SLOTS", "ThreadBackend"]
 
-WORKER_TYPES = ("thread", "process")
 Task = plan_lib.Task
-# Closing an iteration waits this long for thread workers stalled in user code.
+#: Tasks in flight per thread by default: one being made, one waiting.
+SLOTS = 2
+# Closing an iteration waits this long for threads stalled in user code.
 _JOIN_SECONDS = 0.25
 
 
-class _NullWriter:
-    def write(self, data: bytes) -> int:
-        return memoryview(data).nbytes
-
-
-def _check_picklable(name: str, value: Any) -> None:
-    try:
-        cloudpickle.CloudPickler(_NullWriter(), protocol=pickle.HIGHEST_PROTOCOL).dump(value)
-    except Exception as err:
-        msg = (
-            f"`{name}` cannot be pickled, but worker_type='process' sends it pickled to each "
-            f"worker process: {type(err).__name__}: {err}. Received: {name} of type "
-            f"{type(value).__name__}. Expected: a picklable object (functions, lambdas and "
-            "classes are; open files, locks and connections are not), or worker_type='thread'."
-        )
-        raise TypeError(msg) from err
-
-
-def _timeout(value: Any) -> float | None:
-    if value is None:
-        return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:
-        msg = (
-            "`worker_timeout` must be None or a positive, finite number of seconds. "
-            f"Received: worker_timeout={value!r}."
-        )
-        raise (ValueError if ok else TypeError)(msg)
-    return float(value)
-
-
-class WorkerSettings:
-    """How batches are produced: in the calling thread, or by a thread or process pool.
+class ThreadBackend:
+    """``Workers(n, kind="thread")``: `n` daemon threads, at most `window` tasks ahead.
 
     Args:
-        num_workers: 0 produces batches in the calling thread.
-        worker_type: "thread" or "process".
-        pipeline: the pipeline whose batches the workers produce (sent pickled to
-            process workers).
-        timeout: seconds to wait for one batch from a worker before raising a
-            `WorkerError` naming it (a stalled process worker is stopped; a process's
-            start-up is not counted); None waits as long as the worker lives. Needs
-            ``num_workers >= 1``.
-
-    Raises:
-        TypeError: process workers are requested and the pipeline's source or a
-            record stage's function cannot be pickled.
-        ValueError: an invalid argument.
+        workers: its options.
+        producer: what makes each task's batches (shared by the threads).
     """
 
-    def __init__(
-        self,
-        num_workers: int,
-        worker_type: str,
-        *,
-        pipeline: pipeline_lib.Pipeline,
-        timeout: float | None = None,
-    ) -> None:
-        if worker_type not in WORKER_TYPES:
-            msg = (
-                "`worker_type` must be 'thread' or 'process'. "
-                f"Received: worker_type={worker_type!r}."
-            )
-            raise ValueError(msg)
-        self.num_workers = num_workers
-        self.worker_type = worker_type
-        self.timeout = _timeout(timeout)
-        if self.timeout is not None and not num_workers:
-            msg = (
-                "`worker_timeout` needs num_workers >= 1: without workers batches are "
-                "made in the calling thread, which cannot be timed out. Received: "
-                f"worker_timeout={timeout!r}, num_workers=0."
-            )
-            raise ValueError(msg)
-        if num_workers and worker_type == "process":
-            if sys.platform == "win32":
-                msg = (
-                    "worker_type='process' needs a POSIX system (Linux, macOS): it passes "
-                    "shared memory between processes as file descriptors. Received: "
-                    "worker_type='process' on Windows. Use worker_type='thread'."
-                )
-                raise ValueError(msg)
-            _check_picklable("source", pipeline.source)
-            for stage in pipeline.record_stages:
-                name = "map_fn" if stage.name == "map" else f"stage {stage.name}"
-                _check_picklable(name, getattr(stage, "fn", stage))
-            if pipeline.error_policy.fn is not None:
-                _check_picklable("on_error policy", pipeline.error_policy.fn)
-        self._pool: processes.ProcessPool | None = None
-        self._lock = threading.Lock()
+    kind: ClassVar[str] = "thread"
+
+    def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
+        self._workers = workers
+        self._producer = producer
+
+    @classmethod
+    def check(cls, workers: options.Workers) -> None:
+        backend.needs_workers(workers)
 
     @property
-    def in_flight(self) -> int:
-        """The most batches being prepared or waiting at any time."""
-        return self.num_workers * processes.SLOTS
+    def window(self) -> int:
+        return self._workers.window or SLOTS * self._workers.num_workers
 
-    @property
-    def pids(self) -> list[int]:
-        """The process ids of the live process workers (empty before they start)."""
-        pool = self._pool
-        return [] if pool is None else pool.pids
+    def start(self) -> None:
+        pass  # threads start with each iteration
 
-    def start(self, producer: produce.BatchProducer) -> processes.ProcessPool | None:
-        """Starts the process workers if they are not running; returns their pool.
-
-        Starting them from the thread that builds the pipeline (usually the main
-        one) lets the kernel stop them the instant that thread's process dies.
-        """
-        if not self.num_workers or self.worker_type != "process":
-            return None
-        with self._lock:
-            if self._pool is None:
-                payload = cloudpickle.dumps(
-                    (producer.pipeline, producer.spec), protocol=pickle.HIGHEST_PROTOCOL
-                )
-                self._pool = processes.ProcessPool(
-                    payload, producer.output_spec, self.num_workers, timeout=self.timeout,
-                    on_skips=producer.skips.put,
-                )
-            return self._pool
+    def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, produce.Produced]]:
+        threads = _ThreadPool(self._producer, self._workers.num_workers, self._workers.timeout)
+        try:
+            yield from backend.in_order(
+                tasks, submit=threads.submit, result=threads.result,
+                cancel=lambda future: future.cancel(), window=self.window,
+            )
+        finally:
+            threads.close()
 
     def close(self) -> None:
-        """Stops the process workers; a later iteration starts new ones."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+        pass
 
-    def produce(
-        self, producer: produce.BatchProducer, tasks: Iterator[Task]
-    ) -> Iterator[tuple[Task, produce.Produced]]:
-        """Yields ``(task, its batches)`` for each task, in task order."""
-        if not self.num_workers:
-            for task in tasks:
-                yield task, producer.batch(task)
-            return
-        if self.worker_type == "process":
-            pool = self.start(producer)
-            assert pool is not None
-            yield from pool.run(tasks)
-            return
-        threads = _ThreadPool(producer, self.num_workers, self.timeout)
-        pending: deque[tuple[Task, futures.Future[Any]]] = deque()
-        try:
-            for task in tasks:
-                pending.append((task, threads.submit(task)))
-                if len(pending) >= self.in_flight:
-                    break
-            while pending:
-                task, future = pending.popleft()
-                batch = threads.result(task, future)
-                following = next(tasks, None)
-                if following is not None:
-                    pending.append((following, threads.submit(following)))
-                yield task, batch
-        finally:
-            for _, future in pending:
-                future.cancel()
-            threads.close()
+    def describe(self) -> str:
+        count = self._workers.num_workers
+        return (
+            f"{count} thread worker{'s' if count != 1 else ''}, <= {self.window} in flight, "
+            "in order"
+        )
 
 
 class _ThreadPool:
@@ -241,17 +110,12 @@ class _ThreadPool:
         try:
             return future.result(self._timeout)
         except futures.TimeoutError:
-            first = int(task.indices[0])
-            msg = (
-                f"No batch arrived within worker_timeout={self._timeout} s for the batch of "
-                f"{len(task.indices)} records at position {task.position} (epoch "
-                f"{task.epoch}, first record index {first}): a worker thread is still "
-                "running it (a stalled map_fn or source?). Threads cannot be stopped: it is "
-                "left running as a daemon thread. The position was not advanced."
+            assert self._timeout is not None
+            what = (
+                "a worker thread is still running it (a stalled map_fn or source?). Threads "
+                "cannot be stopped: it is left running as a daemon thread."
             )
-            raise errors.WorkerError(
-                msg, record_index=first, epoch=task.epoch, position=task.position
-            ) from None
+            raise backend.timed_out(task, self._timeout, what) from None
 
     def close(self) -> None:
         """Stops the threads, waiting at most 0.25 s for those stalled in user code."""

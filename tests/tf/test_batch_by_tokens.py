@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resumeloader import Pipeline, RecordSpecError, ResumableLoader
-from resumeloader.stages import tokens
+from resumeloader.stages.batching import tokens
 
 pytestmark = pytest.mark.usefixtures("clean_keras")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _legacy
 import _windowed as w
 import numpy as np
 import pytest
@@ -17,9 +18,9 @@ from resumeloader import (
     StateMismatchError,
     testing,
 )
-from resumeloader.stages import bucket
+from resumeloader.stages.batching import bucket
 
-pytestmark = pytest.mark.usefixtures("clean_keras")
+pytestmark = [pytest.mark.usefixtures("clean_keras"), _legacy.KEYWORDS_OF_0_2]
 
 LENGTHS = w.lengths(50, seed=2)
 
@@ -180,11 +181,11 @@ class _CallCountingBucket(bucket.BucketStage):
     def __init__(self) -> None:
         super().__init__(2, window=6, drop_remainder=False, pad_to=None, pad_value=0,
                          mask=False, truncate=False)
-        self._calls = 0
+        object.__setattr__(self, "calls", [0])  # a stage is frozen: state needs a way round
 
     def group(self, columns, spec, *, seed, epoch, window):
-        self._calls += 1
-        return super().group(columns, spec, seed=seed + self._calls, epoch=epoch, window=window)
+        self.calls[0] += 1
+        return super().group(columns, spec, seed=seed + self.calls[0], epoch=epoch, window=window)
 
 
 def test_history_dependent_windowed_stage_fails_the_conformance_check():

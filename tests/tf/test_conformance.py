@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import _conformance as conformance
+import _legacy
 import numpy as np
 import pytest
 
 from resumeloader import Pipeline, ResumableLoader, ResumeMismatchError, testing
 from resumeloader.core import sampler
 from resumeloader.stages import IndexStage, RecordStage
+
+pytestmark = _legacy.KEYWORDS_OF_0_2
 
 
 @pytest.mark.parametrize("name", sorted(conformance.REGISTRY))

@@ -13,7 +13,7 @@ import tensorflow as tf
 import resumeloader
 from resumeloader import ResumableLoader
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _loader(**kwargs) -> ResumableLoader:

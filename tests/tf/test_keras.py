@@ -482,7 +482,7 @@ def test_fit_epoch_mismatch_message_names_the_epoch(tmp_path):
 @pytest.mark.slow
 def test_verify_keras_early_stopping_job_killed_twice_is_identical(tmp_path):
     """`resumeloader verify` on a fit with EarlyStopping killed twice reports IDENTICAL."""
-    script = Path(__file__).resolve().parent / "scripts" / "keras_early_stopping.py"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "keras_early_stopping.py"
     reports = []
     harness = _harness.kill_and_restart
 

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import _legacy
 import _worker_fns
 import numpy as np
 import pytest
@@ -18,8 +19,10 @@ from resumeloader.sources import ArraySource, ConcatSource
 from resumeloader.stages import MixStage, Plan
 from resumeloader.tools import inspect
 
+pytestmark = _legacy.KEYWORDS_OF_0_2
+
 F = fractions.Fraction
-SCRIPT = Path(__file__).parent / "scripts" / "train_mix.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "train_mix.py"
 WEB = np.arange(40, dtype=np.int64)  # records 0..39
 CODE = np.arange(1000, 1012, dtype=np.int64)  # records 1000..1011
 

@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 NOTEBOOK = NOTEBOOKS / "resume_walkthrough.ipynb"
 
 pytestmark = pytest.mark.slow

@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 
+import _legacy
 import _worker_fns as fns
 import numpy as np
 import pytest
@@ -24,6 +25,8 @@ from resumeloader import (
     StreamIntegrityError,
 )
 from resumeloader.stages import on_error
+
+pytestmark = _legacy.KEYWORDS_OF_0_2
 
 _NUM = 30
 

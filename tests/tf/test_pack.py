@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _legacy
 import _windowed as w
 import numpy as np
 import pytest
@@ -16,9 +17,9 @@ from resumeloader import (
     ResumableLoader,
     StreamIntegrityError,
 )
-from resumeloader.stages import pack
+from resumeloader.stages.batching import pack
 
-pytestmark = pytest.mark.usefixtures("clean_keras")
+pytestmark = [pytest.mark.usefixtures("clean_keras"), _legacy.KEYWORDS_OF_0_2]
 
 LENGTHS = w.lengths(90, seed=1)
 

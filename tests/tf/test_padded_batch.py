@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _legacy
 import _windowed as w
 import numpy as np
 import pytest
@@ -10,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resumeloader import Pipeline, RecordSpecError, ResumableLoader
-from resumeloader.stages import padded
+from resumeloader.stages.batching import padded
 
-pytestmark = pytest.mark.usefixtures("clean_keras")
+pytestmark = [pytest.mark.usefixtures("clean_keras"), _legacy.KEYWORDS_OF_0_2]
 
 LENGTHS = w.lengths(23, seed=4)
 DATA = {"tokens": w.tokens(LENGTHS), "label": np.arange(23), "text": [f"t{i}" for i in range(23)]}

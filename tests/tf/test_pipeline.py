@@ -13,7 +13,7 @@ import resumeloader
 from resumeloader import Pipeline, ResumableLoader
 from resumeloader.stages import BatchStage, MapStage, SamplerStage
 
-FIXTURES = Path(__file__).parent / "fixtures" / "v0_1"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "v0_1"
 V01 = json.loads((FIXTURES / "state.json").read_text())
 
 

@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.usefixtures("clean_keras")
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 SECTIONS = ["Keras", "Distributed training"]
 
 

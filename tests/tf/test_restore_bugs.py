@@ -109,7 +109,7 @@ _DETERMINISM_SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_resume_with_op_determinism_equals_uninterrupted_stream():
     """With enable_op_determinism (a fresh process: it cannot be undone) a reduced grid holds."""
-    tests_dir = Path(__file__).resolve().parent
+    tests_dir = Path(__file__).resolve().parents[1]  # where _pipelines.py is
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(tests_dir))
     result = subprocess.run(
         [sys.executable, "-c", _DETERMINISM_SCRIPT],

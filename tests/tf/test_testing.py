@@ -214,7 +214,7 @@ def test_testing_modules_do_not_import_pytest():
         assert "pytest" not in imported, name
 
 
-COUNTER = [sys.executable, str(Path(__file__).parent / "scripts" / "train_counter.py")]
+COUNTER = [sys.executable, str(Path(__file__).parents[1] / "scripts" / "train_counter.py")]
 
 
 def test_kill_and_restart_exact_points_counter_job_identical(tmp_path):

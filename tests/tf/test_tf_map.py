@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import _legacy
 import keras
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import resumeloader.keras
 from resumeloader import Pipeline, ResumableLoader, testing
 from resumeloader.tfdata import graph
 
-pytestmark = pytest.mark.usefixtures("clean_keras")
+pytestmark = [pytest.mark.usefixtures("clean_keras"), _legacy.KEYWORDS_OF_0_2]
 
 IMAGES = np.arange(23 * 4 * 4 * 3, dtype=np.uint8).reshape(23, 4, 4, 3)
 

@@ -7,38 +7,32 @@ from typing import Any
 import numpy as np
 
 from resumeloader.core import spec as spec_lib
-from resumeloader.stages import base
+from resumeloader.stages import base, fields
 
 __all__ = ["FixedBatchStage"]
 
 
-class FixedBatchStage(base.BatchStage):
-    """`batch_size` records of consecutive positions per batch, stacked leaf by leaf.
+@fields.stage
+class FixedBatchStage(base.PlainBatchStage):
+    """`batch_size` records of consecutive positions per batch, stacked leaf by leaf
+    (`Pipeline.batch`).
 
     A batch never crosses an epoch boundary; an epoch's short last batch is dropped
     when `drop_remainder`. A leaf whose shape varies (a ``None`` dimension) stays a
     list of the records' arrays (it becomes a ``tf.RaggedTensor``). The batch size
     is not an order field: the global order of records does not depend on it, so a
     state can be resumed with another batch size.
+
+    Raises:
+        TypeError, ValueError: `batch_size` is not an integer in [1, 2**62], or
+            `drop_remainder` not a bool.
     """
 
     name = "batch"
+    stacks = True
 
-    def __init__(self, batch_size: int, *, drop_remainder: bool) -> None:
-        self._batch_size = batch_size
-        self._drop_remainder = drop_remainder
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
-
-    @property
-    def drop_remainder(self) -> bool:
-        return self._drop_remainder
-
-    @property
-    def stacks(self) -> bool:
-        return True
+    batch_size: int = fields.field(check=fields.count)
+    drop_remainder: bool = fields.field(check=fields.flag, default=False, kw_only=True)
 
     def assemble(self, columns: list[base.Column], spec: spec_lib.RecordSpec) -> list[Any]:
         # Strings and ragged leaves stay lists (the wire format encodes them); a source's
@@ -48,9 +42,6 @@ class FixedBatchStage(base.BatchStage):
             for column, leaf in zip(columns, spec.leaves, strict=True)
         ]
 
-    def resized(self, batch_size: int) -> FixedBatchStage:
-        return FixedBatchStage(batch_size, drop_remainder=self._drop_remainder)
-
     def describe(self) -> str:
-        drop = ", drop_remainder" if self._drop_remainder else ""
-        return f"batch({self._batch_size}{drop})"
+        drop = ", drop_remainder" if self.drop_remainder else ""
+        return f"batch({self.batch_size}{drop})"

@@ -9,6 +9,7 @@ that is one array packs into ``{"tokens", "segment_ids", "positions"}``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -16,17 +17,18 @@ import optree
 
 from resumeloader.core import spec as spec_lib
 from resumeloader.core import validate
-from resumeloader.stages import base, grouping, padding
+from resumeloader.stages import base, fields
+from resumeloader.stages.batching import grouping, padding
 
-__all__ = ["ALGORITHM", "PackStage"]
+__all__ = ["PackStage"]
 
-# Changing the packing, the row order or the layout changes every packed stream: bump it.
-ALGORITHM = "first-fit-decreasing-v1"
 _IDS = np.dtype(np.int32)
 
 
-class PackStage(base.BatchStage):
-    """Rows of several sequences each, `batch_size` rows per batch; the count varies.
+@fields.stage
+class PackStage(base.WindowedBatchStage):
+    """Rows of several sequences each, `batch_size` rows per batch; the count varies
+    (`Pipeline.pack`).
 
     The records of each window of `window` consecutive positions (aligned to the
     epoch's start; an epoch's last window may be shorter) are packed first-fit
@@ -35,55 +37,61 @@ class PackStage(base.BatchStage):
     The rows are ordered by a pure function of (seed, epoch, window) and cut into
     batches of `batch_size` rows; the window's last batch is filled with empty rows, so
     every batch has the same shape. Every leaf must be a numeric sequence (its first
-    dimension its length); records must be one array or a dict of them.
+    dimension its length); records must be one array or a dict of them. A leaf ``k``
+    becomes ``k`` (the tokens), ``k_segment_ids`` and ``k_positions``; a record that is
+    one array becomes ``tokens``, ``segment_ids`` and ``positions``.
 
     Guarantees: each record of a window is in exactly one row of one of its batches;
     no row exceeds its length; a batch counts the records it holds, so the position
-    after it is exact, but the number of batches of an epoch depends on the data.
-    Every argument is an order field.
+    after it is exact, but the number of batches of an epoch depends on the data
+    (``len(loader)`` and ``batches_per_epoch`` raise; Keras needs
+    ``epoch_dataset(loader)`` without ``steps_per_epoch``). Every argument is an order
+    field.
 
     Args:
         length: tokens per row: one int for every leaf, or a mapping of a dict
             record's keys to ints.
-        window: positions per window.
+        window: positions per window (more: fuller rows, more to recompute on a
+            restore inside a window).
         batch_size: rows per batch.
         pad_value: the fill value of padding (one value, or a mapping per key).
+
+    Example:
+        >>> import numpy as np
+        >>> from resumeloader import Pipeline, ResumableLoader
+        >>> data = [np.arange(1, n + 1) for n in (3, 2, 4, 1)]
+        >>> pipeline = Pipeline(data, seed=0).pack(5, window=4, batch_size=2)
+        >>> batch = next(iter(ResumableLoader.from_pipeline(pipeline)))
+        >>> batch["tokens"].numpy().tolist()
+        [[1, 2, 3, 1, 2], [1, 2, 3, 4, 1]]
+        >>> batch["segment_ids"].numpy().tolist()
+        [[1, 1, 1, 2, 2], [1, 1, 1, 1, 2]]
+        >>> batch["positions"].numpy().tolist()
+        [[0, 1, 2, 0, 1], [0, 1, 2, 3, 0]]
     """
 
     name = "pack"
+    # Changing the packing, the row order or the layout changes every packed stream: bump it.
+    algorithm = "first-fit-decreasing-v1"
+    known_counts = False
 
-    def __init__(self, length: Any, *, window: int, batch_size: int, pad_value: Any) -> None:
-        self._length = length
-        self._window = window
-        self._batch_size = batch_size
-        self._pad_value = pad_value
-        self._layouts: dict[spec_lib.RecordSpec, _Layout] = {}
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
-
-    @property
-    def drop_remainder(self) -> bool:
-        return False
-
-    @property
-    def window(self) -> int:
-        return self._window
-
-    @property
-    def known_counts(self) -> bool:
-        return False
+    length: Any = fields.field(check=fields.lengths(none=False), order=fields.text(""))
+    window: int = fields.field(check=fields.count, order=True, kw_only=True)
+    batch_size: int = fields.field(check=fields.count, order=True, kw_only=True)
+    pad_value: Any = fields.field(order=fields.text("0"), default=0, kw_only=True)
+    _layouts: dict[spec_lib.RecordSpec, _Layout] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def batch_dim(self) -> int:
-        return self._batch_size
+        return self.batch_size
 
     def layout(self, spec: spec_lib.RecordSpec) -> _Layout:
         """The packed layout of records of `spec` (built once per spec)."""
         layout = self._layouts.get(spec)
         if layout is None:
-            layout = self._layouts[spec] = _Layout(spec, self._length, self._pad_value)
+            layout = self._layouts[spec] = _Layout(spec, self.length, self.pad_value)
         return layout
 
     def output_spec(self, spec: spec_lib.RecordSpec) -> spec_lib.RecordSpec:
@@ -108,9 +116,9 @@ class PackStage(base.BatchStage):
         order = grouping.batch_order(len(bins), seed=seed, epoch=epoch, window=window)
         rows = [bins[i] for i in order.tolist()]
         groups = []
-        for start in range(0, len(rows), self._batch_size):
-            batch = rows[start : start + self._batch_size]
-            sizes = [len(row) for row in batch] + [0] * (self._batch_size - len(batch))
+        for start in range(0, len(rows), self.batch_size):
+            batch = rows[start : start + self.batch_size]
+            sizes = [len(row) for row in batch] + [0] * (self.batch_size - len(batch))
             splits = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
             groups.append(base.Group(np.concatenate(batch), splits))
         return groups
@@ -120,23 +128,9 @@ class PackStage(base.BatchStage):
     ) -> list[Any]:
         return self.layout(spec).assemble(columns, group)
 
-    def resized(self, batch_size: int) -> PackStage:
-        return PackStage(
-            self._length, window=self._window, batch_size=batch_size, pad_value=self._pad_value
-        )
-
-    def order_fields(self) -> base.Fields:
-        return {
-            "algorithm": ALGORITHM,
-            "length": padding.field_text(self._length, ""),
-            "window": self._window,
-            "batch_size": self._batch_size,
-            "pad_value": padding.field_text(self._pad_value, "0"),
-        }
-
     def describe(self) -> str:
-        length = padding.field_text(self._length, "")
-        return f"pack(length {length}, window {self._window}, {self._batch_size} rows per batch)"
+        length = fields.text("")(self.length)
+        return f"pack(length {length}, window {self.window}, {self.batch_size} rows per batch)"
 
 
 def _lengths(column: base.Column) -> np.ndarray:

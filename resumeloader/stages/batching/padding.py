@@ -8,6 +8,7 @@ itself. Strings are never padded: a string leaf stays as `Pipeline.batch` makes 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,9 +17,9 @@ import optree
 
 from resumeloader.core import spec as spec_lib
 from resumeloader.core import validate
-from resumeloader.stages import base
+from resumeloader.stages import base, fields
 
-__all__ = ["Padding"]
+__all__ = ["PaddedStage", "Padding"]
 
 MASK_SUFFIX = "_mask"
 
@@ -244,47 +245,36 @@ def _with_masks(template: Any, padded: list[bool], spec: spec_lib.RecordSpec) ->
     return walk(template)
 
 
-def field_text(value: Any, default: str) -> str:
-    """A pad setting as an order field: ``default`` for None, ``key:value,...`` for a mapping."""
-    if value is None:
-        return default
-    if isinstance(value, Mapping):
-        return ",".join(f"{k}:{field_text(value[k], default)}" for k in sorted(value, key=str))
-    return str(value)
-
-
+@fields.stage
 class PaddedStage(base.BatchStage):
-    """Base of the batch stages that pad their batches (`Padding` per record spec).
+    """The padding fields of the batch stages that pad their batches (see `Padding`),
+    and a `Padding` per record spec (built once per spec)."""
 
-    Args:
-        pad_to, pad_value, mask, truncate: see `Padding`.
-    """
-
-    def __init__(self, *, pad_to: Any, pad_value: Any, mask: bool, truncate: bool) -> None:
-        self._pad = {"pad_to": pad_to, "pad_value": pad_value, "mask": mask, "truncate": truncate}
-        self._paddings: dict[spec_lib.RecordSpec, Padding] = {}
+    pad_to: Any = fields.field(
+        check=fields.lengths(none=True), order=fields.text("longest"), default=None,
+        kw_only=True,
+    )
+    pad_value: Any = fields.field(order=fields.text("0"), default=0, kw_only=True)
+    mask: bool = fields.field(check=fields.flag, order=True, default=False, kw_only=True)
+    truncate: bool = fields.field(check=fields.flag, order=True, default=False, kw_only=True)
+    _paddings: dict[spec_lib.RecordSpec, Padding] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def padding(self, spec: spec_lib.RecordSpec) -> Padding:
-        """The `Padding` of records of `spec` (built once per spec)."""
+        """The `Padding` of records of `spec`."""
         padding = self._paddings.get(spec)
         if padding is None:
-            padding = self._paddings[spec] = Padding(spec, **self._pad)
+            padding = self._paddings[spec] = Padding(
+                spec, pad_to=self.pad_to, pad_value=self.pad_value, mask=self.mask,
+                truncate=self.truncate,
+            )
         return padding
 
     def output_spec(self, spec: spec_lib.RecordSpec) -> spec_lib.RecordSpec:
         return self.padding(spec).output
 
-    def pad_fields(self) -> base.Fields:
-        """The padding's order fields."""
-        return {
-            "pad_to": field_text(self._pad["pad_to"], "longest"),
-            "pad_value": field_text(self._pad["pad_value"], "0"),
-            "mask": int(self._pad["mask"]),
-            "truncate": int(self._pad["truncate"]),
-        }
-
     def pad_text(self) -> str:
         """The padding in words, for ``describe()``."""
-        pad_to = field_text(self._pad["pad_to"], "longest")
-        mask = ", mask" if self._pad["mask"] else ""
-        return f"padded to {pad_to}{mask}"
+        mask = ", mask" if self.mask else ""
+        return f"padded to {fields.text('longest')(self.pad_to)}{mask}"

@@ -7,16 +7,32 @@ from typing import Any
 import numpy as np
 
 from resumeloader.core import spec as spec_lib
-from resumeloader.stages import base, grouping, padding
+from resumeloader.stages import base, fields
+from resumeloader.stages.batching import grouping, padding
 
-__all__ = ["ALGORITHM", "TokenBudgetStage"]
-
-# Changing how a window is cut or ordered changes every token-budget stream: bump it then.
-ALGORITHM = "sorted-token-budget-v1"
+__all__ = ["TokenBudgetStage"]
 
 
-class TokenBudgetStage(padding.PaddedStage):
-    """Batches of as many records as fit `max_tokens` padded tokens; the count varies.
+def _boundaries(name: str, value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        msg = (
+            f"`{name}` must be a list or tuple of lengths, or None. "
+            f"Received: {name}={value!r:.80} of type {type(value).__name__}."
+        )
+        raise TypeError(msg)
+    boundaries = tuple(fields.count(f"{name}[]", b) for b in value)
+    if list(boundaries) != sorted(set(boundaries)):
+        msg = f"`{name}` must be strictly increasing lengths. Received: {name}={list(boundaries)}."
+        raise ValueError(msg)
+    return boundaries
+
+
+@fields.stage
+class TokenBudgetStage(padding.PaddedStage, base.WindowedBatchStage):
+    """Batches of as many records as fit `max_tokens` padded tokens; the count varies
+    (`Pipeline.batch_by_tokens`).
 
     The records of each window of `window` consecutive positions (aligned to the
     epoch's start; an epoch's last window may be shorter) are sorted by length (ties
@@ -26,50 +42,46 @@ class TokenBudgetStage(padding.PaddedStage):
     `max_tokens` (`grouping.token_budget`; a record counts as at least one token),
     with at most `max_batch_size` records. The window's batches are emitted in an
     order that is a pure function of (seed, epoch, window). Each batch is padded to its
-    longest record. A record's length is the longest first varying dimension of its
-    padded leaves.
+    longest record (`pad_value`, `mask` as for `PaddedBatchStage`). A record's length
+    is the longest first varying dimension of its padded leaves.
 
     Guarantees: each record of a window is in exactly one of its batches; a batch
     counts the records it holds, so the position after it is exact, but the number of
-    batches of an epoch depends on the data. Every argument is an order field.
+    batches of an epoch depends on the data (``len(loader)`` and ``batches_per_epoch``
+    raise). Every argument is an order field. A record longer than `max_tokens`
+    raises `RecordSpecError` naming it.
 
-    Raises:
-        GroupError: a record is longer than `max_tokens` (from `group`).
+    Example:
+        >>> import numpy as np
+        >>> from resumeloader import Pipeline, ResumableLoader
+        >>> data = [np.arange(n) for n in (5, 1, 4, 2, 3, 6, 1, 2)]
+        >>> pipeline = Pipeline(data, seed=0).batch_by_tokens(8, window=8)
+        >>> loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+        >>> [(b.shape.as_list(), loader.position) for b in loader]   # position: records
+        [([2, 4], 2), ([1, 6], 3), ([4, 2], 7), ([1, 5], 8)]
     """
 
     name = "tokens"
+    # Changing how a window is cut or ordered changes every token-budget stream: bump it then.
+    algorithm = "sorted-token-budget-v1"
+    known_counts = False
 
-    def __init__(
-        self, max_tokens: int, *, window: int, boundaries: tuple[int, ...] | None,
-        max_batch_size: int | None, pad_value: Any, mask: bool,
-    ) -> None:
-        super().__init__(pad_to=None, pad_value=pad_value, mask=mask, truncate=False)
-        if boundaries is not None and list(boundaries) != sorted(set(boundaries)):
-            msg = (
-                "`boundaries` must be strictly increasing lengths. "
-                f"Received: boundaries={list(boundaries)}."
-            )
-            raise ValueError(msg)
-        self._max_tokens = max_tokens
-        self._window = window
-        self._boundaries = boundaries
-        self._max_batch_size = max_batch_size
-
-    @property
-    def batch_size(self) -> int:
-        return self._max_batch_size or self._max_tokens
+    max_tokens: int = fields.field(check=fields.count, order=True)
+    window: int = fields.field(check=fields.count, order=True, kw_only=True)
+    boundaries: tuple[int, ...] | list[int] | None = fields.field(
+        check=_boundaries, order=lambda b: "none" if b is None else ",".join(map(str, b)),
+        default=None, kw_only=True,
+    )
+    max_batch_size: int | None = fields.field(
+        check=fields.optional(fields.count), order=lambda n: n or 0, default=None, kw_only=True
+    )
+    # Padded to each batch's longest record, never cut: not arguments.
+    pad_to: Any = fields.field(order=fields.text("longest"), default=None, init=False)
+    truncate: bool = fields.field(order=True, default=False, init=False)
 
     @property
-    def drop_remainder(self) -> bool:
-        return False
-
-    @property
-    def window(self) -> int:
-        return self._window
-
-    @property
-    def known_counts(self) -> bool:
-        return False
+    def batch_size(self) -> int:  # type: ignore[override]
+        return self.max_batch_size or self.max_tokens
 
     @property
     def batch_dim(self) -> int | None:
@@ -80,25 +92,25 @@ class TokenBudgetStage(padding.PaddedStage):
         window: int,
     ) -> list[base.Group]:
         lengths = self.padding(spec).lengths(columns)
-        over = np.flatnonzero(lengths > self._max_tokens)
+        over = np.flatnonzero(lengths > self.max_tokens)
         if over.size:
             slot = int(over[0])
             msg = (
                 f"A record of {int(lengths[slot])} tokens does not fit a batch of "
-                f"max_tokens={self._max_tokens}. Truncate records in a map stage first, or "
+                f"max_tokens={self.max_tokens}. Truncate records in a map stage first, or "
                 "raise max_tokens."
             )
             raise base.GroupError(msg, slot=slot)
         budget = np.maximum(lengths, 1)
-        if self._boundaries is None:
+        if self.boundaries is None:
             buckets = [np.arange(len(lengths), dtype=np.int64)]
         else:
-            ids = np.searchsorted(np.asarray(self._boundaries), lengths, side="right")
-            buckets = [np.flatnonzero(ids == b) for b in range(len(self._boundaries) + 1)]
+            ids = np.searchsorted(np.asarray(self.boundaries), lengths, side="right")
+            buckets = [np.flatnonzero(ids == b) for b in range(len(self.boundaries) + 1)]
         groups = []
         for slots in buckets:
             cut = grouping.token_budget(
-                budget[slots], self._max_tokens, max_batch_size=self._max_batch_size
+                budget[slots], self.max_tokens, max_batch_size=self.max_batch_size
             )
             groups += [slots[g] for g in cut]
         order = grouping.batch_order(len(groups), seed=seed, epoch=epoch, window=window)
@@ -112,25 +124,14 @@ class TokenBudgetStage(padding.PaddedStage):
     def resized(self, batch_size: int) -> TokenBudgetStage:
         msg = (
             "A token-budget stage has no batch size to change: its batches hold as many "
-            f"records as fit max_tokens={self._max_tokens}. Received: batch_size={batch_size}."
+            f"records as fit max_tokens={self.max_tokens}. Received: batch_size={batch_size}."
         )
         raise ValueError(msg)
 
-    def order_fields(self) -> base.Fields:
-        boundaries = "none" if self._boundaries is None else ",".join(map(str, self._boundaries))
-        return {
-            "algorithm": ALGORITHM,
-            "max_tokens": self._max_tokens,
-            "window": self._window,
-            "boundaries": boundaries,
-            "max_batch_size": self._max_batch_size or 0,
-            **self.pad_fields(),
-        }
-
     def describe(self) -> str:
-        cap = "" if self._max_batch_size is None else f", <= {self._max_batch_size} records"
-        buckets = "" if self._boundaries is None else f", buckets {list(self._boundaries)}"
+        cap = "" if self.max_batch_size is None else f", <= {self.max_batch_size} records"
+        buckets = "" if self.boundaries is None else f", buckets {list(self.boundaries)}"
         return (
-            f"batch_by_tokens({self._max_tokens} tokens, window {self._window}{cap}{buckets}, "
+            f"batch_by_tokens({self.max_tokens} tokens, window {self.window}{cap}{buckets}, "
             f"{self.pad_text()})"
         )

@@ -17,7 +17,7 @@ _ORDER = {
     "sampler.shuffle": 1,
     "shards.layout": "strided-v1",
 }
-_V01 = json.loads((Path(__file__).parent / "fixtures" / "v0_1" / "state.json").read_text())
+_V01 = json.loads((Path(__file__).parents[2] / "fixtures" / "v0_1" / "state.json").read_text())
 
 
 def _state_for(**changes):

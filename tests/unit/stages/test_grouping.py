@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resumeloader.stages import grouping
+from resumeloader.stages.batching import grouping
 
 _LENGTHS = st.lists(st.integers(1, 300), min_size=1, max_size=200).map(
     lambda xs: np.asarray(xs, dtype=np.int64)
