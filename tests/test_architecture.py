@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
-import re
 import pathlib
 import pkgutil
+import re
 import subprocess
 import sys
 

@@ -12,6 +12,7 @@ import pytest
 from resumeloader import Pipeline, ResumableLoader, ResumeMismatchError, testing
 from resumeloader.core import sampler
 from resumeloader.stages import IndexStage, RecordStage
+from resumeloader.workers import registry
 
 pytestmark = _legacy.KEYWORDS_OF_0_2
 
@@ -39,6 +40,16 @@ def test_registry_covers_every_delivery_path_and_feature():
     assert any(loader.plan.shard_count > 1 for loader in loaders.values())
     assert any(loader.with_metadata for loader in loaders.values())
     assert any(loader.num_epochs is None for loader in loaders.values())
+
+
+def test_registry_covers_every_worker_backend():
+    """Every kind of worker backend in the registry has an entry (and the 0.3 values do)."""
+    loaders = [case.make() for case in conformance.REGISTRY.values()]
+    kinds = {loader.workers.kind for loader in loaders}
+    assert kinds >= set(registry.BACKENDS)
+    assert any(loader.workers.window is not None for loader in loaders)
+    for loader in loaders:
+        loader.close()
 
 
 class _EpochCachingOrder(IndexStage):
