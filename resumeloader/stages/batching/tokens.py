@@ -54,9 +54,9 @@ class TokenBudgetStage(padding.PaddedStage, base.WindowedBatchStage):
     Example:
         >>> import numpy as np
         >>> from resumeloader import Pipeline, ResumableLoader
-        >>> data = [np.arange(n) for n in (5, 1, 4, 2, 3, 6, 1, 2)]
-        >>> pipeline = Pipeline(data, seed=0).batch_by_tokens(8, window=8)
-        >>> loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+        >>> records = [np.arange(n) for n in (5, 1, 4, 2, 3, 6, 1, 2)]
+        >>> loader = ResumableLoader.from_pipeline(
+        ...     Pipeline(records, seed=0).batch_by_tokens(8, window=8), num_epochs=1)
         >>> [(b.shape.as_list(), loader.position) for b in loader]   # position: records
         [([2, 4], 2), ([1, 6], 3), ([4, 2], 7), ([1, 5], 8)]
     """
