@@ -41,6 +41,9 @@ class Backend(Protocol):
 
     #: The `Workers.kind` it is registered under.
     kind: ClassVar[str]
+    #: The fields of `Workers` it takes besides `num_workers` and `kind`; a `Workers` of
+    #: its kind that sets another one (a field of another backend) is refused.
+    option_fields: ClassVar[tuple[str, ...]]
 
     @classmethod
     def check(cls, workers: Any) -> None:

@@ -20,6 +20,7 @@ class InlineBackend:
     """
 
     kind: ClassVar[str] = "inline"
+    option_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
         self._producer = producer

@@ -12,6 +12,8 @@ from resumeloader.workers import backend, produce, registry
 __all__ = ["MAX_WORKERS", "Workers", "legacy"]
 
 MAX_WORKERS = 1024
+# The fields every kind takes; a backend names the others it takes (`Backend.option_fields`).
+_COMMON = ("num_workers", "kind")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +68,19 @@ class Workers:
         if self.window is not None:
             window = validate.integer("window", self.window, low=1, high=validate.MAX_COUNT)
             object.__setattr__(self, "window", window)
-        registry.backend_class(kind).check(self)
+        backend_class = registry.backend_class(kind)
+        backend_class.check(self)
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name in _COMMON or field.name in backend_class.option_fields:
+                continue
+            if value is not field.default and value != field.default:
+                takes = ", ".join(backend_class.option_fields) or "none"
+                msg = (
+                    f"`{field.name}` is not an option of kind={kind!r} (its options: {takes}). "
+                    f"Received: {field.name}={value!r:.80}."
+                )
+                raise ValueError(msg)
 
     def backend(self, producer: produce.BatchProducer) -> backend.Backend:
         """A new backend of this kind making `producer`'s batches (nothing started).

@@ -37,6 +37,7 @@ class ProcessBackend:
     """
 
     kind: ClassVar[str] = "process"
+    option_fields: ClassVar[tuple[str, ...]] = ("timeout", "window")
 
     def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
         backend.check_picklable(producer.pipeline, kind=self.kind)

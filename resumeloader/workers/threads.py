@@ -36,6 +36,7 @@ class ThreadBackend:
     """
 
     kind: ClassVar[str] = "thread"
+    option_fields: ClassVar[tuple[str, ...]] = ("timeout", "window")
 
     def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
         self._workers = workers

@@ -66,3 +66,29 @@ def test_legacy_keywords_give_the_same_workers():
     assert options.legacy(2, "process", 1.5) == Workers(2, kind="process", timeout=1.5)
     with pytest.raises(ValueError, match="`worker_type` must be 'thread' or 'process'"):
         options.legacy(1, "fork")
+
+
+class FakeBackend:
+    """A backend of this test module: what a new kind needs (one class, one registry entry)."""
+
+    kind = "fake"
+    option_fields = ("window",)
+
+    def __init__(self, workers, producer):
+        self.producer = producer
+
+    @classmethod
+    def check(cls, workers):
+        pass
+
+
+def test_registered_backend_is_chosen_by_its_kind_and_refuses_other_kinds_fields(monkeypatch):
+    """A kind added to the registry is what `Workers(kind=...)` builds; a field that its
+    backend does not take is refused, naming the fields it takes."""
+    monkeypatch.setitem(registry.BACKENDS, "fake", f"{__name__}:FakeBackend")
+    workers = Workers(3, kind="fake", window=4)
+    assert isinstance(workers.backend(producer="p"), FakeBackend)
+    with pytest.raises(ValueError, match=r"`timeout` is not an option of kind='fake' \(its "
+                                         r"options: window\)") as info:
+        Workers(3, kind="fake", timeout=2.0)
+    assert "Received: timeout=2.0." in str(info.value)
