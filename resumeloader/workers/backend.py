@@ -8,6 +8,14 @@ same for any backend and any number of workers, and restoring with others is exa
 `resumeloader.workers.options.Workers` chooses one through the registry
 (`resumeloader.workers.registry`); ARCHITECTURE.md ("Where to add") says how to add
 one. No TensorFlow here.
+
+A backend gets everything a task needs from the producer: its pipeline (what a worker
+elsewhere rebuilds; `check_picklable` says whether it travels), its record spec, and
+its `SkipLedger` (``producer.skips.put(task, skips)``: the replaced records a remote
+worker made travel back, so that the hand-out logs them as for the calling thread). A
+task is a pure function of the pipeline and (epoch, position, indices): a key made of
+the pipeline's order-field fingerprint and those is deterministic, and a task run twice
+gives the same bytes.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class Workers:
             by the next iteration; a process's start-up is not counted); None (the
             default) waits as long as the worker lives. Needs ``num_workers >= 1``.
         window: the most batch tasks in flight (being made or waiting to be handed
-            out); None: the kind's default (2 per worker).
+            out); None: the kind's default (2 per worker for threads and processes).
 
     Raises:
         TypeError, ValueError: a field is invalid, or does not fit the kind.
