@@ -15,7 +15,9 @@ its `SkipLedger` (``producer.skips.put(task, skips)``: the replaced records a re
 worker made travel back, so that the hand-out logs them as for the calling thread). A
 task is a pure function of the pipeline and (epoch, position, indices): a key made of
 the pipeline's order-field fingerprint and those is deterministic, and a task run twice
-gives the same bytes.
+gives the same bytes (two pipelines that differ only in a function, e.g. ``map_fn``,
+share their order fields: a key shared between them needs what tells them apart, such
+as a digest of the pickled payload).
 """
 
 from __future__ import annotations
