@@ -244,11 +244,8 @@ class Pipeline:
         return self.apply(tf_map.TFMapStage(fn))
 
     def on_error(
-        self,
-        policy: str | Callable[[int, int, Exception], Any] = "raise",
-        *,
-        max_fraction: float = 0.01,
-        quarantine: str | os.PathLike[str] | None = None,
+        self, policy: str | Callable[[int, int, Exception], Any] = "raise", *,
+        max_fraction: float = 0.01, quarantine: str | os.PathLike[str] | None = None,
     ) -> Pipeline:
         """What a failing record becomes: an error (``"raise"``, the default), a seeded
         replacement (``"skip"``) or ``fn(record_index, epoch, error)``'s record; every
@@ -262,8 +259,7 @@ class Pipeline:
         """The same pipeline with another batch size (the record order is unchanged)."""
         if self._batch is None:
             return self.batch(batch_size)
-        size = validate.integer("batch_size", batch_size, low=1, high=validate.MAX_COUNT)
-        return self._with(batch=self._batch.resized(size))
+        return self._with(batch=self._batch.resized(batch_size))  # the stage checks it
 
     def _check_unbatched(self, what: str) -> None:
         if self._batch is not None:
@@ -279,10 +275,7 @@ class Pipeline:
     index_stage = property(lambda self: self._index, doc="The index stage.")
     record_stages = property(lambda self: self._records, doc="The record stages, in order.")
     batch_stage = property(lambda self: self._batch, doc="The batch stage, or None.")
-    record_spec = property(
-        lambda self: self._spec,
-        doc="The `RecordSpec` of the records the batch stage receives, or None (inferred).",
-    )
+    record_spec = property(lambda self: self._spec, doc="The records' `RecordSpec`, or None.")
     tensor_stages = property(lambda self: self._tensors, doc="The tensor stages, in order.")
     error_policy = property(lambda self: self._on_error, doc="The bad-record `ErrorPolicy`.")
 
