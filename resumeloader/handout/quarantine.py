@@ -40,10 +40,11 @@ from resumeloader.core import state
 from resumeloader.stages import on_error
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import produce
+from resumeloader.workers import skips as skips_lib
 
 __all__ = ["Quarantine", "handed_out"]
 
-Skips = list[dict[str, Any]]
+Skips = skips_lib.Skips
 
 
 class Quarantine:
