@@ -16,6 +16,7 @@ error chained), which reaches you as that record's `RecordError`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
@@ -89,7 +90,8 @@ def _reader(path: str, options: str, stamp: handles.Stamp | None = None) -> Any:
         why: Exception | None = None
     except Exception as err:  # the reader raises RuntimeError with riegeli's status
         why = err
-    reader.close()
+    with contextlib.suppress(Exception):  # a failed reader's close raises its status again
+        reader.close()
     if why is not None and "Too many open files" in str(why):
         raise OSError(errno.EMFILE, str(why))
     msg = (
