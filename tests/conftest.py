@@ -19,3 +19,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return item.get_closest_marker("slow") is not None or item.path.name in _SLOW_MODULES
 
     items.sort(key=lambda item: not slow(item))
+
+
+def pytest_ignore_collect(collection_path, config):
+    """conftest.py files hold no tests: they are not collected as doctest modules, which
+    would import each as the one module name `conftest` that the tiers' conftests share
+    (pytest then refuses the second as an import-file mismatch)."""
+    return True if collection_path.name == "conftest.py" else None
