@@ -7,7 +7,8 @@ import math
 from typing import Any
 
 from resumeloader.core import validate
-from resumeloader.workers import backend, produce, registry
+from resumeloader.workers import backend as backend_lib
+from resumeloader.workers import produce, registry
 
 __all__ = ["MAX_WORKERS", "Workers", "legacy"]
 
@@ -82,7 +83,7 @@ class Workers:
                 )
                 raise ValueError(msg)
 
-    def backend(self, producer: produce.BatchProducer) -> backend.Backend:
+    def backend(self, producer: produce.BatchProducer) -> backend_lib.Backend:
         """A new backend of this kind making `producer`'s batches (nothing started).
 
         Raises:
