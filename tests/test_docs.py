@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -72,6 +74,22 @@ def test_mkdocs_build_strict_succeeds(tmp_path):
     assert (tmp_path / "site" / "performance" / "index.html").exists()
 
 
+def test_mkdocs_build_strict_refuses_a_page_missing_from_nav(tmp_path):
+    """A page under docs/ that `nav` does not list fails the strict build, naming it."""
+    for name in ("mkdocs.yml", "ARCHITECTURE.md", "CHANGELOG.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(DOCS, tmp_path / "docs")
+    (tmp_path / "docs" / "guides" / "unlisted.md").write_text("# A guide nobody listed\n")
+
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600, check=False,
+    )
+
+    assert result.returncode != 0
+    assert "guides/unlisted.md" in result.stderr
+
+
 def test_generated_tables_and_plots_are_current():
     """The pages' generated regions and the plots match what generate.py makes from the data."""
     result = subprocess.run(
@@ -80,6 +98,25 @@ def test_generated_tables_and_plots_are_current():
     )
 
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
+def test_generated_check_fails_when_a_figure_changes(tmp_path):
+    """One changed figure in a results file makes its page's table and its plot stale."""
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "benchmarks" / "results", results)
+    loader = json.loads((results / "bench_loader.json").read_text())
+    loader["tables"][0]["rows"][0]["rate"] *= 2
+    (results / "bench_loader.json").write_text(json.dumps(loader))
+
+    result = subprocess.run(
+        [sys.executable, str(DOCS / "_gen" / "generate.py"), "--check"],
+        cwd=ROOT, env=dict(ENV, RESUMELOADER_BENCH_RESULTS=str(results)),
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+
+    assert result.returncode == 1
+    assert "performance.md" in result.stdout + result.stderr
+    assert "throughput.svg is stale" in result.stderr
 
 
 # -- the page runner itself: it fails when it should ----------------------------------------
