@@ -23,19 +23,18 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
-import _pages
+import _pages  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = next(p for p in HERE.parents if (p / "pyproject.toml").exists())
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", ROOT / "ARCHITECTURE.md",
          *sorted(p for p in DOCS.rglob("*.md") if "_gen" not in p.parts)]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NO_MKDOCS_2_WARNING="1")
 
-pytestmark = pytest.mark.slow
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_page_python_blocks_run(page, tmp_path):
     """Every python block of the page runs (doctests pass), in order, in a fresh directory."""
@@ -43,7 +42,7 @@ def test_page_python_blocks_run(page, tmp_path):
     if expected == 0:
         return
     result = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "_pages.py"), str(page)],
+        [sys.executable, str(HERE / "_pages.py"), str(page)],
         cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600, check=False,
     )
 
@@ -63,6 +62,7 @@ def test_readme_is_a_short_front_door_with_the_two_quick_start_commands():
     ]
 
 
+@pytest.mark.slow
 def test_mkdocs_build_strict_succeeds(tmp_path):
     """`mkdocs build --strict` builds the site (into a temporary directory) without a warning."""
     result = subprocess.run(
@@ -74,6 +74,7 @@ def test_mkdocs_build_strict_succeeds(tmp_path):
     assert (tmp_path / "site" / "performance" / "index.html").exists()
 
 
+@pytest.mark.slow
 def test_mkdocs_build_strict_refuses_a_page_missing_from_nav(tmp_path):
     """A page under docs/ that `nav` does not list fails the strict build, naming it."""
     for name in ("mkdocs.yml", "ARCHITECTURE.md", "CHANGELOG.md"):
@@ -90,6 +91,7 @@ def test_mkdocs_build_strict_refuses_a_page_missing_from_nav(tmp_path):
     assert "guides/unlisted.md" in result.stderr
 
 
+@pytest.mark.slow
 def test_generated_tables_and_plots_are_current():
     """The pages' generated regions and the plots match what generate.py makes from the data."""
     result = subprocess.run(
@@ -100,6 +102,7 @@ def test_generated_tables_and_plots_are_current():
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
 
 
+@pytest.mark.slow
 def test_generated_check_fails_when_a_figure_changes(tmp_path):
     """One changed figure in a results file makes its page's table and its plot stale."""
     results = tmp_path / "results"
