@@ -47,7 +47,8 @@ class Pipeline(batching.BatchingMethods):
         >>> [stage.name for stage in pipeline.stages]
         ['sampler', 'batch']
         >>> sorted(pipeline.order_fields())
-        ['pipeline.seed', 'sampler.algorithm', 'sampler.shuffle', 'source.num_records']
+        ['pipeline.seed', 'sampler.algorithm', 'sampler.shuffle', 'source.identity',
+         'source.num_records']
     """
 
     def __init__(self, source: Any, *, seed: validate.Int) -> None:
