@@ -26,7 +26,7 @@ class Shard:
         TypeError, ValueError: `index` or `count` is not an integer, or not
             ``0 <= index < count``.
 
-    Example:
+    Examples:
         >>> Shard(1, 3)
         Shard(index=1, count=3)
         >>> Shard(3, 3)

@@ -48,7 +48,7 @@ class Pipeline:
             bytes or str); read from the source, or from record 0, when None. After a
             record stage, give it to `map` instead.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> pipeline = Pipeline(np.arange(10), seed=0).shuffle().batch(4)
         >>> [stage.name for stage in pipeline.stages]
@@ -81,7 +81,7 @@ class Pipeline:
         shuffle: bool = True,
         records_per_epoch: validate.Int | str = "first_exhausted",
     ) -> Pipeline:
-        """A pipeline reading a weighted mixture of named sources (README, "Mixing sources").
+        """A pipeline reading a weighted mixture of named sources (docs/guides/mixing.md).
 
         The source at every position is exact: after any ``n`` records each source
         has supplied ``weight * n`` of them to within one. Each source walks its own
@@ -100,7 +100,7 @@ class Pipeline:
                 source has supplied all its records once), ``"all_exhausted"`` (the
                 last one), or a number of records.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> pipeline = Pipeline.mix(
             ...     {"web": np.arange(100), "code": np.arange(1000, 1030)},

@@ -93,7 +93,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         workers: a `Workers` (instead of `num_workers`, `worker_type` and
             `worker_timeout`).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> loader = ResumableLoader(np.arange(10), batch_size=4, seed=0, shuffle=False,
         ...                          num_epochs=1)
@@ -166,7 +166,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         ``shard_count``, ``output_signature``, ``num_workers``, ``worker_type``,
         ``worker_timeout``) still work, with a `DeprecationWarning` naming the new form.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from resumeloader import Pipeline, Shard, Workers
             >>> pipeline = Pipeline(np.arange(6), seed=0).batch(2)
@@ -500,7 +500,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         Yields:
             The position a checkpoint saved inside records.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> loader = ResumableLoader(np.arange(8), batch_size=2, seed=0, num_epochs=1)
             >>> try:

@@ -46,7 +46,7 @@ class Workers:
     Raises:
         TypeError, ValueError: a field is invalid, or does not fit the kind.
 
-    Example:
+    Examples:
         >>> Workers(2, kind="process", timeout=30)
         Workers(num_workers=2, kind='process', timeout=30.0, window=None)
         >>> Workers().kind, Workers(2).kind

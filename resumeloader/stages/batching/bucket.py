@@ -33,7 +33,7 @@ class BucketStage(padding.PaddedStage, base.WindowedBatchStage):
     restore inside a window recomputes that window and continues after the batch the
     position names.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from resumeloader import Pipeline, ResumableLoader
         >>> data = [np.arange(n) for n in (5, 1, 4, 2, 3, 6, 1, 2)]

@@ -56,7 +56,7 @@ class PackStage(base.WindowedBatchStage):
         batch_size: rows per batch.
         pad_value: the fill value of padding (one value, or a mapping per key).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from resumeloader import Pipeline, ResumableLoader
         >>> data = [np.arange(1, n + 1) for n in (3, 2, 4, 1)]

@@ -35,7 +35,7 @@ class PaddedBatchStage(padding.PaddedStage, base.PlainBatchStage):
             `RecordSpecError` naming the record).
         drop_remainder: drop each epoch's short last batch.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from resumeloader import Pipeline, ResumableLoader
         >>> data = {"tokens": [np.arange(1, n + 1) for n in (3, 1, 4, 2)]}

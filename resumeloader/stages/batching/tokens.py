@@ -51,7 +51,7 @@ class TokenBudgetStage(padding.PaddedStage, base.WindowedBatchStage):
     raise). Every argument is an order field. A record longer than `max_tokens`
     raises `RecordSpecError` naming it.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from resumeloader import Pipeline, ResumableLoader
         >>> records = [np.arange(n) for n in (5, 1, 4, 2, 3, 6, 1, 2)]
