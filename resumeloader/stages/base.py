@@ -4,8 +4,8 @@ The contract every stage keeps — a pure function of (seed, epoch, position), i
 order fields, no state, picklable — is written once, in ARCHITECTURE.md ("The stage
 contract"), and checked for each registered pipeline by the resume-conformance suite
 (``tests/_conformance.py``). The library's stages are frozen dataclasses whose fields
-are declared with `resumeloader.stages.fields.field`: checked on construction, order
-fields declared once per field.
+carry `resumeloader.stages.fields.meta`: checked on construction, order fields
+declared once per field.
 """
 
 from __future__ import annotations

@@ -1,31 +1,25 @@
 """How a stage declares its configuration: each field checked on construction, order fields once.
 
-A stage is a frozen dataclass whose fields are declared with `field`: ``check`` turns
-the argument into the value kept (or raises the house-style error naming it), and
-``order`` marks a field that changes which bytes land at which position, with how it
-is written in the state. The base `Stage` runs every check in ``__post_init__`` and
-derives `Stage.order_fields` from the marks, so a builder method (``Pipeline.batch``)
-and ``Pipeline.apply(FixedBatchStage(...))`` refuse the same arguments with the same
-message. Pure Python.
+A stage is a frozen dataclass (``@dataclasses.dataclass(frozen=True)``) whose fields
+carry `meta` in their metadata: ``check`` turns the argument into the value kept (or
+raises the house-style error naming it), and ``order`` marks a field that changes which
+bytes land at which position, with how the state writes it. The base `Stage` runs every
+check in ``__post_init__`` and derives `Stage.order_fields` from the marks, so a builder
+method (``Pipeline.batch``) and ``Pipeline.apply(FixedBatchStage(...))`` refuse the same
+arguments with the same message. Pure Python.
+
+Example of a field: ``window: int = dataclasses.field(kw_only=True,
+metadata=fields.meta(check=fields.count, order=True))``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import sys
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from resumeloader.core import validate
 
-if sys.version_info >= (3, 11):
-    from typing import dataclass_transform
-else:
-    from typing_extensions import dataclass_transform
-
-__all__ = ["count", "field", "flag", "lengths", "optional", "stage", "text"]
-
-T = TypeVar("T")
+__all__ = ["count", "flag", "lengths", "meta", "optional", "text"]
 
 #: ``check(name, value) -> value kept``; raises naming `name`.
 Check = Callable[[str, Any], Any]
@@ -33,28 +27,15 @@ Check = Callable[[str, Any], Any]
 Encode = Callable[[Any], "int | str"]
 
 
-def field(
-    *,
-    check: Check | None = None,
-    order: Encode | bool = False,
-    default: Any = dataclasses.MISSING,
-    init: bool = True,
-    kw_only: bool = False,
-) -> Any:
-    """A dataclass field of a stage: checked on construction by `check`, an order field
-    (written by `order`, or as an int / str when True) when `order` is set."""
+def meta(*, check: Check | None = None, order: Encode | bool = False) -> dict[str, Any]:
+    """The metadata of a stage's dataclass field: checked on construction by `check`, an
+    order field (written by `order`, or as an int / str when True) when `order` is set."""
     metadata: dict[str, Any] = {}
     if check is not None:
         metadata["check"] = check
     if order:
         metadata["order"] = plain if order is True else order
-    return dataclasses.field(default=default, init=init, kw_only=kw_only, metadata=metadata)
-
-
-@dataclass_transform(frozen_default=True, field_specifiers=(field, dataclasses.field))
-def stage(cls: type[T]) -> type[T]:
-    """Makes `cls` a stage: a frozen dataclass whose fields `Stage.__post_init__` checks."""
-    return dataclasses.dataclass(frozen=True)(cls)
+    return metadata
 
 
 def plain(value: Any) -> int | str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -24,14 +25,18 @@ def function(name: str, value: Any) -> Any:
     return value
 
 
-@fields.stage
+@dataclasses.dataclass(frozen=True)
 class MapStage(base.RecordStage):
     """Applies ``fn(record, rng)``; ``rng`` is `record_rng(seed, epoch, record index)`."""
 
     name = "map"
 
-    fn: Callable[[Any, np.random.Generator], Any] = fields.field(check=function)
-    seed: int = fields.field(check=lambda _, value: validate.seed(value), kw_only=True)
+    fn: Callable[[Any, np.random.Generator], Any] = dataclasses.field(
+        metadata=fields.meta(check=function)
+    )
+    seed: int = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=lambda _, value: validate.seed(value))
+    )
 
     def apply(self, record: Any, *, epoch: int, index: int) -> Any:
         return self.fn(record, rng.record_rng(self.seed, epoch, index))

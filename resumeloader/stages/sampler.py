@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from resumeloader.core import sampler, validate
@@ -10,7 +12,7 @@ from resumeloader.stages import base, fields
 __all__ = ["SamplerStage"]
 
 
-@fields.stage
+@dataclasses.dataclass(frozen=True)
 class SamplerStage(base.IndexStage):
     """Record ``permute(num_records, seed, epoch, offset)`` at each offset, or ``offset`` itself.
 
@@ -21,10 +23,14 @@ class SamplerStage(base.IndexStage):
     name = "sampler"
     algorithm = sampler.ALGORITHM
 
-    num_records: int = fields.field(check=fields.count)
-    seed: int = fields.field(check=lambda _, value: validate.seed(value), kw_only=True)
+    num_records: int = dataclasses.field(metadata=fields.meta(check=fields.count))
+    seed: int = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=lambda _, value: validate.seed(value))
+    )
     #: Whether epochs are shuffled.
-    shuffle: bool = fields.field(check=fields.flag, order=True, kw_only=True)
+    shuffle: bool = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=fields.flag, order=True)
+    )
 
     def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
         if not self.shuffle:

@@ -8,6 +8,7 @@ same batches, with the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ from resumeloader.stages import map as map_stage
 __all__ = ["TFMapStage"]
 
 
-@fields.stage
+@dataclasses.dataclass(frozen=True)
 class TFMapStage(base.TensorStage):
     """Applies ``fn(batch, seeds)`` to each batch (`Pipeline.tf_map`); see `TensorStage`
     for the seeds.
@@ -37,7 +38,9 @@ class TFMapStage(base.TensorStage):
 
     name = "tf_map"
 
-    fn: Callable[[Any, Any], Any] = fields.field(check=map_stage.function)
+    fn: Callable[[Any, Any], Any] = dataclasses.field(
+        metadata=fields.meta(check=map_stage.function)
+    )
 
     def describe(self) -> str:
         name = getattr(self.fn, "__qualname__", type(self.fn).__name__)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from resumeloader.core import spec as spec_lib
@@ -11,7 +12,7 @@ from resumeloader.stages.batching import grouping, padding
 __all__ = ["BucketStage"]
 
 
-@fields.stage
+@dataclasses.dataclass(frozen=True)
 class BucketStage(padding.PaddedStage, base.WindowedBatchStage):
     """Batches of records of similar length, each counting `batch_size` positions
     (`Pipeline.bucket_by_length`).
@@ -47,9 +48,13 @@ class BucketStage(padding.PaddedStage, base.WindowedBatchStage):
     # Changing how a window is cut or ordered changes every bucketed stream: bump it then.
     algorithm = "sorted-chunks-v1"
 
-    batch_size: int = fields.field(check=fields.count, order=True)
-    window: int = fields.field(check=fields.count, order=True, kw_only=True)
-    drop_remainder: bool = fields.field(check=fields.flag, default=False, kw_only=True)
+    batch_size: int = dataclasses.field(metadata=fields.meta(check=fields.count, order=True))
+    window: int = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=fields.count, order=True)
+    )
+    drop_remainder: bool = dataclasses.field(
+        default=False, kw_only=True, metadata=fields.meta(check=fields.flag)
+    )
 
     def check(self) -> None:
         if self.window % self.batch_size:

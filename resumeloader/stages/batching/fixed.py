@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ from resumeloader.stages import base, fields
 __all__ = ["FixedBatchStage"]
 
 
-@fields.stage
+@dataclasses.dataclass(frozen=True)
 class FixedBatchStage(base.PlainBatchStage):
     """`batch_size` records of consecutive positions per batch, stacked leaf by leaf
     (`Pipeline.batch`).
@@ -31,8 +32,10 @@ class FixedBatchStage(base.PlainBatchStage):
     name = "batch"
     stacks = True
 
-    batch_size: int = fields.field(check=fields.count)
-    drop_remainder: bool = fields.field(check=fields.flag, default=False, kw_only=True)
+    batch_size: int = dataclasses.field(metadata=fields.meta(check=fields.count))
+    drop_remainder: bool = dataclasses.field(
+        default=False, kw_only=True, metadata=fields.meta(check=fields.flag)
+    )
 
     def assemble(self, columns: list[base.Column], spec: spec_lib.RecordSpec) -> list[Any]:
         # Strings and ragged leaves stay lists (the wire format encodes them); a source's

@@ -25,7 +25,7 @@ __all__ = ["PackStage"]
 _IDS = np.dtype(np.int32)
 
 
-@fields.stage
+@dataclasses.dataclass(frozen=True)
 class PackStage(base.WindowedBatchStage):
     """Rows of several sequences each, `batch_size` rows per batch; the count varies
     (`Pipeline.pack`).
@@ -75,10 +75,18 @@ class PackStage(base.WindowedBatchStage):
     algorithm = "first-fit-decreasing-v1"
     known_counts = False
 
-    length: Any = fields.field(check=fields.lengths(none=False), order=fields.text(""))
-    window: int = fields.field(check=fields.count, order=True, kw_only=True)
-    batch_size: int = fields.field(check=fields.count, order=True, kw_only=True)
-    pad_value: Any = fields.field(order=fields.text("0"), default=0, kw_only=True)
+    length: Any = dataclasses.field(
+        metadata=fields.meta(check=fields.lengths(none=False), order=fields.text(""))
+    )
+    window: int = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=fields.count, order=True)
+    )
+    batch_size: int = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=fields.count, order=True)
+    )
+    pad_value: Any = dataclasses.field(
+        default=0, kw_only=True, metadata=fields.meta(order=fields.text("0"))
+    )
     _layouts: dict[spec_lib.RecordSpec, _Layout] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from resumeloader.core import spec as spec_lib
@@ -11,7 +12,7 @@ from resumeloader.stages.batching import padding
 __all__ = ["PaddedBatchStage"]
 
 
-@fields.stage
+@dataclasses.dataclass(frozen=True)
 class PaddedBatchStage(padding.PaddedStage, base.PlainBatchStage):
     """`batch_size` records of consecutive positions per batch, varying leaves padded
     (`Pipeline.padded_batch`).
@@ -47,8 +48,10 @@ class PaddedBatchStage(padding.PaddedStage, base.PlainBatchStage):
 
     name = "padded_batch"
 
-    batch_size: int = fields.field(check=fields.count)
-    drop_remainder: bool = fields.field(check=fields.flag, default=False, kw_only=True)
+    batch_size: int = dataclasses.field(metadata=fields.meta(check=fields.count))
+    drop_remainder: bool = dataclasses.field(
+        default=False, kw_only=True, metadata=fields.meta(check=fields.flag)
+    )
 
     def assemble(self, columns: list[base.Column], spec: spec_lib.RecordSpec) -> list[Any]:
         return self.padding(spec).assemble(columns)

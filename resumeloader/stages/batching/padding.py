@@ -245,18 +245,25 @@ def _with_masks(template: Any, padded: list[bool], spec: spec_lib.RecordSpec) ->
     return walk(template)
 
 
-@fields.stage
+@dataclasses.dataclass(frozen=True)
 class PaddedStage(base.BatchStage):
     """The padding fields of the batch stages that pad their batches (see `Padding`),
     and a `Padding` per record spec (built once per spec)."""
 
-    pad_to: Any = fields.field(
-        check=fields.lengths(none=True), order=fields.text("longest"), default=None,
+    pad_to: Any = dataclasses.field(
+        default=None,
         kw_only=True,
+        metadata=fields.meta(check=fields.lengths(none=True), order=fields.text("longest")),
     )
-    pad_value: Any = fields.field(order=fields.text("0"), default=0, kw_only=True)
-    mask: bool = fields.field(check=fields.flag, order=True, default=False, kw_only=True)
-    truncate: bool = fields.field(check=fields.flag, order=True, default=False, kw_only=True)
+    pad_value: Any = dataclasses.field(
+        default=0, kw_only=True, metadata=fields.meta(order=fields.text("0"))
+    )
+    mask: bool = dataclasses.field(
+        default=False, kw_only=True, metadata=fields.meta(check=fields.flag, order=True)
+    )
+    truncate: bool = dataclasses.field(
+        default=False, kw_only=True, metadata=fields.meta(check=fields.flag, order=True)
+    )
     _paddings: dict[spec_lib.RecordSpec, Padding] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False
     )

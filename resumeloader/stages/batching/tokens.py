@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,11 @@ def _boundaries(name: str, value: Any) -> tuple[int, ...] | None:
     return boundaries
 
 
-@fields.stage
+def _boundaries_text(boundaries: tuple[int, ...] | None) -> str:
+    return "none" if boundaries is None else ",".join(map(str, boundaries))
+
+
+@dataclasses.dataclass(frozen=True)
 class TokenBudgetStage(padding.PaddedStage, base.WindowedBatchStage):
     """Batches of as many records as fit `max_tokens` padded tokens; the count varies
     (`Pipeline.batch_by_tokens`).
@@ -66,18 +71,25 @@ class TokenBudgetStage(padding.PaddedStage, base.WindowedBatchStage):
     algorithm = "sorted-token-budget-v1"
     known_counts = False
 
-    max_tokens: int = fields.field(check=fields.count, order=True)
-    window: int = fields.field(check=fields.count, order=True, kw_only=True)
-    boundaries: tuple[int, ...] | list[int] | None = fields.field(
-        check=_boundaries, order=lambda b: "none" if b is None else ",".join(map(str, b)),
-        default=None, kw_only=True,
+    max_tokens: int = dataclasses.field(metadata=fields.meta(check=fields.count, order=True))
+    window: int = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=fields.count, order=True)
     )
-    max_batch_size: int | None = fields.field(
-        check=fields.optional(fields.count), order=lambda n: n or 0, default=None, kw_only=True
+    boundaries: tuple[int, ...] | list[int] | None = dataclasses.field(
+        default=None,
+        kw_only=True,
+        metadata=fields.meta(check=_boundaries, order=_boundaries_text),
+    )
+    max_batch_size: int | None = dataclasses.field(
+        default=None,
+        kw_only=True,
+        metadata=fields.meta(check=fields.optional(fields.count), order=lambda n: n or 0),
     )
     # Padded to each batch's longest record, never cut: not arguments.
-    pad_to: Any = fields.field(order=fields.text("longest"), default=None, init=False)
-    truncate: bool = fields.field(order=True, default=False, init=False)
+    pad_to: Any = dataclasses.field(
+        default=None, init=False, metadata=fields.meta(order=fields.text("longest"))
+    )
+    truncate: bool = dataclasses.field(default=False, init=False, metadata=fields.meta(order=True))
 
     @property
     def batch_size(self) -> int:  # type: ignore[override]
