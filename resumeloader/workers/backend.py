@@ -2,8 +2,8 @@
 
 A *backend* runs `BatchProducer.batch` on a plan's tasks somewhere — the calling
 thread (`resumeloader.workers.inline`), daemon threads (`.threads`), the loader's
-worker processes (`.processes`) — and hands back ``(task, its batches)`` strictly in
-task order, with at most `Backend.window` tasks in flight. The stream is therefore the
+worker processes (`.process_backend`) — and hands back ``(task, its batches)``
+strictly in task order, with at most `Backend.window` tasks in flight. The stream is therefore the
 same for any backend and any number of workers, and restoring with others is exact.
 `resumeloader.workers.options.Workers` chooses one through the registry
 (`resumeloader.workers.registry`); ARCHITECTURE.md ("Where to add") says how to add

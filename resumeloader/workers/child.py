@@ -1,6 +1,6 @@
 """The worker process: produces the batches it is sent, until its parent goes away.
 
-Started by `resumeloader.workers.process_pool` as ``python -c "<boot>" SOCKET_FD PARENT_PID``
+Started by `resumeloader.workers.processes` as ``python -c "<boot>" SOCKET_FD PARENT_PID``
 with the parent's ``sys.path``: it never imports the user's ``__main__`` (so a script
 without an ``if __name__ == "__main__":`` guard, or one that imports TensorFlow at the
 top, costs nothing here) and imports no TensorFlow. User functions defined in

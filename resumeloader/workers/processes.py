@@ -1,101 +1,292 @@
-"""The process backend: the loader's worker processes (`process_pool.ProcessPool`).
+"""Process workers that live as long as the loader; batches back through shared memory.
 
-The processes start once (`start`, or the first iteration) and serve every iteration
-and epoch until `close`, garbage collection or interpreter exit; batches come back
-through shared memory. No TensorFlow here.
+`ProcessPool` starts its workers once (``resumeloader.workers.child``: a fresh
+interpreter that never imports the user's ``__main__`` nor TensorFlow) and sends each
+the pipeline and record spec pickled once. Every iteration of the loader is a
+*session* of the pool: its tasks carry the session id, and a newer session makes the
+tasks of older ones stale — a worker skips them and the pool drops their results —
+so a new iteration never waits for, nor receives, the batches of an abandoned one.
+An iteration that is resumed after another one started simply resubmits the tasks it
+is still waiting for, under a new id: results are matched by task, never by arrival.
+
+Batches come back in anonymous shared memory (`resumeloader.workers.shm`), copied out
+as soon as their reply arrives. A worker that dies is reported as a `WorkerError`
+naming the batch it held when the consumer reaches that batch (the batches before it
+are delivered), and is replaced by a new process. With a ``timeout`` a batch that does
+not arrive in time stops its worker and raises a `WorkerError` naming the batch. This
+module imports no TensorFlow: keep it so.
 """
 
 from __future__ import annotations
 
-import pickle
-import sys
+import dataclasses
+import itertools
 import threading
-from collections.abc import Iterator
-from typing import ClassVar
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator
+from multiprocessing import connection
+from typing import Any
 
-import cloudpickle
+import numpy as np
 
+from resumeloader import errors
+from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import backend, options, process_pool, produce
-
-__all__ = ["ProcessBackend"]
+from resumeloader.workers import backend, child, failures, messages, produce, worker_process
 
 Task = plan_lib.Task
 
+__all__ = ["SLOTS", "ProcessPool"]
 
-class ProcessBackend:
-    """``Workers(n, kind="process")``: `n` worker processes, at most `window` tasks ahead.
+SLOTS = child.SLOTS
+_POLL_SECONDS = 0.05
+_DIED = "died"  # a worker died holding the task (the pool's own kind)
+
+
+@dataclasses.dataclass
+class _Item:
+    task: Task
+    seq: int | None = None  # None: not sent (yet, or again after a new session)
+    worker: worker_process.WorkerProcess | None = None
+
+
+class ProcessPool:
+    """Worker processes producing batch tasks in order; see the module docstring.
 
     Args:
-        workers: its options.
-        producer: what makes each task's batches (its pipeline and record spec are
-            sent pickled to each process, once).
-
-    Raises:
-        TypeError: the pipeline's source, a record stage's function or the error
-            policy's function cannot be pickled.
+        payload: the pipeline and record spec, pickled (cloudpickle).
+        spec: the batches' spec (`BatchProducer.output_spec`: to rebuild their structure).
+        num_workers: worker processes (>= 1).
+        timeout: seconds the consumer waits for one batch before the worker is
+            stopped and a `WorkerError` raised; None waits as long as the worker lives.
+        on_skips: ``on_skips(task, skips)`` receives the replaced records of a
+            batch (the error policy's), before the batch is yielded.
+        window: the most tasks taken ahead of the consumer (at most `SLOTS` of them
+            sent to each worker at a time); `SLOTS` per worker when None.
     """
 
-    kind: ClassVar[str] = "process"
-    option_fields: ClassVar[tuple[str, ...]] = ("timeout", "window")
-
-    def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
-        backend.check_picklable(producer.pipeline, kind=self.kind)
-        self._workers = workers
-        self._producer = producer
-        self._pool: process_pool.ProcessPool | None = None
+    def __init__(
+        self,
+        payload: bytes,
+        spec: spec_lib.RecordSpec,
+        num_workers: int,
+        *,
+        timeout: float | None,
+        on_skips: Callable[[Task, list[Any]], None] | None = None,
+        window: int | None = None,
+    ) -> None:
+        self._payload = payload
+        self._window = window or SLOTS * num_workers
+        self._on_skips = on_skips
+        self._spec = spec
+        self._timeout = timeout
         self._lock = threading.Lock()
-
-    @classmethod
-    def check(cls, workers: options.Workers) -> None:
-        backend.needs_workers(workers)
-        if sys.platform == "win32":
-            msg = (
-                "kind='process' needs a POSIX system (Linux, macOS): it passes shared memory "
-                "between processes as file descriptors. Received: kind='process' on "
-                "Windows. Use kind='thread'."
-            )
-            raise ValueError(msg)
-
-    @property
-    def window(self) -> int:
-        return self._workers.window or process_pool.SLOTS * self._workers.num_workers
+        self._workers: list[worker_process.WorkerProcess] = []
+        self._session = 0
+        self._seqs = itertools.count()
+        self._results: dict[int, tuple[str, Any]] = {}
+        self._closed = False
+        # Registered before any start, so that a failed start still stops the others; it
+        # runs on close(), when the pool is garbage collected, and at interpreter exit.
+        self._finalizer = weakref.finalize(self, worker_process.shutdown, self._workers)
+        for index in range(num_workers):  # all started before any is waited for
+            self._workers.append(worker_process.WorkerProcess(index))
+        for worker in self._workers:
+            worker.setup(payload)
 
     @property
     def pids(self) -> list[int]:
-        """The process ids of the live workers (empty before they start)."""
-        pool = self._pool
-        return [] if pool is None else pool.pids
-
-    def start(self) -> None:
-        self._started()
-
-    def _started(self) -> process_pool.ProcessPool:
-        with self._lock:
-            if self._pool is None:
-                producer = self._producer
-                payload = cloudpickle.dumps(
-                    (producer.pipeline, producer.spec), protocol=pickle.HIGHEST_PROTOCOL
-                )
-                self._pool = process_pool.ProcessPool(
-                    payload, producer.output_spec, self._workers.num_workers,
-                    timeout=self._workers.timeout, on_skips=producer.skips.put,
-                    window=self.window,
-                )
-            return self._pool
+        """The process ids of the live workers."""
+        return [w.pid for w in self._workers if not w.dead]
 
     def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, produce.Produced]]:
-        return self._started().run(tasks)
+        """Yields ``(task, its batches)`` for each task, in task order (one session)."""
+        queue: deque[_Item] = deque()
+        session = -1
+        waiting_since: float | None = None
+        try:
+            while True:
+                with self._lock:
+                    if self._closed:
+                        msg = "The loader's worker processes were shut down during an iteration."
+                        raise RuntimeError(msg)
+                    if session != self._session:  # first call, or another session ran since
+                        session = self._open()
+                        for item in queue:
+                            item.seq = item.worker = None
+                    while len(queue) < self._window:
+                        task = next(tasks, None)
+                        if task is None:
+                            break
+                        queue.append(_Item(task))
+                    if not queue:
+                        return
+                    self._dispatch(queue, session)
+                    head = queue[0]
+                    outcome = self._take(head)
+                    if outcome is None:
+                        self._receive()
+                        outcome = self._take(head)
+                if outcome is None:
+                    # A worker's start-up does not count: only a worker that is up can stall.
+                    holder = [head.worker] if head.worker is not None else self._workers
+                    if not all(w.ready for w in holder):
+                        waiting_since = None
+                        continue
+                    now = time.monotonic()
+                    waiting_since = now if waiting_since is None else waiting_since
+                    if self._timeout is not None and now - waiting_since > self._timeout:
+                        raise self._timed_out(head)
+                    continue
+                waiting_since = None
+                queue.popleft()
+                yield head.task, self._unpack(head, *outcome)
+        finally:
+            with self._lock:
+                self._end(session, queue)
 
     def close(self) -> None:
+        """Stops the workers (idle ones exit at once; busy ones are killed after 0.1 s)."""
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+            self._closed = True
+        self._finalizer()
 
-    def describe(self) -> str:
-        count = self._workers.num_workers
-        return (
-            f"{count} process worker{'s' if count != 1 else ''}, <= {self.window} in flight, "
-            "in order, shared memory"
+    # -- the pieces of `run`, called with the lock held -------------------------------
+    def _open(self) -> int:
+        self._session += 1
+        self._results.clear()  # every result held belongs to an older session
+        for worker in self._workers:
+            if not worker.dead and worker.popen.poll() is not None:
+                self._bury(worker)
+        self._notify()
+        return self._session
+
+    def _end(self, session: int, queue: deque[_Item]) -> None:
+        if session != self._session or self._closed:
+            return
+        self._session += 1  # our tasks still queued in workers are now stale: skipped
+        for item in queue:
+            if item.seq is not None:
+                self._results.pop(item.seq, None)
+        self._notify()
+
+    def _notify(self) -> None:
+        for worker in self._workers:
+            if not worker.dead and worker.outstanding:
+                try:
+                    worker.conn.send(messages.SessionMessage(self._session))
+                except OSError:
+                    self._bury(worker)
+
+    def _dispatch(self, queue: deque[_Item], session: int) -> None:
+        for item in queue:
+            if item.seq is not None:
+                continue
+            while True:
+                if any(w.dead for w in self._workers):
+                    self._revive()
+                ready = [w for w in self._workers if len(w.outstanding) < SLOTS]
+                if not ready:
+                    return
+                worker = min(ready, key=lambda w: len(w.outstanding))
+                seq = next(self._seqs)
+                task = item.task
+                try:
+                    worker.conn.send(messages.TaskMessage(seq, session, task))
+                except OSError:
+                    self._bury(worker)
+                    continue
+                worker.outstanding.append(seq)
+                item.seq, item.worker = seq, worker
+                break
+
+    def _revive(self) -> None:
+        for index, worker in enumerate(self._workers):
+            if worker.dead:
+                self._workers[index] = worker_process.WorkerProcess(index)
+                self._workers[index].setup(self._payload)
+
+    def _receive(self) -> None:
+        busy = {
+            w.conn: w for w in self._workers if not w.dead and (w.outstanding or not w.ready)
+        }
+        ready = connection.wait(list(busy), timeout=_POLL_SECONDS)
+        for conn in ready:
+            worker = busy[conn]  # type: ignore[index]
+            try:
+                reply = worker.receive()
+            except (EOFError, OSError):
+                self._bury(worker)
+                continue
+            if reply.kind == messages.READY:
+                worker.ready = True
+                continue
+            worker.outstanding.popleft()
+            if reply.session == self._session and reply.kind != messages.SKIPPED:
+                body = reply.body
+                if reply.kind == messages.OK:
+                    body = (self._copy(worker, body), body.skips)
+                self._results[reply.seq] = (reply.kind, body)
+        if not ready:  # a dead worker whose socket a grandchild keeps open
+            for worker in busy.values():
+                if worker.popen.poll() is not None:
+                    self._bury(worker)
+
+    def _bury(self, worker: worker_process.WorkerProcess) -> None:
+        """Marks `worker` dead; its unanswered tasks fail when the consumer reaches them."""
+        worker.stop()
+        for seq in worker.outstanding:
+            self._results[seq] = (_DIED, (worker.index, worker.pid, worker.how_it_died()))
+        worker.outstanding.clear()
+
+    def _copy(self, worker: worker_process.WorkerProcess, done: messages.Done) -> produce.Produced:
+        buffer = worker.blocks[done.placement.slot].buf
+        arrays = [
+            np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset).copy()
+            for dtype, shape, offset in done.placement.layout
+        ]
+        return produce.Produced.unflatten(self._spec.treespec, arrays, done.header)
+
+    def _take(self, item: _Item) -> tuple[str, Any] | None:
+        return None if item.seq is None else self._results.pop(item.seq, None)
+
+    # -- outcomes ---------------------------------------------------------------------
+    def _timed_out(self, item: _Item) -> errors.WorkerError:
+        with self._lock:
+            held = item.worker if item.worker is not None and not item.worker.dead else None
+            # Not sent: every worker is still busy with something older that does not end.
+            stuck = [held] if held is not None else [w for w in self._workers if w.outstanding]
+            for worker in stuck:
+                worker.stop(kill=True)
+                self._bury(worker)
+        names = ", ".join(f"{w.index} (pid {w.pid})" for w in stuck) or "-"
+        assert self._timeout is not None
+        what = (
+            f"worker process {names} was alive but did not finish it (a stalled map_fn or "
+            "source?) and was stopped; the next iteration starts a new worker and retries."
         )
+        return backend.timed_out(item.task, self._timeout, what)
+
+    def _unpack(self, item: _Item, kind: str, body: Any) -> Any:
+        if kind == messages.OK:
+            batch, skips = body
+            if skips and self._on_skips is not None:
+                self._on_skips(item.task, skips)
+            return batch
+        task = item.task
+        first = int(task.indices[0])
+        if kind == _DIED:
+            index, pid, how = body
+            msg = (
+                f"Worker process {index} (pid {pid}) died with {how} while preparing the "
+                f"batch of {len(task.indices)} records at position {task.position} (epoch "
+                f"{task.epoch}, first record index {first}). No batch was lost: the position "
+                "was not advanced, and the next iteration starts a new worker and retries it."
+            )
+            raise errors.WorkerError(
+                msg, record_index=first, epoch=task.epoch, position=task.position
+            )
+        assert item.worker is not None
+        raise failures.rebuild(task, item.worker.index, kind, body)

@@ -19,7 +19,7 @@ __all__ = ["BACKENDS", "backend_class"]
 BACKENDS: dict[str, str] = {
     "inline": "resumeloader.workers.inline:InlineBackend",
     "thread": "resumeloader.workers.threads:ThreadBackend",
-    "process": "resumeloader.workers.processes:ProcessBackend",
+    "process": "resumeloader.workers.process_backend:ProcessBackend",
 }
 
 
