@@ -305,9 +305,15 @@ class Delivery:
                 tensors = tf.nest.map_structure(tf.convert_to_tensor, item)
                 yield self.finisher.eager(tensors, self.batch_dim)
 
+    def sync(self) -> None:
+        """Makes the quarantine log's lines durable (see `Quarantine.sync`), if any."""
+        if self.quarantine is not None:
+            self.quarantine.sync()
+
     def close(self) -> None:
-        """Stops the process workers (a later iteration starts new ones)."""
+        """Stops the process workers (a later iteration starts new ones); syncs the log."""
         self.workers.close()
+        self.sync()
 
     def describe(self) -> list[tuple[str, str, str, str]]:
         """Rows (stage, what, element, state) of the delivery, for ``describe()``."""

@@ -560,8 +560,12 @@ class ResumableLoader(tf.train.experimental.PythonState):
         It holds a version, every stage's order fields (``"<stage>.<field>"``) with
         their fingerprint, and the position as (``epoch``, global ``offset``,
         ``row``). The fingerprint covers the order fields only. Eager only.
+
+        With a bad-record policy that replaces, the quarantine log's lines written so
+        far are made durable first (fsync), so no checkpoint outlives them.
         """
         position_lib.eager_only("loader.get_state()")
+        self._delivery.sync()
         epoch, offset = divmod(self.position, self._layout.records_per_epoch)
         return state_lib.make(
             self._plan.order_fields(),
