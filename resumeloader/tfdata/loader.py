@@ -584,7 +584,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
             StateError: the state is malformed or corrupted.
             StateMismatchError: it was saved by a pipeline with another record order;
                 the message names each differing ``stage.field``.
-            ElasticResumeError: the new shard count cannot continue it exactly.
+            ElasticResumeError: the new shard count cannot continue it exactly, or the
+                position lies inside a batch of a windowed stage (an edited state).
             StreamIntegrityError: a ``for batch in loader`` is live.
         """
         self._position.ledger.check_position_change("set_state")
@@ -602,6 +603,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             raise errors.StateError(msg)
         same = saved["shard_count"] == self._plan.shard_count
         self._plan.check_restore(self._layout.normalise(position), same_layout=same)
+        self._delivery.check_restore(self._layout.normalise(position))
         self._position.set(position)
 
     def serialize(self) -> str:
