@@ -136,6 +136,8 @@ class WorkerSettings:
                 _check_picklable("on_error policy", pipeline.error_policy.fn)
         self._pool: processes.ProcessPool | None = None
         self._lock = threading.Lock()
+        self._runs = 0  # iterations running on the process pool
+        self._released = False  # the loader is gone: the pool lives only for those runs
 
     @property
     def in_flight(self) -> int:
@@ -174,6 +176,16 @@ class WorkerSettings:
         if pool is not None:
             pool.close()
 
+    def release(self) -> None:
+        """The loader is gone: stops the process workers now, or when the iterations still
+        running on them end (then after every later iteration, e.g. of a dataset that
+        outlived its loader)."""
+        with self._lock:
+            self._released = True
+            idle = not self._runs
+        if idle:
+            self.close()
+
     def produce(
         self, producer: produce.BatchProducer, tasks: Iterator[Task]
     ) -> Iterator[tuple[Task, produce.Produced]]:
@@ -183,9 +195,18 @@ class WorkerSettings:
                 yield task, producer.batch(task)
             return
         if self.worker_type == "process":
-            pool = self.start(producer)
-            assert pool is not None
-            yield from pool.run(tasks)
+            with self._lock:
+                self._runs += 1
+            try:
+                pool = self.start(producer)
+                assert pool is not None
+                yield from pool.run(tasks)
+            finally:
+                with self._lock:
+                    self._runs -= 1
+                    idle = self._released and not self._runs
+                if idle:
+                    self.close()
             return
         threads = _ThreadPool(producer, self.num_workers, self.timeout)
         pending: deque[tuple[Task, futures.Future[Any]]] = deque()
