@@ -19,11 +19,30 @@ and measures until every process of the job (the parent and its workers) is gone
 
 The ``ctrl-c, plain TensorFlow`` row is a reference: a script that only imports
 TensorFlow and sleeps, interrupted the same way (TensorFlow's own exit time).
+
+Two more kinds of rows (issue 19):
+
+* a Keras fit as people write it (tests/_keras_phases.py: two outputs with compiled
+  metrics, validation data, EarlyStopping, ReduceLROnPlateau, ModelCheckpoint,
+  CSVLogger, ResumeCallback saving every 4 of 8 batches) SIGKILLed once in one phase of
+  an epoch by ``kill_and_restart`` and restarted: records lost or duplicated and
+  "resumed exactly" from the harness report (same batches, same final weights, same
+  stopping epoch) and the CSVLogger rows (one per epoch, equal to the uninterrupted
+  run's);
+* plain exits (tests/scripts/exit_job.py, forked by the tests' fork server 4 at a
+  time): a script consumes a loader through ``dataset()``, a ``for`` loop or ``fit``
+  with 0, thread or process workers, and ends; seconds from its last line to its end
+  (median and max), ``HUNG`` if one was still alive after 60 s; beside it the same
+  server's exit of a script that only runs a TensorFlow op, as the reference.
+
+``--quick`` runs the reference rows, one fault case, one Keras phase and 18 exits,
+to check that everything works. The last line printed is the table as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import shutil
@@ -37,7 +56,11 @@ from collections.abc import Callable
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the job and its runner are shared with the tests
 
+import _exits  # noqa: E402
 import _faults  # noqa: E402
+import _keras_phases  # noqa: E402
+
+from resumeloader.tools import harness  # noqa: E402
 
 # A private mount namespace whose /dev/shm is a 16 MiB tmpfs (Docker's default is 64).
 SMALL_SHM = (
@@ -163,17 +186,88 @@ def baseline() -> list[str]:
             f"{seconds:.2f}", "0", "0", "-", "-", "-"]
 
 
+# The phases of an epoch of the Keras job (8 steps per epoch) -> its kill point.
+KERAS_PHASES = {
+    "mid-epoch": "step:11",
+    "at its last batch (the save due there waits for the epoch end)": "step:15",
+    "during validation": "mark:validation:16",
+    "inside another callback's on_epoch_end": "mark:epoch_end:16",
+    "during the epoch-end checkpoint write": "save:16",
+}
+
+
+def keras_phase(phase: str, workdir: pathlib.Path) -> list[str]:
+    """The Keras job SIGKILLed once at `phase` and restarted, against its reference."""
+    point = KERAS_PHASES[phase]
+    report = harness.kill_and_restart(
+        [sys.executable, _keras_phases.__file__, "outputs"], kill_points=[point],
+        workdir=workdir, timeout=600, env={"TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    rows = [_keras_phases.csv_rows(str(workdir / d)) for d in ("reference-ckpt", "resumed-ckpt")]
+    once: dict[str, dict[str, str]] = {}
+    same_rows = all(once.setdefault(r["epoch"], r) == r for r in rows[1])
+    same_rows = same_rows and list(once.values()) == rows[0]
+    exact = report.identical and same_rows
+    return [
+        f"Keras fit (2 outputs, metrics, validation, 4 callbacks) SIGKILLed {phase} ({point})",
+        "killed, restarted", "-", "-", "-", str(report.records_lost),
+        str(report.records_duplicated), "yes" if exact else "NO",
+    ]
+
+
+def exit_loop(count: int, workdir: pathlib.Path) -> list[list[str]]:
+    """`count` exits of the exit job (every consumer and worker kind) and of a plain
+    TensorFlow script, through the fork server."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    plain = workdir / "plain.py"
+    plain.write_text("import tensorflow as tf\ntf.constant(1.0) + 1\nprint('done', flush=True)\n")
+    combos = [(c, w) for c in ("dataset", "loop", "fit") for w in ("0", "thread", "process")]
+    jobs = [{"script": str(_exits.SCRIPTS / "exit_job.py"),
+             "args": [*combos[n % len(combos)], str(workdir / f"ckpt-{n}")],
+             "log": str(workdir / f"{n}.log")} for n in range(count)]
+    jobs += [{"script": str(plain), "args": [], "log": str(workdir / f"plain-{n}.log")}
+             for n in range(max(3, count // 9))]
+    results = _exits.run_forked(jobs, workdir=workdir, parallel=4, limit=60.0, timeout=3600)
+    rows = []
+    for name, picked in (
+        (f"exit after dataset()/for loop/fit, 0/thread/process workers (x{count})",
+         [r for r in results if r["args"]]),
+        ("reference: exit of a TensorFlow script that ran one op (same fork server)",
+         [r for r in results if not r["args"]]),
+    ):
+        hung = sum(r["hung"] for r in picked)
+        times = sorted(r["seconds"] for r in picked if not r["hung"] and r["seconds"] is not None)
+        failed = sum(r["returncode"] not in (0, None) for r in picked)
+        outcome = f"{len(picked) - hung - failed} exited (status 0)"
+        outcome += f", {hung} HUNG" if hung else ""
+        outcome += f", {failed} failed" if failed else ""
+        seconds = f"{times[len(times) // 2]:.2f} median, {times[-1]:.2f} max" if times else "-"
+        rows.append([name, outcome, seconds, str(hung), "-", "-", "-", "-"])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="*", help="substrings of the case names to run")
+    parser.add_argument("--quick", action="store_true",
+                        help="one fault case, one Keras phase, 18 exits: checks it all runs")
     args = parser.parse_args()
     names = [n for n in CASES if not args.cases or any(c in n for c in args.cases)]
     if shutil.which("unshare") is None or os.geteuid() != 0:
         names = [n for n in names if not CASES[n][2]]  # needs root and unshare
+    phases = [p for p in KERAS_PHASES if not args.cases or any(c in p for c in args.cases)]
+    if args.quick:
+        names, phases = names[:1], phases[:1]
     rows = [baseline()]
     with tempfile.TemporaryDirectory(prefix="resumeloader-faults-") as tmp:
         for index, name in enumerate(names):
             rows.append(run_case(name, pathlib.Path(tmp) / str(index)))
+            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+        for index, phase in enumerate(phases):
+            rows.append(keras_phase(phase, pathlib.Path(tmp) / f"keras-{index}"))
+            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+        if not args.cases or any("exit" in c for c in args.cases):
+            rows += exit_loop(18 if args.quick else 100, pathlib.Path(tmp) / "exits")
             print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
     header = ["case", "outcome", "seconds to exit", "processes left", "/dev/shm bytes left",
               "records lost", "records duplicated", "resumed exactly"]
@@ -184,6 +278,9 @@ def main() -> None:
     print("|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    print(json.dumps({"header": header, "rows": rows, "cpus": os.cpu_count(),
+                      "load average at end": [round(x, 1) for x in os.getloadavg()],
+                      "quick": args.quick}))
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ def _printed(section: str, quick: bool) -> _common.Report:
     script, heading = _PRINTED[section]
     span = _common.Span()
     command = [sys.executable, str(HERE / script)]
-    if quick and script != "faults.py":
+    if quick:
         command.append("--quick")
     env = dict(os.environ, COLUMNS="160", TERM="dumb")  # rich: no wrapping, no colours
     try:
