@@ -1,6 +1,6 @@
 """Fault injection: kills, stalls and Ctrl-Cs against a real training job, in subprocesses.
 
-    python benchmarks/faults.py [--cases NAME ...]
+    python benchmarks/faults.py [--cases NAME ...] [--quick] [--json PATH]
 
 The job (tests/scripts/fault_job.py) is written the way worker processes must
 survive: no ``if __name__ == "__main__":`` guard, TensorFlow imported at the top, its
@@ -35,14 +35,13 @@ Two more kinds of rows (issue 19):
   (median and max), ``HUNG`` if one was still alive after 60 s; beside it the same
   server's exit of a script that only runs a TensorFlow op, as the reference.
 
-``--quick`` runs the reference rows, one fault case, one Keras phase and 18 exits,
-to check that everything works. The last line printed is the table as JSON.
+``--quick`` runs the reference row, one fault case, one Keras phase and 18 exits, to
+check that everything works.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import shutil
@@ -56,9 +55,14 @@ from collections.abc import Callable
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the job and its runner are shared with the tests
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _common  # noqa: E402
 import _exits  # noqa: E402
 import _faults  # noqa: E402
 import _keras_phases  # noqa: E402
+import _results  # noqa: E402
+from _results import Column, Report, Table  # noqa: E402
 
 from resumeloader.tools import harness  # noqa: E402
 
@@ -150,7 +154,15 @@ def _outcome(returncode: int | None) -> str:
     return f"exited (status {returncode})"
 
 
-def run_case(name: str, workdir: pathlib.Path) -> list[str]:
+COLUMNS = [
+    Column("case", "case"), Column("outcome", "outcome"),
+    Column("seconds", "seconds to exit", ".2f"), Column("processes", "processes left", "d"),
+    Column("shm", "/dev/shm bytes left", "d"), Column("lost", "records lost", "d"),
+    Column("duplicated", "records duplicated", "d"), Column("exact", "resumed exactly"),
+]
+
+
+def run_case(name: str, workdir: pathlib.Path) -> dict[str, object]:
     fault, options, wrapper = CASES[name]
     job = _faults.Job(workdir, *options, wrapper=wrapper)
     pids = fault(job)
@@ -159,14 +171,14 @@ def run_case(name: str, workdir: pathlib.Path) -> list[str]:
     lost, duplicated = _faults.lost_and_duplicated(_faults.records(workdir))
     exact = _faults.records(workdir) == _faults.reference() and resumed.returncode == 0
     status = _outcome(outcome.returncode) if outcome.exited else "HUNG"
-    return [
-        name, status, f"{outcome.seconds:.2f}", str(len(outcome.processes_left)),
-        str(sum(outcome.shm_left.values())), str(lost), str(duplicated),
-        "yes" if exact else "NO",
-    ]
+    return {
+        "case": name, "outcome": status, "seconds": outcome.seconds,
+        "processes": len(outcome.processes_left), "shm": sum(outcome.shm_left.values()),
+        "lost": lost, "duplicated": duplicated, "exact": "yes" if exact else "NO",
+    }
 
 
-def baseline() -> list[str]:
+def baseline() -> dict[str, object]:
     """Ctrl-C on a script that imports TensorFlow and sleeps: TensorFlow's own exit time."""
     code = (
         "import time, tensorflow as tf; tf.constant(1); print('ready', flush=True); "
@@ -182,8 +194,9 @@ def baseline() -> list[str]:
     os.killpg(proc.pid, signal.SIGINT)
     proc.wait(timeout=60)
     seconds = time.monotonic() - start
-    return ["reference: Ctrl-C, plain TensorFlow script sleeping", _outcome(proc.returncode),
-            f"{seconds:.2f}", "0", "0", "-", "-", "-"]
+    return {"case": "reference: Ctrl-C, plain TensorFlow script sleeping",
+            "outcome": _outcome(proc.returncode), "seconds": seconds, "processes": 0, "shm": 0,
+            "lost": "-", "duplicated": "-", "exact": "-"}
 
 
 # The phases of an epoch of the Keras job (8 steps per epoch) -> its kill point.
@@ -196,7 +209,7 @@ KERAS_PHASES = {
 }
 
 
-def keras_phase(phase: str, workdir: pathlib.Path) -> list[str]:
+def keras_phase(phase: str, workdir: pathlib.Path) -> dict[str, object]:
     """The Keras job SIGKILLed once at `phase` and restarted, against its reference."""
     point = KERAS_PHASES[phase]
     report = harness.kill_and_restart(
@@ -208,14 +221,16 @@ def keras_phase(phase: str, workdir: pathlib.Path) -> list[str]:
     same_rows = all(once.setdefault(r["epoch"], r) == r for r in rows[1])
     same_rows = same_rows and list(once.values()) == rows[0]
     exact = report.identical and same_rows
-    return [
-        f"Keras fit (2 outputs, metrics, validation, 4 callbacks) SIGKILLed {phase} ({point})",
-        "killed, restarted", "-", "-", "-", str(report.records_lost),
-        str(report.records_duplicated), "yes" if exact else "NO",
-    ]
+    return {
+        "case": f"Keras fit (2 outputs, metrics, validation, 4 callbacks) SIGKILLed {phase} "
+                f"({point})",
+        "outcome": "killed, restarted", "seconds": "-", "processes": "-", "shm": "-",
+        "lost": report.records_lost, "duplicated": report.records_duplicated,
+        "exact": "yes" if exact else "NO",
+    }
 
 
-def exit_loop(count: int, workdir: pathlib.Path) -> list[list[str]]:
+def exit_loop(count: int, workdir: pathlib.Path) -> list[dict[str, object]]:
     """`count` exits of the exit job (every consumer and worker kind) and of a plain
     TensorFlow script, through the fork server."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -242,8 +257,41 @@ def exit_loop(count: int, workdir: pathlib.Path) -> list[list[str]]:
         outcome += f", {hung} HUNG" if hung else ""
         outcome += f", {failed} failed" if failed else ""
         seconds = f"{times[len(times) // 2]:.2f} median, {times[-1]:.2f} max" if times else "-"
-        rows.append([name, outcome, seconds, str(hung), "-", "-", "-", "-"])
+        rows.append({"case": name, "outcome": outcome, "seconds": seconds, "processes": hung,
+                     "shm": "-", "lost": "-", "duplicated": "-", "exact": "-"})
     return rows
+
+
+def run(cases: list[str] | None, quick: bool = False) -> Report:
+    """The table of every case whose name contains one of `cases` (all if None); with
+    `quick`, one fault case, one Keras phase and 18 exits."""
+    names = [n for n in CASES if not cases or any(c in n for c in cases)]
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        names = [n for n in names if not CASES[n][2]]  # needs root and unshare
+    phases = [p for p in KERAS_PHASES if not cases or any(c in p for c in cases)]
+    exits = not cases or any("exit" in c for c in cases)
+    if quick:
+        names, phases = names[:1], phases[:1]
+    start = _results.load_average()
+    table = Table(
+        "faults", "Fault injection: what each fault leaves behind", "faults.py",
+        "Each fault injected into `tests/scripts/fault_job.py` (2 epochs of 96 records, "
+        "batches of 8, its loader state saved after every batch); the job then restarted "
+        "and run to the end.",
+        COLUMNS, note=f"Python {sys.version.split()[0]}",
+    )
+    table.add(**baseline())
+    with tempfile.TemporaryDirectory(prefix="resumeloader-faults-") as tmp:
+        for index, name in enumerate(names):
+            table.add(**run_case(name, pathlib.Path(tmp) / str(index)))
+            print(" | ".join(map(str, table.rows[-1].values())), file=sys.stderr, flush=True)
+        for index, phase in enumerate(phases):
+            table.add(**keras_phase(phase, pathlib.Path(tmp) / f"keras-{index}"))
+            print(" | ".join(map(str, table.rows[-1].values())), file=sys.stderr, flush=True)
+        if exits:
+            for row in exit_loop(18 if quick else 100, pathlib.Path(tmp) / "exits"):
+                table.add(**row)
+    return Report([table.finish(start)], [])
 
 
 def main() -> None:
@@ -251,36 +299,10 @@ def main() -> None:
     parser.add_argument("--cases", nargs="*", help="substrings of the case names to run")
     parser.add_argument("--quick", action="store_true",
                         help="one fault case, one Keras phase, 18 exits: checks it all runs")
+    _common.add_json_option(parser)
     args = parser.parse_args()
-    names = [n for n in CASES if not args.cases or any(c in n for c in args.cases)]
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        names = [n for n in names if not CASES[n][2]]  # needs root and unshare
-    phases = [p for p in KERAS_PHASES if not args.cases or any(c in p for c in args.cases)]
-    if args.quick:
-        names, phases = names[:1], phases[:1]
-    rows = [baseline()]
-    with tempfile.TemporaryDirectory(prefix="resumeloader-faults-") as tmp:
-        for index, name in enumerate(names):
-            rows.append(run_case(name, pathlib.Path(tmp) / str(index)))
-            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
-        for index, phase in enumerate(phases):
-            rows.append(keras_phase(phase, pathlib.Path(tmp) / f"keras-{index}"))
-            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
-        if not args.cases or any("exit" in c for c in args.cases):
-            rows += exit_loop(18 if args.quick else 100, pathlib.Path(tmp) / "exits")
-            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
-    header = ["case", "outcome", "seconds to exit", "processes left", "/dev/shm bytes left",
-              "records lost", "records duplicated", "resumed exactly"]
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\nFault injection, python benchmarks/faults.py: {os.cpu_count()} CPUs, load "
-          f"average {load} at the end, Python {sys.version.split()[0]}.\n")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-    print(json.dumps({"header": header, "rows": rows, "cpus": os.cpu_count(),
-                      "load average at end": [round(x, 1) for x in os.getloadavg()],
-                      "quick": args.quick}))
+    timer = _results.Timer(_results.command_line(), quick=args.quick)
+    _common.finish(run(args.cases, args.quick), timer, args.json)
 
 
 if __name__ == "__main__":

@@ -315,6 +315,12 @@ def _files() -> str:
         for record in records:
             writer.write(record)
         writer.close()
+        writer = array_record_module.ArrayRecordWriter(
+            os.path.join(folder, "code.array_record"), "group_size:1"
+        )
+        for record in records[:13]:
+            writer.write(b"#" + record[::-1])
+        writer.close()
     return folder
 
 
@@ -343,7 +349,48 @@ if importlib.util.find_spec("array_record"):
         return ResumableLoader(source, batch_size=5, seed=15, num_epochs=2)
 
 
+    # Mixtures of real sources: TFRecord and ArrayRecord bytes, read by batch and by a map_fn.
+    def _file_mixture(seed: int) -> Pipeline:
+        web = TFRecordSource(
+            os.path.join(_files(), "part-*.tfrecord"), index_dir=os.path.join(_files(), "index")
+        )
+        code = ArrayRecordSource(os.path.join(_files(), "code.array_record"))
+        return Pipeline.mix({"web": web, "code": code}, weights={"web": 0.6, "code": 0.4},
+                            seed=seed)
+
+    @register("mix-tfrecord-array_record-bytes-read_batch", num_steps=9)
+    def _mix_files() -> ResumableLoader:
+        return ResumableLoader.from_pipeline(_file_mixture(17).batch(5), num_epochs=2)
+
+    @register("mix-tfrecord-array_record-map_fn-process-workers", num_steps=9,
+              break_points=(3, 8))
+    def _mix_files_map() -> ResumableLoader:
+        return ResumableLoader.from_pipeline(
+            _file_mixture(18).map(_worker_fns.decode_bytes).batch(5), num_epochs=2,
+            output_signature={"raw": _string_spec(), "tokens": _ragged_spec()},
+            num_workers=2, worker_type="process",
+        )
+
+
 if importlib.util.find_spec("datasets"):
+
+    @register("mix-hugging_face-strings-ragged-thread-workers", num_steps=7)
+    def _mix_hugging_face() -> ResumableLoader:
+        import datasets
+
+        def part(words: list[str], tokens: list[np.ndarray]) -> object:
+            data = {"text": words, "tokens": [t.tolist() for t in tokens]}
+            return datasets.Dataset.from_dict(data)
+
+        pipeline = Pipeline.mix(
+            {"a": part(_WORDS, _TOKENS), "b": part(_WORDS[:9][::-1], _TOKENS[9:18])},
+            weights={"a": 3, "b": 2},
+            seed=19,
+        )
+        return ResumableLoader.from_pipeline(
+            pipeline.batch(4), num_epochs=2, num_workers=2, worker_type="thread"
+        )
+
 
     @register("hugging_face-dataset-map_fn", num_steps=7)
     def _hugging_face() -> ResumableLoader:

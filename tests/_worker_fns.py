@@ -28,6 +28,12 @@ def augment_tokens(record: dict, rng: np.random.Generator) -> dict:
     return {"text": record["text"], "tokens": np.asarray(record["tokens"]) + noise}
 
 
+def decode_bytes(record: bytes, rng: np.random.Generator) -> dict:
+    """A stored record's bytes and its bytes as tokens, with keyed noise (ragged)."""
+    tokens = np.frombuffer(record, dtype=np.uint8).astype(np.int64)
+    return {"raw": record, "tokens": tokens + rng.integers(0, 3, size=len(tokens))}
+
+
 def tensorflow_imported(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """1 when the process running it has imported TensorFlow, else 0."""
     return np.int64("tensorflow" in sys.modules)

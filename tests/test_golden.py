@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import resumeloader
 
@@ -69,21 +70,47 @@ def test_loader_stream_digest_pinned_in_fresh_process():
     assert result.stdout.strip().splitlines()[-1] == LOADER_DIGEST
 
 
+# The state 0.2 wrote for the loader below: 0.3 adds `source.identity` (a sampled digest of
+# the array) and with it the fingerprint; a 0.2 state must still restore.
+_STATE_0_2 = {
+    "batch_size": 4,
+    "epoch": 0,
+    "fingerprint": "4b489a11f3880228",
+    "offset": 12,
+    "pipeline.seed": 1,
+    "row": 0,
+    "sampler.algorithm": "feistel-radix-mul-r4-v1",
+    "sampler.shuffle": 1,
+    "shard_count": 1,
+    "shards.layout": "strided-v1",
+    "source.num_records": 23,
+    "version": 2,
+}
+
+
+def _pinned_loader() -> resumeloader.ResumableLoader:
+    return resumeloader.ResumableLoader(np.arange(23), batch_size=4, seed=1, num_epochs=2)
+
+
 def test_state_json_pinned():
     """The state a loader writes is pinned field for field (the checkpoint format, version 2)."""
-    loader = resumeloader.ResumableLoader(np.arange(23), batch_size=4, seed=1, num_epochs=2)
+    loader = _pinned_loader()
     loader.advance(3)
     assert json.loads(loader.serialize()) == {
-        "batch_size": 4,
-        "epoch": 0,
-        "fingerprint": "4b489a11f3880228",
-        "offset": 12,
-        "pipeline.seed": 1,
-        "row": 0,
-        "sampler.algorithm": "feistel-radix-mul-r4-v1",
-        "sampler.shuffle": 1,
-        "shard_count": 1,
-        "shards.layout": "strided-v1",
-        "source.num_records": 23,
-        "version": 2,
+        **_STATE_0_2,
+        "fingerprint": "01c2ac99115ff841",
+        "source.identity": "sampled-v1:4e316fade7afd696571e4b6abae5e5d5",
     }
+
+
+def test_state_json_of_0_2_restores_same_position_and_stream():
+    """The pinned 0.2 state (no content identity) restores at its position, same batches."""
+    expected = _pinned_loader()
+    expected.advance(3)
+    loader = _pinned_loader()
+
+    with pytest.warns(UserWarning, match="source.identity"):
+        loader.set_state(_STATE_0_2)
+
+    assert loader.position == expected.position == 12
+    assert [b.numpy().tolist() for b in loader] == [b.numpy().tolist() for b in expected]

@@ -8,8 +8,8 @@ import pytest
 
 array_record_module = pytest.importorskip("array_record.python.array_record_module")
 
-from resumeloader import ResumableLoader, StateMismatchError  # noqa: E402
-from resumeloader.sources import ArrayRecordSource  # noqa: E402
+from resumeloader import RecordError, ResumableLoader, StateMismatchError  # noqa: E402
+from resumeloader.sources import ArrayRecordSource, CorruptRecordError  # noqa: E402
 
 RECORDS = [f"record {i}".encode() * (i % 5) for i in range(30)]
 
@@ -85,3 +85,48 @@ def test_loader_restore_with_other_array_record_files_refused(tmp_path):
 
     assert "source.names" in str(info.value)
     assert "source.content" in str(info.value)
+
+
+# -- damaged files ------------------------------------------------------------------------
+
+
+def _random_records(count: int) -> list[bytes]:
+    rng = np.random.default_rng(0)
+    return [rng.bytes(500) for _ in range(count)]  # incompressible: the file spans blocks
+
+
+def test_array_record_source_truncated_file_refused_naming_it(tmp_path):
+    """A truncated file is a ValueError naming it and the reader's reason, chained."""
+    path = tmp_path / "cut.array_record"
+    _write(path, _random_records(1000))
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+    with pytest.raises(ValueError) as info:
+        ArrayRecordSource(str(path))
+
+    assert f"{path} is not a readable ArrayRecord file (truncated or corrupt)" in str(info.value)
+    assert "Riegeli" in str(info.value)
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_loader_corrupt_array_record_block_raises_record_error_naming_file(tmp_path):
+    """A damaged block is a RecordError naming the file and the record, the reader's error
+    chained (a CorruptRecordError, then the reader's RuntimeError)."""
+    path = tmp_path / "bad.array_record"
+    _write(path, _random_records(1000))
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    loader = ResumableLoader(ArrayRecordSource(str(path)), batch_size=1000, seed=0, shuffle=False)
+
+    with pytest.raises(RecordError) as info:
+        next(iter(loader))
+
+    message = str(info.value)
+    number = info.value.record_index
+    assert f"{path}, record {number}: the ArrayRecord reader failed (RuntimeError" in message
+    assert isinstance(info.value.__cause__, CorruptRecordError)
+    assert isinstance(info.value.__cause__.__cause__, RuntimeError)
+    with pytest.raises(RuntimeError):
+        array_record_module.ArrayRecordReader(str(path), "readahead_buffer_size:0").read([number])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resumeloader import RecordError, ResumableLoader
+from resumeloader import RecordError, ResumableLoader, StateMismatchError
 from resumeloader.sources import ArraySource, IndexableSource, adapt
 
 
@@ -176,3 +176,41 @@ def test_array_source_does_not_change_caller_array_flags():
     adapt(data).read(0)
 
     assert data.flags.writeable
+
+
+# -- identity ---------------------------------------------------------------------------
+
+
+def test_loader_restore_with_other_array_of_same_length_refused():
+    """A checkpoint of np.arange(1000) does not restore into np.arange(1000) * 7."""
+    state = ResumableLoader(np.arange(1000), batch_size=10, seed=0).get_state()
+
+    with pytest.raises(StateMismatchError) as info:
+        ResumableLoader(np.arange(1000) * 7, batch_size=10, seed=0).set_state(state)
+
+    assert "source.identity" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: {"x": np.arange(50.0), "text": [f"w{i}" for i in range(50)]},
+        lambda: [np.arange(i % 7) for i in range(50)],
+        lambda: np.arange(6000, dtype=np.int32).reshape(200, 30)[:, ::3],
+    ],
+    ids=["columns-and-strings", "ragged", "strided-view"],
+)
+def test_array_identity_same_for_equal_copies_differs_after_change(make):
+    """Equal data (fresh copies) has one identity; changing a sampled element changes it."""
+    same = [ArraySource(make()).order_fields()["identity"] for _ in range(2)]
+    data = make()
+    if isinstance(data, dict):
+        data["text"][-1] = "changed"
+    elif isinstance(data, list):
+        data[0] = np.array([99])
+    else:
+        data = data.copy()
+        data[0, 0] = -1
+
+    assert same[0] == same[1]
+    assert ArraySource(data).order_fields()["identity"] != same[0]

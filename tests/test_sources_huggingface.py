@@ -9,8 +9,8 @@ import tensorflow as tf
 
 datasets = pytest.importorskip("datasets")
 
-from resumeloader import ResumableLoader, StateMismatchError  # noqa: E402
-from resumeloader.sources import HuggingFaceSource, adapt  # noqa: E402
+from resumeloader import RecordError, ResumableLoader, StateMismatchError  # noqa: E402
+from resumeloader.sources import HuggingFaceSource, MissingValueError, adapt  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("clean_keras")
 
@@ -137,3 +137,94 @@ def test_loader_restore_with_transformed_dataset_refused():
         ResumableLoader(changed, batch_size=4, seed=0).set_state(state)
 
     assert "source.fingerprint" in str(info.value)
+
+
+# -- missing values and selected columns -----------------------------------------------
+
+
+def test_loader_hugging_face_null_int_raises_record_error_naming_column_and_row():
+    """A null in an int64 column is a RecordError naming column and row, never a sentinel."""
+    ds = datasets.Dataset.from_dict({"x": [1, None, 3]})
+    loader = ResumableLoader(ds, batch_size=3, seed=0, shuffle=False)
+
+    with pytest.raises(RecordError) as info:
+        next(iter(loader))
+
+    message = str(info.value)
+    assert "Column ['x'] has a missing (null) value in row 1" in message
+    assert info.value.record_index == 1
+    assert isinstance(info.value.__cause__, MissingValueError)
+
+
+@pytest.mark.parametrize(
+    ("column", "feature", "rows", "named"),
+    [
+        ("s", datasets.Value("string"), ["a", None, "c"], "['s']"),
+        ("t", datasets.Sequence(datasets.Value("int32")), [[1], [2, None], [3]], "['t']"),
+        (
+            "image",
+            datasets.Image(decode=False),
+            [{"bytes": b"a", "path": "a.png"}, {"bytes": b"b", "path": None}, {"bytes": b"c"}],
+            "['image']['path']",
+        ),
+    ],
+    ids=["string", "list-element", "image-path"],
+)
+def test_loader_hugging_face_null_value_names_record_and_column(column, feature, rows, named):
+    """A null string, list element or image path: RecordError naming record and column."""
+    ds = datasets.Dataset.from_dict({column: rows}, features=datasets.Features({column: feature}))
+    loader = ResumableLoader(ds, batch_size=3, seed=0, shuffle=False)
+
+    with pytest.raises(RecordError) as info:
+        next(iter(loader))
+
+    assert f"Column {named} has a missing (null)" in str(info.value)
+    assert info.value.record_index == 1
+    assert "fill_values=" in str(info.value)
+
+
+def test_hugging_face_fill_values_replace_missing_values():
+    """Declared fill values replace nulls: scalars, list elements, list rows, struct fields."""
+    features = datasets.Features(
+        {
+            "x": datasets.Value("int64"),
+            "s": datasets.Value("string"),
+            "t": datasets.Sequence(datasets.Value("int64")),
+            "u": datasets.Sequence(datasets.Value("int64")),
+            "image": datasets.Image(decode=False),
+        }
+    )
+    data = {
+        "x": [1, None, 3],
+        "s": [None, "b", "c"],
+        "t": [[1, None], [2], [3]],
+        "u": [[1], None, [3]],
+        "image": [{"bytes": b"p0", "path": None}, {"bytes": b"p1", "path": "1.png"}, None],
+    }
+    ds = datasets.Dataset.from_dict(data, features=features)
+    fill = {"x": -1, "s": "?", "t": 0, "u": [9, 9], "image": {"bytes": b"", "path": ""}}
+    loader = ResumableLoader(
+        HuggingFaceSource(ds, fill_values=fill), batch_size=3, seed=0, shuffle=False
+    )
+
+    batch = next(iter(loader))
+
+    assert batch["x"].numpy().tolist() == [1, -1, 3]
+    assert batch["s"].numpy().tolist() == [b"?", b"b", b"c"]
+    assert batch["t"].to_list() == [[1, 0], [2], [3]]
+    assert batch["u"].to_list() == [[1], [9, 9], [3]]
+    assert batch["image"]["path"].numpy().tolist() == [b"", b"1.png", b""]
+    assert batch["image"]["bytes"].numpy().tolist() == [b"p0", b"p1", b""]
+    assert "source.fill_values" in loader.get_state()
+
+
+def test_hugging_face_set_format_columns_selects_what_is_read():
+    """`set_format(columns=...)` is respected: only those columns are read and batched."""
+    ds = _dataset()
+    ds.set_format(columns=["text", "label"])
+    loader = ResumableLoader(ds, batch_size=4, seed=0)
+
+    batch = next(iter(loader))
+
+    assert sorted(batch) == ["label", "text"]
+    assert loader.get_state()["source.columns"] == "text,label"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from resumeloader import RecordSpecError, ResumableLoader
+from resumeloader import RecordSpecError, ResumableLoader, StateMismatchError
 from resumeloader.sources import IndexableSource, adapt
 
 
@@ -103,3 +103,55 @@ def test_loader_record_not_matching_list_spec_raises_spec_error():
 
     assert "Record index 2 (epoch 0, position 2)" in str(info.value)
     assert "its structure differs ({x: *})" in str(info.value)
+
+
+# -- identity ---------------------------------------------------------------------------
+
+
+class Versioned:
+    """A user source with the optional identity hook."""
+
+    def __init__(self, version: object, offset: int = 0) -> None:
+        self.version, self.offset = version, offset
+
+    def __len__(self) -> int:
+        return 20
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return np.int64(index + self.offset)
+
+    def identity(self) -> object:
+        return self.version
+
+
+class Unversioned(Versioned):
+    identity = None  # type: ignore[assignment]
+
+
+def test_loader_restore_with_other_user_identity_refused_naming_it():
+    """A user source's identity() enters the state: another identity is refused."""
+    state = ResumableLoader(Versioned("table@v1"), batch_size=4, seed=0).get_state()
+
+    with pytest.raises(StateMismatchError) as info:
+        ResumableLoader(Versioned("table@v2", 100), batch_size=4, seed=0).set_state(state)
+
+    assert "source.identity: checkpoint has 'table@v1', this loader has 'table@v2'" in str(
+        info.value
+    )
+
+
+def test_loader_user_source_without_identity_checks_only_length():
+    """Without the hook only the length identifies a user source (the documented limit)."""
+    state = ResumableLoader(Unversioned(None), batch_size=4, seed=0).get_state()
+    other = ResumableLoader(Unversioned(None, 100), batch_size=4, seed=0)
+
+    other.set_state(state)
+
+    assert "source.identity" not in state
+    assert other.position == 0
+
+
+def test_user_identity_of_wrong_type_refused_naming_it():
+    """identity() must return a str or an int."""
+    with pytest.raises(TypeError, match=r"Versioned.identity\(\)` must return a str or an int"):
+        adapt(Versioned(3.5))

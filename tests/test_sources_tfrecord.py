@@ -3,8 +3,12 @@ reads, refused compression, and a fingerprint that knows the files."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -295,3 +299,203 @@ def test_tfrecord_pipeline_parses_examples_in_tf_map(tmp_path):
     batches = list(ResumableLoader.from_pipeline(pipeline, num_epochs=1))
 
     assert [row for b in batches for row in b["x"].numpy().tolist()] == [[i, -i] for i in range(9)]
+
+
+def _fixed(count: int, start: int) -> list[bytes]:
+    """Records of one size whose bytes depend on `start`."""
+    return [b"%08d" % (start + i) for i in range(count)]
+
+
+def test_loader_restore_after_shards_regenerated_with_same_sizes_refused(tmp_path):
+    """Shards rewritten under the same names with records of the same sizes are other data."""
+    for shard in range(2):
+        _write(tmp_path / f"s-{shard}.tfrecord", _fixed(50, 100 * shard))
+    make = lambda: ResumableLoader(  # noqa: E731
+        TFRecordSource(str(tmp_path / "s-*.tfrecord"), index_dir=str(tmp_path / "ix")),
+        batch_size=10,
+        seed=0,
+    )
+    old = make()
+    old.advance(5)
+    state = old.get_state()
+    for shard in range(2):
+        _write(tmp_path / f"s-{shard}.tfrecord", _fixed(50, 1000 + 100 * shard))
+
+    with pytest.raises(StateMismatchError) as info:
+        make().set_state(state)
+
+    assert "source.identity" in str(info.value)
+    assert "source.content" not in str(info.value)  # same sizes, same record layout
+
+
+def test_tfrecord_edited_cached_index_not_trusted(shards):
+    """A stored index whose offsets were edited is rebuilt, not used to read other bytes."""
+    folder, records = shards
+    _source(folder)
+    stored = Path(_index_file(folder))
+    data = bytearray(stored.read_bytes())
+    data[128 + 8 * 3] += 4  # record 3 would start 4 bytes late
+    stored.write_bytes(bytes(data))
+
+    source = _source(folder)
+
+    assert [source.read(i) for i in range(33)] == records
+    assert stored.read_bytes() != bytes(data)  # rebuilt
+
+
+def test_tfrecord_source_literal_path_with_glob_characters_reads_that_file(tmp_path):
+    """`shard[1].tfrecord` names that file, not the glob's match `shard1.tfrecord`."""
+    _write(tmp_path / "shard[1].tfrecord", [b"literal"])
+    _write(tmp_path / "shard1.tfrecord", [b"globbed"])
+
+    source = TFRecordSource(str(tmp_path / "shard[1].tfrecord"), index_dir=str(tmp_path / "ix"))
+
+    assert source.read_batch(np.arange(len(source))) == [b"literal"]
+
+
+def test_tfrecord_glob_under_directory_with_glob_characters_matches_its_files(tmp_path):
+    """A pattern's existing directory is taken literally (`run[1]/*.tfrecord`)."""
+    (tmp_path / "run[1]").mkdir()
+    (tmp_path / "run1").mkdir()
+    _write(tmp_path / "run[1]" / "a.tfrecord", [b"literal"])
+    _write(tmp_path / "run1" / "a.tfrecord", [b"globbed"])
+
+    source = TFRecordSource(str(tmp_path / "run[1]" / "*.tfrecord"), index_dir=str(tmp_path))
+
+    assert source.read_batch(np.arange(len(source))) == [b"literal"]
+
+
+@pytest.mark.parametrize("way", ["bytes-path", "glob"])
+def test_loader_over_non_utf8_file_name_reads_and_restores(tmp_path, way):
+    """A file name that is not UTF-8 is read, named in the state and restored."""
+    _write(tmp_path / "plain.tfrecord", _records(12))
+    name = os.path.join(os.fsencode(tmp_path), b"data-\xff\xfe.tfrecord")
+    os.rename(tmp_path / "plain.tfrecord", name)
+    paths = name if way == "bytes-path" else str(tmp_path / "data-*.tfrecord")
+    make = lambda: ResumableLoader(  # noqa: E731
+        TFRecordSource(paths, index_dir=str(tmp_path / "ix")), batch_size=5, seed=1
+    )
+    loader = make()
+    first = next(iter(loader)).numpy().tolist()
+    state = json.loads(json.dumps(loader.get_state()))
+    restored = make()
+
+    restored.set_state(state)
+
+    order = loader.sampler.epoch_indices(0, 0, 12).tolist()
+    assert first == [_records(12)[i] for i in order[:5]]
+    assert "\\xff\\xfe" in state["source.files"]
+    assert next(iter(restored)).numpy().tolist() == [_records(12)[i] for i in order[5:10]]
+
+
+# -- limits: file size and file descriptors, in a child process -----------------------
+
+_LIMITED = """
+import json, os, resource, sys, warnings
+limits = json.loads(sys.argv[1])
+for name, value in limits.items():
+    soft, hard = resource.getrlimit(getattr(resource, name))
+    resource.setrlimit(getattr(resource, name), (value, hard))
+from resumeloader.sources import TFRecordSource
+"""
+
+
+def _run_limited(limits: dict[str, int], code: str, *args: str) -> dict:
+    """Runs `code` (after _LIMITED) in a fresh interpreter with `limits`; its JSON output."""
+    result = subprocess.run(
+        [sys.executable, "-c", _LIMITED + code, json.dumps(limits), *args],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_tfrecord_index_write_failure_leaves_no_temp_file(tmp_path):
+    """An index that cannot be written (file size limit) warns, leaves no temp file, reads."""
+    _write(tmp_path / "big.tfrecord", _records(2000))
+    code = """
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    source = TFRecordSource(sys.argv[2], index_dir=sys.argv[3])
+records = source.read_batch(list(range(len(source))))
+print(json.dumps({"warnings": [str(w.message) for w in caught], "count": len(records),
+                  "last": records[-1].decode("latin-1"), "left": os.listdir(sys.argv[3])}))
+"""
+    index_dir = tmp_path / "ix"
+    index_dir.mkdir()
+
+    out = _run_limited(
+        {"RLIMIT_FSIZE": 4096}, code, str(tmp_path / "big.tfrecord"), str(index_dir)
+    )
+
+    assert out["left"] == []  # neither the index nor its temporary file
+    assert any("kept in memory" in w for w in out["warnings"])
+    assert (out["count"], out["last"]) == (2000, _records(2000)[-1].decode("latin-1"))
+
+
+def _many_files(folder, count: int) -> list[bytes]:
+    """`count` TFRecord files of one record each: one file written by TensorFlow, split."""
+    records = [b"shard-%05d:" % i + bytes(i % 11) for i in range(count)]
+    _write(folder / "all.bin", records)
+    data, at = (folder / "all.bin").read_bytes(), 0
+    for i, record in enumerate(records):
+        end = at + 16 + len(record)
+        (folder / f"part-{i:05d}.tfrecord").write_bytes(data[at:end])
+        at = end
+    os.unlink(folder / "all.bin")
+    return records
+
+
+def test_tfrecord_source_reads_10000_files_with_ulimit_1024(tmp_path):
+    """10,000 shards under `ulimit -n 1024`: built, read in a shuffled order, few open."""
+    records = _many_files(tmp_path, 10_000)
+    code = """
+import numpy as np
+source = TFRecordSource(sys.argv[2], index_dir=sys.argv[3])
+order = np.random.default_rng(0).permutation(len(source))
+out = []
+for start in range(0, len(order), 500):
+    out += source.read_batch(order[start:start + 500])
+again = TFRecordSource(sys.argv[2], index_dir=sys.argv[3]).read_batch(np.arange(3))
+print(json.dumps({"order": order.tolist(), "records": [r.decode("latin-1") for r in out],
+                  "again": [r.decode("latin-1") for r in again],
+                  "open": len(os.listdir("/proc/self/fd"))}))
+"""
+    out = _run_limited(
+        {"RLIMIT_NOFILE": 1024}, code, str(tmp_path / "part-*.tfrecord"), str(tmp_path / "ix")
+    )
+
+    expected = [records[i].decode("latin-1") for i in out["order"]]
+    assert out["records"] == expected
+    assert out["again"] == [r.decode("latin-1") for r in records[:3]]
+    assert out["open"] <= 256 + 16  # the cache's budget (1024 // 4) and the interpreter's own
+
+
+def test_tfrecord_source_without_descriptors_left_names_ulimit(tmp_path):
+    """When other code holds every descriptor, the error names `ulimit -n` and the limit."""
+    _write(tmp_path / "a.tfrecord", _records(3))
+    code = """
+import numpy as np
+source = TFRecordSource(sys.argv[2], index_dir=sys.argv[3])
+np.unique(np.arange(3))  # what a read imports lazily is imported before the exhaustion
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+try:
+    source.read(0)
+    print(json.dumps({"error": None}))
+except OSError as err:
+    print(json.dumps({"error": type(err).__name__, "message": str(err)}))
+"""
+    out = _run_limited(
+        {"RLIMIT_NOFILE": 64}, code, str(tmp_path / "a.tfrecord"), str(tmp_path / "ix")
+    )
+
+    assert out["error"] == "TooManyOpenFiles"
+    assert "(`ulimit -n`) is 64" in out["message"]
+    assert "a.tfrecord" in out["message"]

@@ -153,3 +153,20 @@ def test_parse_edited_position_accepted_by_design_edited_order_field_refused():
         5, 8, _state_for()["fingerprint"]
     )
     assert "fingerprint" in str(info.value)
+
+
+def test_check_order_identity_missing_in_checkpoint_accepted_with_warning():
+    """A checkpoint without a source identity (0.1, 0.2) restores; a warning says so."""
+    saved = _state_for()
+    expected = {**_ORDER, "source.identity": "sampled-v1:ab", "source.web.identity": "x"}
+
+    with pytest.warns(UserWarning, match=r"source\.identity, source\.web\.identity"):
+        _state.check_order(saved, expected)
+
+
+def test_check_order_identity_differs_refused_naming_it():
+    """Two identities that differ are refused like any order field."""
+    saved = _state_for(**{"source.identity": "sampled-v1:ab"})
+
+    with pytest.raises(StateMismatchError, match=r"source\.identity: checkpoint has 'sampled-v1"):
+        _state.check_order(saved, {**_ORDER, "source.identity": "sampled-v1:cd"})

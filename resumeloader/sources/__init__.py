@@ -3,17 +3,21 @@
 `adapt` wraps a user's object (arrays and columns, a Hugging Face dataset, any
 ``len()`` + ``__getitem__`` object, or a `Source`) in the `Source` interface the
 pipeline reads through. File formats: `TFRecordSource`, `ArrayRecordSource` (the
-`array-record` extra).
+`array-record` extra), read through one bounded cache of open files
+(`resumeloader.sources.handles`); tfds data sources are `TFDSSource`.
 """
 
 from resumeloader.sources.array_record import ArrayRecordSource
 from resumeloader.sources.arrays import ArraySource
-from resumeloader.sources.base import RandomAccessSource, Source
+from resumeloader.sources.arrow import MissingValueError
+from resumeloader.sources.base import CorruptRecordError, RandomAccessSource, Source
 from resumeloader.sources.concat import ConcatSource
+from resumeloader.sources.handles import TooManyOpenFiles
 from resumeloader.sources.huggingface import HuggingFaceSource
 from resumeloader.sources.indexable import IndexableSource
 from resumeloader.sources.registry import adapt, register
-from resumeloader.sources.tfrecord import CorruptRecordError, TFRecordSource
+from resumeloader.sources.tfds import TFDSSource
+from resumeloader.sources.tfrecord import TFRecordSource
 
 __all__ = [
     "ArrayRecordSource",
@@ -22,9 +26,12 @@ __all__ = [
     "CorruptRecordError",
     "HuggingFaceSource",
     "IndexableSource",
+    "MissingValueError",
     "RandomAccessSource",
     "Source",
+    "TFDSSource",
     "TFRecordSource",
+    "TooManyOpenFiles",
     "adapt",
     "register",
 ]

@@ -3,22 +3,30 @@
 ArrayRecord keeps an index of its records in each file's footer, so any record can
 be read directly; records compressed in groups of one are read without decompressing
 their neighbours. A batch is read with one ``ArrayRecordReader.read(indices)`` call
-per file it touches (the reader reads them in parallel). Records are the stored bytes
-(typically serialized ``tf.train.Example``): parse and decode them in TensorFlow with
-`Pipeline.tf_map`.
+per file it touches (the reader reads them in parallel). Readers are opened when a
+read needs them, through the process's bounded cache of open files
+(`resumeloader.sources.handles`). Records are the stored bytes (typically serialized
+``tf.train.Example``): parse and decode them in TensorFlow with `Pipeline.tf_map`.
+
+Errors of the reader (a truncated or corrupt file) never surface bare: a file that
+cannot be opened is a `ValueError` naming it when the source is built, a record that
+cannot be read a `CorruptRecordError` naming the file and the record (the reader's
+error chained), which reaches you as that record's `RecordError`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import functools
 import hashlib
 import os
-import threading
 from typing import Any
 
 import numpy as np
 
 from resumeloader.core import spec as spec_lib
-from resumeloader.sources import base
+from resumeloader.sources import base, handles
 from resumeloader.sources import files as files_lib
 
 __all__ = ["ArrayRecordSource"]
@@ -48,12 +56,49 @@ def _group_size(options: str) -> int:
     return 65536  # array-record's default when a writer was not told
 
 
-def _ends_digest(path: str, size: int) -> str:
-    """A hash of the first and last 64 KiB: the first records and the footer's index."""
-    with open(path, "rb") as f:
-        head = f.read(_EDGE_BYTES)
-        f.seek(max(0, size - _EDGE_BYTES))
-        return hashlib.blake2b(head + f.read(), digest_size=8).hexdigest()
+def _ends_digest(path: str) -> tuple[handles.Stamp, str]:
+    """The file's stamp, and a hash of its first and last 64 KiB: the first records and
+    the footer's index."""
+    with handles.opened(path) as file:
+        head = file.pread(_EDGE_BYTES, 0)
+        tail = file.pread(_EDGE_BYTES, max(0, file.size - _EDGE_BYTES))
+        stamp = (file.size, file.mtime_ns)
+    return stamp, hashlib.blake2b(head + tail, digest_size=8).hexdigest()
+
+
+def _reader(path: str, options: str, stamp: handles.Stamp | None = None) -> Any:
+    """An open `ArrayRecordReader` of `path`.
+
+    Raises:
+        StaleFileError: the file is not the one `stamp` describes.
+        TooManyOpenFiles: (through the cache) no descriptor is left.
+        ValueError: the file is not a readable ArrayRecord file (truncated, corrupt).
+    """
+    if stamp is not None:
+        stat = os.stat(path)
+        if (stat.st_size, stat.st_mtime_ns) != stamp:
+            msg = (
+                f"{files_lib.display(path)} changed since the source was built: it had "
+                f"{stamp[0]} bytes, it has {stat.st_size}. Build the source again."
+            )
+            raise handles.StaleFileError(errno.ESTALE, msg)
+    reader = _module().ArrayRecordReader(path, options)
+    if reader.ok():
+        return reader
+    try:
+        reader.read_all()  # says why it is not ok
+        why: Exception | None = None
+    except Exception as err:  # the reader raises RuntimeError with riegeli's status
+        why = err
+    with contextlib.suppress(Exception):  # a failed reader's close raises its status again
+        reader.close()
+    if why is not None and "Too many open files" in str(why):
+        raise OSError(errno.EMFILE, str(why))
+    msg = (
+        f"{files_lib.display(path)} is not a readable ArrayRecord file (truncated or "
+        f"corrupt): the reader says {why}."
+    )
+    raise ValueError(msg) from why
 
 
 class ArrayRecordSource(base.Source):
@@ -70,9 +115,10 @@ class ArrayRecordSource(base.Source):
 
     Raises:
         ImportError: the `array-record` package is not installed.
-        ValueError: a file was written with a group size other than 1: every
-            random read would decompress its whole group (rewrite it with
-            ``group_size:1``).
+        ValueError: a file is not a readable ArrayRecord file (truncated or
+            corrupt; the message names it), or was written with a group size other
+            than 1: every random read would decompress its whole group (rewrite it
+            with ``group_size:1``).
     """
 
     def __init__(
@@ -81,18 +127,19 @@ class ArrayRecordSource(base.Source):
         *,
         reader_options: str = READER_OPTIONS,
     ) -> None:
-        module = _module()
+        _module()  # the ImportError now, not at the first read
         self._paths = files_lib.expand_paths(paths, "ArrayRecord")
         self._options = reader_options
-        counts, sizes, tails = [], [], []
+        counts, sizes, tails, stamps = [], [], [], []
         for path in self._paths:
-            reader = module.ArrayRecordReader(path, reader_options)
+            what = files_lib.display(path)
+            reader = handles.CACHE.open(functools.partial(_reader, path, reader_options), what)
             try:
                 written = reader.writer_options_string()
                 group = _group_size(written)
                 if group != 1:
                     msg = (
-                        f"{path} was written with group_size:{group}: its records are "
+                        f"{what} was written with group_size:{group}: its records are "
                         f"compressed in groups of {group}, so each random read would "
                         f"decompress {group} records. Rewrite it with "
                         "ArrayRecordWriter(path, 'group_size:1') for random access. "
@@ -102,24 +149,19 @@ class ArrayRecordSource(base.Source):
                 counts.append(reader.num_records())
             finally:
                 reader.close()
-            sizes.append(os.path.getsize(path))
-            tails.append(_ends_digest(path, sizes[-1]))
+            stamp, tail = _ends_digest(path)
+            stamps.append(stamp)
+            sizes.append(stamp[0])
+            tails.append(tail)
+        self._stamps = stamps
         self._ends = np.cumsum(np.array(counts, dtype=np.int64))
         self._starts = self._ends - np.array(counts, dtype=np.int64)
-        self._readers: list[Any] | None = None
-        self._lock = threading.Lock()
         self.description = files_lib.describe("ArrayRecordSource", self._paths)
         contents = [f"{s}:{c}:{t}" for s, c, t in zip(sizes, counts, tails, strict=True)]
         self._fields: dict[str, int | str] = {
             "num_records": len(self),
             **files_lib.identity(self._paths, contents),
         }
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_readers": None, "_lock": None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _lock=threading.Lock())
 
     def __len__(self) -> int:
         return int(self._ends[-1])
@@ -152,23 +194,44 @@ class ArrayRecordSource(base.Source):
             raise IndexError(msg)
         files = np.searchsorted(self._ends, indices, side="right")
         local = indices - self._starts[files]
-        readers = self._open()
         out: list[bytes] = [b""] * len(indices)
         for file in np.unique(files).tolist():
             where = np.flatnonzero(files == file)
-            records = readers[file].read(local[where].tolist())
+            records = self._read_file(file, local[where].tolist())
             for position, record in zip(where.tolist(), records, strict=True):
                 out[position] = record
         return out
 
-    def _open(self) -> list[Any]:
-        readers = self._readers
-        if readers is None:
-            with self._lock:
-                if self._readers is None:
-                    module = _module()
-                    self._readers = [
-                        module.ArrayRecordReader(path, self._options) for path in self._paths
-                    ]
-                readers = self._readers
-        return readers
+    def _read_file(self, file: int, numbers: list[int]) -> list[bytes]:
+        """Records `numbers` of file `file`; a failure names the file and the record."""
+        path, stamp = self._paths[file], self._stamps[file]
+        key = ("array_record", path, self._options, stamp)
+        try:
+            with handles.CACHE.use(
+                key, lambda: _reader(path, self._options, stamp), _close, repr(path)
+            ) as reader:
+                try:
+                    return list(reader.read(numbers))
+                except Exception as err:  # riegeli's RuntimeError: find the record
+                    number = next((n for n in numbers if not _readable(reader, n)), numbers[0])
+                    cause: Exception = err
+        except (handles.StaleFileError, ValueError) as err:
+            number, cause = numbers[0], err
+        index = int(self._starts[file]) + number
+        msg = (
+            f"Record index {index}: {files_lib.display(path)}, record {number}: the "
+            f"ArrayRecord reader failed ({type(cause).__name__}: {cause})."
+        )
+        raise base.CorruptRecordError(msg, record_index=index) from cause
+
+
+def _readable(reader: Any, number: int) -> bool:
+    try:
+        reader.read([number])
+    except Exception:
+        return False
+    return True
+
+
+def _close(reader: Any) -> None:
+    reader.close()

@@ -11,6 +11,7 @@ column, is refused as ambiguous. A list at the top is a sequence of records (rea
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import optree
 
 from resumeloader.core import handoff
 from resumeloader.core import spec as spec_lib
-from resumeloader.sources import base
+from resumeloader.sources import base, digest
 
 __all__ = ["ArraySource"]
 
@@ -92,6 +93,11 @@ class ArraySource(base.Source):
     """Records are rows of equal-length columns; a batch is one fancy-index per array.
 
     Records are read-only views of the columns (a ``map_fn`` cannot change the data).
+    The columns' dtypes, shapes and a sampled digest of their content
+    (`resumeloader.sources.digest`: 65,536 evenly spaced elements per numeric column,
+    about 2 ms for a 1 GiB array) are an order field, ``identity``: a checkpoint of
+    other arrays of the same length is refused, unless they differ only between the
+    sampled elements.
 
     Args:
         arrays: a column (NumPy array, list of values, tensor), or a dict or tuple
@@ -156,6 +162,13 @@ class ArraySource(base.Source):
             for c in self._columns
         ]
         return spec_lib.RecordSpec(self._treespec, tuple(leaves))  # type: ignore[arg-type]
+
+    @functools.cached_property
+    def _identity(self) -> str:
+        return digest.columns_digest(self._columns)
+
+    def order_fields(self) -> dict[str, int | str]:
+        return {"num_records": self._length, base.IDENTITY: self._identity}
 
     def columns(self) -> tuple[list[np.ndarray], Any] | None:
         arrays = [c for c in self._columns if isinstance(c, np.ndarray)]

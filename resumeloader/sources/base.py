@@ -14,7 +14,25 @@ import numpy as np
 
 from resumeloader.core import spec as spec_lib
 
-__all__ = ["RandomAccessSource", "Source"]
+__all__ = ["IDENTITY", "CorruptRecordError", "RandomAccessSource", "Source"]
+
+#: The order field in which a source names its content (a digest, a version): see
+#: `Source.order_fields`.
+IDENTITY = "identity"
+
+
+class CorruptRecordError(ValueError):
+    """A stored record cannot be read as it was written: it fails its checksum or its
+    framing, or its file changed or is damaged (the message names the file and the
+    record). It reaches you as the `RecordError` of the record.
+
+    Attributes:
+        record_index: the record's index in the source.
+    """
+
+    def __init__(self, msg: str, *, record_index: int) -> None:
+        super().__init__(msg)
+        self.record_index = record_index
 
 
 @runtime_checkable
@@ -40,6 +58,12 @@ class RandomAccessSource(Protocol):
     record). NumPy arrays and dicts or tuples of equal-length columns are read this
     way already. A source with ``__getitems__(indices)`` returning a list of records
     (Hugging Face ``datasets``, tfds data sources) is read a batch at a time too.
+
+    Identity (optional): a source may also define ``identity()``, returning a str
+    that names its content (a version, a snapshot id, a hash). It enters the
+    checkpoint (``source.identity``), and a checkpoint of another identity is
+    refused. Without it only the source's length identifies it: a checkpoint of
+    other data of the same length restores silently.
     """
 
     def __len__(self) -> int: ...
@@ -97,5 +121,10 @@ class Source:
         return None
 
     def order_fields(self) -> dict[str, int | str]:
-        """The fields identifying this data in the state (``num_records`` at least)."""
+        """The fields identifying this data in the state (``num_records`` at least).
+
+        A field named `IDENTITY` (``"identity"``) names the content (a digest, a
+        version). It is the one field a checkpoint may lack (those written before
+        0.3 have none): such a checkpoint is restored after the other fields match.
+        """
         return {"num_records": len(self)}

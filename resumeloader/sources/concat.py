@@ -32,7 +32,9 @@ class ConcatSource(base.Source):
     Records of every part must have one structure: the same nesting, leaf dtypes and
     leaf ranks (checked on each part's record 0 when built; leaf sizes may differ,
     e.g. variable-length tokens, and are checked against the loader's element spec
-    record by record).
+    record by record). The mixture's spec comes from its parts' specs: a dimension
+    that varies in any part varies in the mixture (ragged batches); strings and
+    bytes (TFRecord, ArrayRecord, text columns) mix like any leaf.
 
     Args:
         parts: source name -> `Source`. Names are 1 to 64 letters, digits, ``_`` or
@@ -60,6 +62,7 @@ class ConcatSource(base.Source):
         self._length = sum(self.lengths)
         self._starts = np.asarray(self.starts, dtype=np.int64)
         self._batched = all(part.batched for part in self.parts)
+        self._many = any(part.reads_many or part.batched for part in self.parts)
         self.description = "mixture of " + ", ".join(
             f"{name} ({part.description}, {length:,})"
             for name, part, length in zip(self.names, self.parts, self.lengths, strict=True)
@@ -83,6 +86,38 @@ class ConcatSource(base.Source):
                     f"record 0 of each: {'; '.join(shown)}."
                 )
                 raise ValueError(msg)
+        self._treespec = first[1]
+        firsts = [
+            spec_lib.RecordSpec(t, tuple(spec_lib.LeafSpec(a.shape, a.dtype) for a in leaves))
+            for _, t, _, leaves in specs
+        ]
+        self._spec = self._merged(firsts)
+
+    def _merged(self, firsts: list[spec_lib.RecordSpec]) -> spec_lib.RecordSpec | None:
+        """The parts' specs (their own, else that of their record 0) as one: None where
+        they vary in any part; None as a whole where fixed sizes disagree (then the
+        first mixed batch says which records do not stack)."""
+        specs = [
+            part.record_spec() or first for part, first in zip(self.parts, firsts, strict=True)
+        ]
+        if any(spec.treespec != self._treespec for spec in specs):
+            return None
+        leaves = []
+        for column in zip(*(spec.leaves for spec in specs), strict=True):
+            dims: list[int | None] = []
+            for sizes in zip(*(leaf.shape for leaf in column), strict=True):
+                if None in sizes:
+                    dims.append(None)
+                elif len(set(sizes)) > 1:
+                    return None
+                else:
+                    dims.append(sizes[0])
+            leaves.append(spec_lib.LeafSpec(tuple(dims), column[0].dtype))
+        return spec_lib.RecordSpec(self._treespec, tuple(leaves))
+
+    def record_spec(self) -> spec_lib.RecordSpec | None:
+        """The spec of every part's records (see the class docstring)."""
+        return self._spec
 
     def __len__(self) -> int:
         return self._length
@@ -103,6 +138,22 @@ class ConcatSource(base.Source):
         """Whether every part reads batches in one call."""
         return self._batched
 
+    @property
+    def reads_many(self) -> bool:
+        """Whether some part reads many records at once (then `read_many` uses it)."""
+        return self._many
+
+    def read_many(self, indices: np.ndarray) -> list[Any]:
+        flat = np.asarray(indices, dtype=np.int64) % self._length
+        part_of = np.searchsorted(self._starts, flat, side="right") - 1
+        out: list[Any] = [None] * len(flat)
+        for part in np.unique(part_of).tolist():
+            where = np.flatnonzero(part_of == part)
+            records = self.parts[part].read_many(flat[where] - self.starts[part])
+            for position, record in zip(where.tolist(), records, strict=True):
+                out[position] = record
+        return out
+
     def read_batch(self, indices: np.ndarray) -> Any:
         flat = indices % self._length
         part_of = np.searchsorted(self._starts, flat, side="right") - 1
@@ -110,29 +161,52 @@ class ConcatSource(base.Source):
         if len(present) == 1:
             part = int(present[0])
             return self.parts[part].read_batch(flat - self.starts[part])
-        out: list[np.ndarray] | None = None
-        treespec = None
+        pieces = []
         for part in present.tolist():
             where = np.flatnonzero(part_of == part)
             batch = self.parts[part].read_batch(flat[where] - self.starts[part])
-            leaves, spec = optree.tree_flatten(batch, none_is_leaf=True)
-            leaves = [np.asarray(leaf) for leaf in leaves]
-            if out is None:
-                treespec = spec
-                out = [np.empty((len(indices), *a.shape[1:]), a.dtype) for a in leaves]
-            got = [(a.dtype, a.shape[1:]) for a in leaves]
-            if spec != treespec or got != [(a.dtype, a.shape[1:]) for a in out]:
+            try:
+                columns = self._treespec.flatten_up_to(batch)
+            except (ValueError, TypeError) as err:
                 msg = (
-                    f"Mixed source {self.names[part]!r} read a batch whose records differ from "
-                    f"the other sources' in the same batch: {_describe(spec, leaves, batch=True)} "
-                    f"vs {_describe(treespec, out, batch=True)} (per record). Records of one "
-                    "batch must stack."
+                    f"Mixed source {self.names[part]!r} read a batch whose structure is not "
+                    f"its records' ({err})."
+                )
+                raise ValueError(msg) from err
+            pieces.append((part, where, columns))
+        out = [
+            self._column(len(indices), [(p, w, c[k]) for p, w, c in pieces])
+            for k in range(self._treespec.num_leaves)
+        ]
+        return optree.tree_unflatten(self._treespec, out)
+
+    def _column(self, size: int, pieces: list[tuple[int, np.ndarray, Any]]) -> Any:
+        """One leaf of a mixed batch from each part's column: an array when every part
+        gave arrays of one dtype and record shape, else a list with one value per record
+        (strings, varying shapes)."""
+        arrays = [c for _, _, c in pieces if isinstance(c, np.ndarray) and c.dtype != object]
+        if len(arrays) == len(pieces):
+            kinds = {(a.dtype, a.shape[1:]) for a in arrays}
+            if len(kinds) > 1:
+                shown = ", ".join(
+                    f"{self.names[p]}: {c.dtype.name}{list(c.shape[1:])}" for p, _, c in pieces
+                )
+                msg = (
+                    f"Mixed sources read records that do not stack into one batch ({shown} "
+                    "per record). Records of one batch must stack: give the sources one "
+                    "record shape, or vary it in a source (a ragged leaf)."
                 )
                 raise ValueError(msg)
-            for target, leaf in zip(out, leaves, strict=True):
-                target[where] = leaf
-        assert out is not None and treespec is not None
-        return optree.tree_unflatten(treespec, out)
+            dtype, shape = kinds.pop()
+            column = np.empty((size, *shape), dtype)
+            for (_, where, _), array in zip(pieces, arrays, strict=True):
+                column[where] = array
+            return column
+        values: list[Any] = [None] * size
+        for _, where, piece in pieces:
+            for position, value in zip(where.tolist(), list(piece), strict=True):
+                values[position] = value
+        return values
 
     def order_fields(self) -> dict[str, int | str]:
         """The total length and every part's own fields, as ``"<name>.<field>"``."""

@@ -8,18 +8,22 @@ features a dict. A batch is one Arrow ``take`` of its rows, converted column by
 column to NumPy in the features' own dtypes (a ``List(Value("float32"), length=16)``
 column is one ``float32[16]`` leaf, not 16 scalars; ``uint8`` stays ``uint8``).
 Images and audio are read undecoded (``{"bytes", "path"}``): decode them in
-TensorFlow with `Pipeline.tf_map`.
+TensorFlow with `Pipeline.tf_map`. A missing (null) value raises a `RecordError`
+naming the column and the row unless a fill value is declared for it
+(`resumeloader.sources.arrow`); ``set_format(columns=[...])`` selects the columns read.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import numpy as np
 import optree
 
 from resumeloader.core import spec as spec_lib
-from resumeloader.sources import base
+from resumeloader.sources import arrow, base
 
 __all__ = ["HuggingFaceSource"]
 
@@ -75,27 +79,6 @@ def _spec(feature: Any, path: str) -> Any:
     raise AssertionError  # unreachable: _refuse raised
 
 
-def _column(array: Any, spec: Any) -> Any:
-    """An Arrow array of n rows as the batch leaf (or dict of leaves) `spec` describes."""
-    if isinstance(spec, dict):
-        fields = {array.type.field(i).name: i for i in range(array.type.num_fields)}
-        return {key: _column(array.field(fields[key]), sub) for key, sub in spec.items()}
-    if spec.is_string:
-        if not spec.shape:
-            return array.to_pylist()  # bytes or str, one per row
-        return [spec_lib.leaf_array(np.asarray(row, dtype=object)) for row in array.to_pylist()]
-    if not spec.shape:
-        return array.to_numpy(zero_copy_only=False).astype(spec.dtype, copy=False)
-    if len(spec.shape) == 1 and hasattr(array, "flatten"):  # one level of numbers: no Python lists
-        flat = array.flatten().to_numpy(zero_copy_only=False).astype(spec.dtype, copy=False)
-        if spec.shape[0] is not None:
-            return flat.reshape(len(array), spec.shape[0])
-        offsets = array.offsets.to_numpy()
-        return np.split(flat, offsets[1:-1] - offsets[0])
-    rows = [np.asarray(row, dtype=spec.dtype) for row in array.to_pylist()]
-    return rows if spec.ragged else np.stack(rows) if rows else np.empty((0, *spec.shape))
-
-
 def accepts(source: Any) -> bool:
     """Objects of the `datasets` package (recognised by their module: no import here)."""
     return type(source).__module__.startswith("datasets.")
@@ -106,14 +89,27 @@ class HuggingFaceSource(base.Source):
 
     Guarantees: record ``i`` is row ``i`` of the dataset; the dataset's fingerprint
     (Hugging Face's hash of its data and transforms) is an order field, so a
-    checkpoint of another dataset or another transform of it is refused.
+    checkpoint of another dataset or another transform of it is refused (as are the
+    columns selected and the fill values, when given). A missing (null) value is
+    never read as a number: without a fill value for its column it is a
+    `RecordError` naming the column and the row.
 
     Args:
         dataset: a ``datasets.Dataset`` (map-style). A ``DatasetDict`` needs a split
-            (``dataset["train"]``); an ``IterableDataset`` has no random access.
+            (``dataset["train"]``); an ``IterableDataset`` has no random access. The
+            columns of ``dataset.set_format(columns=[...])`` (or ``with_format``) are
+            read, the others are not.
+        fill_values: column name -> the value its missing values become (for a
+            struct column such as an undecoded image, a dict of its fields, e.g.
+            ``{"image": {"path": ""}}``). For a list column a scalar replaces null
+            elements and a list null rows.
+
+    Raises:
+        TypeError: a split dictionary or an iterable dataset, a feature resumeloader
+            cannot read, or `fill_values` naming no column.
     """
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, *, fill_values: Mapping[str, Any] | None = None) -> None:
         kind = type(dataset).__name__
         if kind in ("DatasetDict", "IterableDatasetDict"):
             msg = (
@@ -127,7 +123,10 @@ class HuggingFaceSource(base.Source):
                 "map-style datasets.Dataset (load_dataset(..., streaming=False))."
             )
             raise TypeError(msg)
-        specs = {name: _spec(feature, f"[{name!r}]") for name, feature in dataset.features.items()}
+        features = dict(dataset.features)
+        selected = _selected_columns(dataset, features)
+        specs = {name: _spec(features[name], f"[{name!r}]") for name in selected}
+        self._fill = _check_fill(fill_values, specs)
         leaves, treespec = optree.tree_flatten(
             specs,  # type: ignore[arg-type]
             is_leaf=_is_spec,
@@ -142,6 +141,10 @@ class HuggingFaceSource(base.Source):
             "num_records": len(dataset),
             "fingerprint": str(getattr(dataset, "_fingerprint", "")),
         }
+        if list(selected) != list(features):
+            self._fields["columns"] = ",".join(selected)
+        if self._fill:
+            self._fields["fill_values"] = json.dumps(self._fill, sort_keys=True, default=repr)
 
     def __len__(self) -> int:
         return len(self._dataset)
@@ -162,9 +165,16 @@ class HuggingFaceSource(base.Source):
 
     def read_batch(self, indices: np.ndarray) -> Any:
         """The rows at `indices` as NumPy columns (ragged and string leaves as lists)."""
-        table = self._arrow[np.asarray(indices).tolist()]
+        rows = np.asarray(indices).tolist()
+        table = self._arrow[rows]
         return {
-            name: _column(table.column(name).combine_chunks(), spec)
+            name: arrow.column(
+                table.column(name).combine_chunks(),
+                spec,
+                path=f"[{name!r}]",
+                rows=rows,
+                fill=self._fill.get(name, arrow.NO_FILL),
+            )
             for name, spec in self._specs.items()
         }
 
@@ -178,3 +188,32 @@ class HuggingFaceSource(base.Source):
 
     def read(self, index: int) -> Any:
         return self.read_many(np.array([index], dtype=np.int64))[0]
+
+
+def _selected_columns(dataset: Any, features: dict[str, Any]) -> list[str]:
+    """The columns the dataset's format selects (all of them when it selects none)."""
+    form = getattr(dataset, "format", None) or {}
+    columns = form.get("columns")
+    if columns is None or form.get("output_all_columns"):
+        return list(features)
+    chosen = set(columns)
+    return [name for name in features if name in chosen]
+
+
+def _check_fill(fill: Mapping[str, Any] | None, specs: dict[str, Any]) -> dict[str, Any]:
+    if fill is None:
+        return {}
+    if not isinstance(fill, Mapping):
+        msg = (
+            "`fill_values` must be a mapping of column name -> value. Received: "
+            f"{fill!r:.80} of type {type(fill).__name__}."
+        )
+        raise TypeError(msg)
+    unknown = sorted(map(str, set(fill) - set(specs)))
+    if unknown:
+        msg = (
+            f"`fill_values` names columns the dataset does not read: {unknown}. "
+            f"Its columns: {sorted(specs)}."
+        )
+        raise TypeError(msg)
+    return dict(fill)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from resumeloader.sources import arrays, base, huggingface, indexable
+from resumeloader.sources import arrays, base, huggingface, indexable, tfds
 
 __all__ = ["adapt", "register"]
 
@@ -19,6 +19,7 @@ _ADAPTERS: list[tuple[str, Callable[[Any], bool], Callable[[Any], base.Source]]]
     # Before "arrays": a DatasetDict is a dict.
     ("huggingface", huggingface.accepts, huggingface.HuggingFaceSource),
     ("arrays", arrays.ArraySource.accepts, arrays.ArraySource),
+    ("tfds", tfds.accepts, tfds.TFDSSource),
     ("indexable", indexable.IndexableSource.accepts, indexable.IndexableSource),
 ]
 

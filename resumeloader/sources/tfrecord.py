@@ -2,29 +2,29 @@
 
 TensorFlow reads TFRecord only sequentially. This source indexes every file once
 (`resumeloader.sources.tfrecord_index`: record offsets, built from the 12-byte
-headers, cached and memory-mapped) and reads any batch of records with ``os.pread``:
-the batch's records sorted by file and offset, neighbours coalesced into one read,
-returned in the requested order, each checked against its CRC32C checksums. Records
+headers, cached) and reads any batch of records with ranged reads through the
+process's bounded cache of open files (`resumeloader.sources.handles`: any number
+of files under any ``ulimit -n``): the batch's records sorted by file and offset,
+neighbours coalesced into one read, returned in the requested order, each checked
+against its CRC32C checksums. Records
 are the serialized bytes (typically ``tf.train.Example``): parse and decode them in
 TensorFlow with `Pipeline.tf_map`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
-import threading
-import weakref
 from concurrent import futures
 from typing import Any
 
 import numpy as np
 
 from resumeloader.core import spec as spec_lib
-from resumeloader.sources import base
+from resumeloader.sources import base, handles
 from resumeloader.sources import files as files_lib
 from resumeloader.sources import tfrecord_index as index_lib
+from resumeloader.sources.base import CorruptRecordError
 
 __all__ = ["CorruptRecordError", "TFRecordSource"]
 
@@ -35,18 +35,6 @@ _GAP = 1 << 14
 _MAX_READ = 1 << 22
 
 
-class CorruptRecordError(ValueError):
-    """A stored record fails its checksum or its framing (the message says where).
-
-    Attributes:
-        record_index: the record's index in the source.
-    """
-
-    def __init__(self, msg: str, *, record_index: int) -> None:
-        super().__init__(msg)
-        self.record_index = record_index
-
-
 class _Corrupt(Exception):
     pass
 
@@ -55,19 +43,24 @@ class TFRecordSource(base.Source):
     """Uncompressed TFRecord files as a random-access source of serialized records (bytes).
 
     Guarantees: record ``i`` is the ``i``-th record of the files in the order given
-    (a glob is sorted), every time, in every process. The files' names, sizes and
-    record layouts are order fields: a checkpoint of other files is refused, naming
-    what differs. Every read checks the record's CRC32C checksums (length and data;
-    about 1 µs per 3 KB record) unless `verify_checksums` is False; a corrupt record
-    raises `CorruptRecordError` (a `RecordError` by the time it reaches you) naming
-    the file, the record's number in it and its byte offset.
+    (a glob is sorted), every time, in every process. The files' names, sizes,
+    record layouts and a hash of each file's first 64 KiB are order fields: a
+    checkpoint of other files is refused, naming what differs (regenerated files
+    with the same names and record sizes included, unless they differ only past
+    their first 64 KiB). A file that changes after it was indexed is refused when
+    it is opened again (`CorruptRecordError`), never read as other bytes. Every read
+    checks the record's CRC32C checksums (length and data; about 1 µs per 3 KB
+    record) unless `verify_checksums` is False; a corrupt record raises
+    `CorruptRecordError` (a `RecordError` by the time it reaches you) naming the
+    file, the record's number in it and its byte offset.
 
     Args:
-        paths: a file, a glob pattern, or a list of files and patterns.
+        paths: a file, a glob pattern, or a list of files and patterns (a path
+            naming an existing file is that file, glob characters and all).
         index_dir: where the offset indexes are kept (default: the
             ``tfrecord-index`` folder of ``$RESUMELOADER_CACHE_DIR``, else of
             ``~/.cache/resumeloader``). An index is rebuilt when its file's size,
-            modification time or first 64 KiB change.
+            modification time or first 64 KiB change, or when it fails its checks.
         verify_checksums: check each record's CRC32C when it is read.
 
     Raises:
@@ -75,7 +68,7 @@ class TFRecordSource(base.Source):
         ValueError: a file is GZIP or ZLIB compressed (no random access: decompress
             it once), or is not a valid TFRecord file.
 
-    Example:
+    Examples:
         >>> import os, tempfile, tensorflow as tf
         >>> path = os.path.join(tempfile.mkdtemp(), "data.tfrecord")
         >>> with tf.io.TFRecordWriter(path) as writer:
@@ -102,31 +95,12 @@ class TFRecordSource(base.Source):
         counts = np.array([len(ix.offsets) for ix in indexes], dtype=np.int64)
         self._ends = np.cumsum(counts)
         self._starts = self._ends - counts
-        self._fds: _Handles | None = None
-        self._lock = threading.Lock()
         self.description = files_lib.describe("TFRecordSource", files)
         self._fields: dict[str, int | str] = {
             "num_records": int(self._ends[-1]),
             **files_lib.identity(files, [f"{ix.size}:{ix.digest}" for ix in indexes]),
+            "identity": files_lib.content_identity([ix.head for ix in indexes]),
         }
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_fds"], state["_lock"] = None, None
-        # Mapped indexes travel as their paths (reopened on arrival), not their bytes.
-        state["_indexes"] = [
-            (ix.path, ix.size, None if ix.stored else np.asarray(ix.offsets), ix.digest, ix.stored)
-            for ix in self._indexes
-        ]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        indexes = []
-        for path, size, offsets, digest, stored in state.pop("_indexes"):
-            if offsets is None:
-                offsets = index_lib.mapped(stored)
-            indexes.append(index_lib.FileIndex(path, size, offsets, digest, stored))
-        self.__dict__.update(state, _indexes=indexes, _lock=threading.Lock())
 
     def __len__(self) -> int:
         return int(self._ends[-1])
@@ -170,15 +144,14 @@ class TFRecordSource(base.Source):
             stops[mine] = np.where(local + 1 == len(ix.offsets), ix.size, ix.offsets[following])
         order = np.lexsort((starts, files))
         out: list[bytes] = [b""] * len(indices)
-        fds = self._open()
         group: list[int] = []
         for position in order.tolist():
             if group and not self._joins(group, position, files, starts, stops):
-                self._read_group(fds, group, files, numbers, starts, stops, out)
+                self._read_group(group, files, numbers, starts, stops, out)
                 group = []
             group.append(position)
         if group:
-            self._read_group(fds, group, files, numbers, starts, stops, out)
+            self._read_group(group, files, numbers, starts, stops, out)
         return out
 
     @staticmethod
@@ -194,7 +167,6 @@ class TFRecordSource(base.Source):
 
     def _read_group(
         self,
-        fds: list[int],
         group: list[int],
         files: np.ndarray,
         numbers: np.ndarray,
@@ -205,7 +177,13 @@ class TFRecordSource(base.Source):
         file = int(files[group[0]])
         begin = int(starts[group[0]])
         end = max(int(stops[p]) for p in group)
-        buffer = os.pread(fds[file], end - begin, begin)
+        ix = self._indexes[file]
+        try:
+            buffer = handles.pread(ix.path, end - begin, begin, stamp=ix.stamp)
+        except handles.StaleFileError as err:
+            index = int(self._starts[file] + numbers[group[0]])
+            msg = f"Record index {index}: {err}"
+            raise CorruptRecordError(msg, record_index=index) from err
         for position in group:
             at, stop = int(starts[position]) - begin, int(stops[position]) - begin
             try:
@@ -218,7 +196,7 @@ class TFRecordSource(base.Source):
     def _record(
         self, buffer: bytes, at: int, stop: int, file: int, number: int, begin: int
     ) -> bytes:
-        path = self._indexes[file].path
+        path = files_lib.display(self._indexes[file].path)
         where = f"{path}, record {number} (byte offset {begin + at})"
         if stop > len(buffer):
             msg = f"{where}: the file is shorter than when it was indexed (it changed)."
@@ -239,26 +217,3 @@ class TFRecordSource(base.Source):
                 msg = f"{where}: the record's data fails its CRC32C checksum (corrupt data)."
                 raise _Corrupt(msg)
         return data
-
-    def _open(self) -> list[int]:
-        handles = self._fds
-        if handles is None:
-            with self._lock:
-                if self._fds is None:
-                    self._fds = _Handles([ix.path for ix in self._indexes])
-                handles = self._fds
-        return handles.fds
-
-
-class _Handles:
-    """Open file descriptors, closed once when the last source sharing them is gone."""
-
-    def __init__(self, paths: list[str]) -> None:
-        self.fds = [os.open(path, os.O_RDONLY) for path in paths]
-        weakref.finalize(self, _close, self.fds)
-
-
-def _close(fds: list[int]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)

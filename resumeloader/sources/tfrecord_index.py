@@ -1,4 +1,4 @@
-"""The offset index of a TFRecord file: where each record starts, built once, memory-mapped.
+"""The offset index of a TFRecord file: where each record starts, built once, cached.
 
 A TFRecord file is a sequence of records, each framed as ``length`` (uint64, little
 endian), ``masked_crc32c(length)`` (uint32), ``data[length]``, ``masked_crc32c(data)``
@@ -9,12 +9,17 @@ length follows from the next offset (or the file's size).
 
 An index is stored as a compact binary file (a 128-byte header, then 8 bytes per
 record) in a cache directory, and reused while the data file's size, modification
-time and a hash of its first 64 KiB match; otherwise it is rebuilt. Loading one maps
-it into memory (``np.memmap``), so a restore does not read it.
+time and a hash of its first 64 KiB match; otherwise it is rebuilt. A stored index
+is not trusted: loading reads it whole (8 bytes per record, kept in memory; no
+descriptor stays open) and checks its offsets against the hash in its header and
+against the file (increasing, each record's frame inside the file); an index that
+fails is rebuilt. Every file is opened through `resumeloader.sources.handles`.
+
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -25,20 +30,21 @@ import warnings
 import google_crc32c
 import numpy as np
 
+from resumeloader.sources import files as files_lib
+from resumeloader.sources import handles
+
 __all__ = [
     "FileIndex",
     "build",
     "cache_path",
     "default_dir",
     "load_or_build",
-    "mapped",
     "masked_crc",
 ]
 
 _MAGIC = b"RLTFRIX1"
 _HEADER = struct.Struct("<8sQQQ16s16s")  # magic, size, mtime_ns, count, head, offsets digest
 _HEADER_BYTES = 128
-_HEAD_BYTES = 1 << 16
 _RECORD = struct.Struct("<QI")  # a record's length and the masked CRC of the length
 _FRAME = 16  # header (12) + data CRC (4)
 _WINDOW = 1 << 18  # bytes read at once while the records are small
@@ -53,17 +59,23 @@ def masked_crc(data: bytes) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class FileIndex:
-    """One data file's index: its size and record offsets, and what identifies it."""
+    """One data file's index: its stamp and record offsets, and what identifies it."""
 
     path: str
     size: int
+    mtime_ns: int
     offsets: np.ndarray  # int64, one per record
     digest: str  # hex digest of the offsets: the file's record layout
-    stored: str | None  # the index file it was mapped from, None when kept in memory
+    head: str  # hex digest of the file's first 64 KiB: a sample of its content
+
+    @property
+    def stamp(self) -> handles.Stamp:
+        """(size, modification time): what the file must still have when it is read."""
+        return self.size, self.mtime_ns
 
 
-def _head_digest(fd: int, size: int) -> bytes:
-    return hashlib.blake2b(os.pread(fd, min(size, _HEAD_BYTES), 0), digest_size=16).digest()
+def _offsets_digest(offsets: np.ndarray) -> bytes:
+    return hashlib.blake2b(offsets.astype("<i8").tobytes(), digest_size=16).digest()
 
 
 def _refuse_compressed(path: str, first: bytes) -> None:
@@ -74,11 +86,11 @@ def _refuse_compressed(path: str, first: bytes) -> None:
     else:
         return
     msg = (
-        f"{path} is a {kind}-compressed TFRecord file. Compressed files cannot be read at "
-        "random positions (a record can only be found by decompressing everything before "
-        f"it), so resumeloader reads uncompressed TFRecord only. Decompress it once (e.g. "
-        f"`{tool}`, or tf.data.TFRecordDataset(path, compression_type='{kind}') written back "
-        "with tf.io.TFRecordWriter) and pass the uncompressed files."
+        f"{files_lib.display(path)} is a {kind}-compressed TFRecord file. Compressed files "
+        "cannot be read at random positions (a record can only be found by decompressing "
+        f"everything before it), so resumeloader reads uncompressed TFRecord only. Decompress "
+        f"it once (e.g. `{tool}`, or tf.data.TFRecordDataset(path, compression_type='{kind}') "
+        "written back with tf.io.TFRecordWriter) and pass the uncompressed files."
     )
     raise ValueError(msg)
 
@@ -91,44 +103,46 @@ def build(path: str) -> np.ndarray:
             corrupt or points past the end of the file (the message names the file,
             the record number and its byte offset).
     """
+    with handles.opened(path) as file:
+        return _walk(path, file)
+
+
+def _walk(path: str, file: handles.File) -> np.ndarray:
     offsets: list[int] = []
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        window, window_start, offset = b"", 0, 0
-        while offset < size:
-            at = offset - window_start
-            if at < 0 or at + 12 > len(window):
-                average = offset // len(offsets) if offsets else 0
-                length = 12 if average >= _LARGE else _WINDOW
-                window, window_start, at = os.pread(fd, length, offset), offset, 0
-            if len(window) - at < 12:
-                _corrupt(path, len(offsets), offset, "the file ends inside a record header")
-            length, crc = _RECORD.unpack_from(window, at)
-            if masked_crc(window[at : at + 8]) != crc:
-                if not offsets:
-                    _refuse_compressed(path, window[at : at + 2])
-                _corrupt(path, len(offsets), offset, "its length field fails its checksum")
-            if offset + length + _FRAME > size:
-                _corrupt(path, len(offsets), offset, f"its length {length} runs past the end")
-            offsets.append(offset)
-            offset += length + _FRAME
-    finally:
-        os.close(fd)
+    size = file.size
+    window, window_start, offset = b"", 0, 0
+    while offset < size:
+        at = offset - window_start
+        if at < 0 or at + 12 > len(window):
+            average = offset // len(offsets) if offsets else 0
+            length = 12 if average >= _LARGE else _WINDOW
+            window, window_start, at = file.pread(length, offset), offset, 0
+        if len(window) - at < 12:
+            _corrupt(path, len(offsets), offset, "the file ends inside a record header")
+        length, crc = _RECORD.unpack_from(window, at)
+        if masked_crc(window[at : at + 8]) != crc:
+            if not offsets:
+                _refuse_compressed(path, window[at : at + 2])
+            _corrupt(path, len(offsets), offset, "its length field fails its checksum")
+        if offset + length + _FRAME > size:
+            _corrupt(path, len(offsets), offset, f"its length {length} runs past the end")
+        offsets.append(offset)
+        offset += length + _FRAME
     return np.array(offsets, dtype=np.int64)
 
 
 def _corrupt(path: str, number: int, offset: int, what: str) -> None:
     msg = (
-        f"{path} is not a valid TFRecord file: record {number} (byte offset {offset}): "
-        f"{what}. Expected uncompressed TFRecord framing (length, CRC, data, CRC)."
+        f"{files_lib.display(path)} is not a valid TFRecord file: record {number} (byte "
+        f"offset {offset}): {what}. Expected uncompressed TFRecord framing (length, CRC, "
+        "data, CRC)."
     )
     raise ValueError(msg)
 
 
 def cache_path(path: str, index_dir: str) -> str:
     """Where the index of data file `path` is stored in `index_dir`."""
-    key = hashlib.blake2b(os.path.abspath(path).encode(), digest_size=8).hexdigest()
+    key = hashlib.blake2b(os.fsencode(os.path.abspath(path)), digest_size=8).hexdigest()
     return os.path.join(index_dir, f"{os.path.basename(path)}.{key}.rlidx")
 
 
@@ -140,65 +154,64 @@ def default_dir() -> str:
     return os.path.join(root, "tfrecord-index")
 
 
+def _plausible(offsets: np.ndarray, size: int) -> bool:
+    """Whether `offsets` can be the record starts of a file of `size` bytes."""
+    if not len(offsets):
+        return size == 0
+    gaps = np.diff(offsets)
+    return bool(offsets[0] == 0 and (gaps >= _FRAME).all() and offsets[-1] + _FRAME <= size)
+
+
 def _load(stored: str, path: str, size: int, mtime: int, head: bytes) -> FileIndex | None:
+    """The index stored at `stored` if it is the current, intact index of `path`."""
     try:
-        with open(stored, "rb") as f:
-            header = f.read(_HEADER.size)
-        magic, got_size, got_mtime, count, got_head, digest = _HEADER.unpack(header)
-        if (magic, got_size, got_mtime, got_head) != (_MAGIC, size, mtime, head):
-            return None
-        if os.path.getsize(stored) != _HEADER_BYTES + 8 * count:
-            return None
-        offsets = mapped(stored, count)
-    except (OSError, struct.error, ValueError):
-        return None  # missing, truncated or foreign: rebuilt
-    return FileIndex(path, size, offsets, digest.hex(), stored)
+        with handles.opened(stored) as file:
+            data = file.pread(file.size, 0)
+        magic, got_size, got_mtime, count, got_head, digest = _HEADER.unpack_from(data)
+    except (OSError, struct.error):
+        return None  # missing or foreign: rebuilt
+    if (magic, got_size, got_mtime, got_head) != (_MAGIC, size, mtime, head):
+        return None  # another version of the file: rebuilt
+    if len(data) != _HEADER_BYTES + 8 * count:
+        return None  # truncated or padded: rebuilt
+    offsets = np.frombuffer(data, dtype="<i8", offset=_HEADER_BYTES).astype(np.int64)
+    if _offsets_digest(offsets) != digest or not _plausible(offsets, size):
+        return None  # edited or corrupt: not trusted, rebuilt
+    return FileIndex(path, size, mtime, offsets, digest.hex(), head.hex())
 
 
-def mapped(stored: str, count: int | None = None) -> np.ndarray:
-    """The offsets of the index file `stored`, memory-mapped (read-only)."""
-    if count is None:
-        count = (os.path.getsize(stored) - _HEADER_BYTES) // 8
-    if not count:
-        return np.empty(0, np.int64)
-    return np.memmap(stored, dtype="<i8", mode="r", offset=_HEADER_BYTES, shape=(count,))
-
-
-def _store(stored: str, offsets: np.ndarray, header: bytes) -> bool:
+def _store(stored: str, offsets: np.ndarray, header: bytes) -> None:
+    folder = os.path.dirname(stored)
+    tmp = None
     try:
-        os.makedirs(os.path.dirname(stored), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(stored), suffix=".tmp")
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(header.ljust(_HEADER_BYTES, b"\0"))
             f.write(offsets.astype("<i8").tobytes())
         os.replace(tmp, stored)  # atomic: concurrent builders write the same content
     except OSError as err:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         warnings.warn(
-            f"Could not store the TFRecord index {stored} ({err}); it is kept in memory and "
-            "rebuilt by every process. Pass a writable `index_dir`.",
+            f"Could not store the TFRecord index {files_lib.display(stored)} ({err}); it is "
+            "kept in memory and rebuilt by every process. Pass a writable `index_dir`.",
             stacklevel=4,
         )
-        return False
-    return True
 
 
 def load_or_build(path: str, index_dir: str) -> FileIndex:
-    """The index of `path`: mapped from `index_dir` if it is current, else built and stored."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        stat = os.fstat(fd)
-        head = _head_digest(fd, stat.st_size)
-    finally:
-        os.close(fd)
+    """The index of `path`: loaded from `index_dir` if it is current and intact, else
+    built and stored (the file is opened once, and closed before this returns)."""
     stored = cache_path(path, index_dir)
-    found = _load(stored, path, stat.st_size, stat.st_mtime_ns, head)
-    if found is not None:
-        return found
-    offsets = build(path)
-    digest = hashlib.blake2b(offsets.astype("<i8").tobytes(), digest_size=16).digest()
-    header = _HEADER.pack(_MAGIC, stat.st_size, stat.st_mtime_ns, len(offsets), head, digest)
-    if _store(stored, offsets, header):
-        mapped = _load(stored, path, stat.st_size, stat.st_mtime_ns, head)
-        if mapped is not None:
-            return mapped
-    return FileIndex(path, stat.st_size, offsets, digest.hex(), None)
+    with handles.opened(path) as file:
+        size, mtime = file.size, file.mtime_ns
+        head = files_lib.head_digest(file)
+        found = _load(stored, path, size, mtime, head)
+        if found is not None:
+            return found
+        offsets = _walk(path, file)
+    digest = _offsets_digest(offsets)
+    _store(stored, offsets, _HEADER.pack(_MAGIC, size, mtime, len(offsets), head, digest))
+    return FileIndex(path, size, mtime, offsets, digest.hex(), head.hex())
