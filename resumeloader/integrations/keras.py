@@ -88,8 +88,10 @@ class ResumeCallback(keras.callbacks.Callback):
 
     Guarantees: a ``fit`` interrupted at any point (an exception, SIGKILL) and
     resumed from a checkpoint of this callback consumes exactly the batches the
-    uninterrupted run would have, in the same Keras epochs, stops at the same epoch,
-    so with deterministic ops its weights are bit-identical. Keras epoch ``e`` is
+    uninterrupted run would have, in the same Keras epochs, runs every epoch's
+    validation and ``on_epoch_end`` once, stops at the same epoch, so with
+    deterministic ops its weights and logs are bit-identical. Compiled metrics
+    (``metrics=``, ``weighted_metrics=``, per output) resume with the epoch. Keras epoch ``e`` is
     always the loader's epoch ``e`` (a mismatch raises), and ``epochs`` counts epochs
     from the start of the loader: calling ``fit(epochs=4)`` after ``fit(epochs=2)``
     trains epochs 2 and 3. ``fit`` stops when a finite loader is exhausted.
@@ -109,7 +111,11 @@ class ResumeCallback(keras.callbacks.Callback):
             ``tf.train.CheckpointManager`` whose checkpoint tracks the loader (the
             callback adds the callbacks' state to its checkpoint).
         save_every: save after every this many batches; None saves only at epoch
-            ends (if `save_at_epoch_end`) and when ``fit`` returns.
+            ends (if `save_at_epoch_end`) and when ``fit`` returns. A save due at an
+            epoch's last batch is made at that epoch's end instead (after its
+            validation and the ``on_epoch_end`` of the callbacks before this one), so a
+            fit killed in between resumes before the last batch and runs that epoch's
+            end once.
         save_at_epoch_end: save after every epoch.
         max_to_keep: checkpoints kept in `checkpoint` when it is a directory.
     """
