@@ -80,6 +80,11 @@ class Backend(Protocol):
         """Stops the workers; a later `run` starts them again."""
         ...
 
+    def release(self) -> None:
+        """The loader is gone (nothing holds it): stops the workers now, or when the runs
+        still going end; a run started later stops them again when it ends."""
+        ...
+
     def describe(self) -> str:
         """Where batches are made, in a few words (a row of ``loader.describe()``)."""
         ...

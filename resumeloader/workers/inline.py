@@ -64,5 +64,8 @@ class InlineBackend:
     def close(self) -> None:
         pass
 
+    def release(self) -> None:
+        pass
+
     def describe(self) -> str:
         return "in the generator thread (num_workers=0)"

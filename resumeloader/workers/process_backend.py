@@ -45,6 +45,8 @@ class ProcessBackend:
         self._producer = producer
         self._pool: processes.ProcessPool | None = None
         self._lock = threading.Lock()
+        self._runs = 0  # iterations running on the pool
+        self._released = False  # the loader is gone: the pool lives only for those runs
 
     @classmethod
     def check(cls, workers: options.Workers) -> None:
@@ -85,13 +87,32 @@ class ProcessBackend:
             return self._pool
 
     def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, produce.Produced]]:
-        return self._started().run(tasks)
+        with self._lock:
+            self._runs += 1
+        try:
+            yield from self._started().run(tasks)
+        finally:
+            with self._lock:
+                self._runs -= 1
+                idle = self._released and not self._runs
+            if idle:
+                self.close()
 
     def close(self) -> None:
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+
+    def release(self) -> None:
+        """The loader is gone: stops the worker processes now, or when the iterations still
+        running on them end (then after every later iteration, e.g. of a dataset that
+        outlived its loader)."""
+        with self._lock:
+            self._released = True
+            idle = not self._runs
+        if idle:
+            self.close()
 
     def describe(self) -> str:
         count = self._workers.num_workers

@@ -8,13 +8,16 @@ that does not arrive in time raises a `WorkerError` naming it. No TensorFlow her
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any, ClassVar
 
+from resumeloader.core import exiting
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import backend, options, produce
 
@@ -66,6 +69,9 @@ class ThreadBackend:
     def close(self) -> None:
         pass
 
+    def release(self) -> None:
+        pass  # the threads end with their iteration
+
     def describe(self) -> str:
         count = self._workers.num_workers
         return (
@@ -89,21 +95,48 @@ class _ThreadPool:
             threading.Thread(target=self._serve, name=f"resumeloader-worker-{i}", daemon=True)
             for i in range(num_workers)
         ]
+        self._submitted: weakref.WeakSet[futures.Future[Any]] = weakref.WeakSet()
+        exiting.on_exit(self._exit)
         for thread in self._threads:
             thread.start()
 
     def _serve(self) -> None:
-        while (item := self._inbox.get()) is not None:
-            future, task = item
-            if not future.set_running_or_notify_cancel():
-                continue
+        # Busy in the pool's own code (where it holds a future's lock), not in user code:
+        # at interpreter exit the threads leave the pool's code before CPython finalizes,
+        # and one stalled in a map_fn does not hold up the exit (`resumeloader.core.exiting`).
+        while True:
+            item = self._inbox.get()
+            with exiting.busy():
+                if item is None:
+                    return
+                future, task = item
+                if exiting.EXITING.is_set() or not future.set_running_or_notify_cancel():
+                    continue
+            error: BaseException | None = None
             try:
-                future.set_result(self._producer.batch(task))
+                batch = self._producer.batch(task)
             except BaseException as err:  # handed to the consumer
-                future.set_exception(err)
+                error = err
+            with exiting.busy(), contextlib.suppress(futures.InvalidStateError):
+                # (failed by `_exit` meanwhile: the interpreter is exiting)
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(batch)
+
+    def _exit(self) -> None:
+        """At interpreter exit: the batches not made fail (the consumer waiting for one
+        leaves), and the threads stop."""
+        error = RuntimeError("The interpreter is exiting: no more batches are made.")
+        for future in list(self._submitted):
+            with contextlib.suppress(futures.InvalidStateError):
+                if not future.cancel():
+                    future.set_exception(error)
+        self.close()
 
     def submit(self, task: Task) -> futures.Future[Any]:
         future: futures.Future[Any] = futures.Future()
+        self._submitted.add(future)
         self._inbox.put((future, task))
         return future
 
