@@ -132,3 +132,16 @@ def test_in_order_hands_back_in_task_order_within_the_window():
     assert got == [(0, 0), (1, 10), (2, 20), (3, 30)] and len(submitted) == 3 + 4
     loop.close()
     assert cancelled == [40, 50, 60]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_backend_released_during_a_run_stops_when_the_run_ends(kind, reference):
+    """`release` (the loader is gone) lets a running iteration finish, then stops the
+    workers; nothing is left running."""
+    plan = _plan()
+    made = EXAMPLES[kind].backend(produce.BatchProducer(plan.pipeline))
+    run = made.run(plan.tasks(0, plan.layout))
+    first = _bytes(itertools.islice(run, 1))
+    made.release()
+    assert first + _bytes(run) == reference
+    assert getattr(made, "pids", []) == []
