@@ -39,7 +39,7 @@ def local() -> Any:
 
         cluster = LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-            scheduler_port=0, dashboard_address=None, silence_logs=logging.ERROR,
+            scheduler_port=0, dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
         )
         client = Client(cluster, set_as_default=False)
         client.wait_for_workers(2, timeout=START_SECONDS)
@@ -84,6 +84,8 @@ class CliCluster:
         self.workers: list[subprocess.Popen] = []
         self.scheduler = self._spawn(
             "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+            # Its HTTP server (health, metrics) runs even without the dashboard.
+            "--dashboard-address", "127.0.0.1:0",
             "--scheduler-file", scheduler_file,
         )
         try:
@@ -109,7 +111,7 @@ class CliCluster:
         """Starts one more ``dask worker`` (it joins within a second or two)."""
         worker = self._spawn(
             "worker", self.address, "--nthreads", "1", "--host", "127.0.0.1",
-            "--no-dashboard", "--death-timeout", "30",
+            "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--death-timeout", "30",
         )
         self.workers.append(worker)
         return worker

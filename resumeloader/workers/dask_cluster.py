@@ -74,6 +74,7 @@ class _WorkerProcess(spec_lib.ProcessInterface):
     async def start(self) -> None:
         options = {
             "nthreads": 1, "host": "127.0.0.1", "name": self.name, "dashboard": False,
+            "dashboard_address": "127.0.0.1:0",
             "silence_logs": logging.WARNING,
         }
         spec = json.dumps({"cls": "distributed.Nanny", "opts": options})
@@ -107,7 +108,8 @@ def start(num_workers: int) -> tuple[Any, Any]:
     scheduler = {
         "cls": distributed.Scheduler,
         "options": {
-            "host": "127.0.0.1", "port": 0, "dashboard": False, "dashboard_address": ":0",
+            "host": "127.0.0.1", "port": 0, "dashboard": False,
+            "dashboard_address": "127.0.0.1:0",  # its HTTP server runs even so
         },
     }
     workers = {i: {"cls": _WorkerProcess, "options": {}} for i in range(num_workers)}

@@ -13,7 +13,7 @@ def main() -> None:
 
     cluster = LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-        scheduler_port=0, dashboard_address=None, silence_logs=logging.ERROR,
+        scheduler_port=0, dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
     )
     with Client(cluster) as client:
         client.wait_for_workers(2, timeout=60)
