@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 import resumeloader
-from resumeloader import WorkerError, Workers
+from resumeloader import RecordError, WorkerError, Workers
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -217,6 +217,42 @@ def test_dask_scheduler_killed_mid_epoch_raises_worker_error_then_resumes(
     fresh.close()
 
 
+def test_dask_failing_map_fn_raises_the_record_error_of_the_calling_thread(cluster):
+    """A map_fn raising on a worker is the RecordError (type, message, position) of 0 workers."""
+    errors = []
+    indexed = np.repeat(np.arange(NUM_RECORDS, dtype=np.float32)[:, None], 3, axis=1)
+    for workers in (Workers(), cluster.workers()):  # record[0] is the record's index
+        pipeline = resumeloader.Pipeline(indexed, seed=3).shuffle().map(fns.fail_at_index)
+        loader = resumeloader.ResumableLoader.from_pipeline(
+            pipeline.batch(BATCH), num_epochs=1, workers=workers
+        )
+        with pytest.raises(RecordError) as info:
+            list(loader)
+        errors.append((type(info.value), str(info.value), info.value.position, loader.position))
+        loader.close()
+    assert errors[0] == errors[1]
+    assert errors[0][0] is RecordError and "raised ValueError" in errors[0][1]
+
+
+def test_dask_on_error_skip_gives_the_replacements_and_log_lines_of_0_workers(cluster, tmp_path):
+    """The bad-record policy on the cluster: the same batches and quarantine-log lines."""
+    streams, logs = [], []
+    for name, workers in (("serial", Workers()), ("dask", cluster.workers())):
+        log = tmp_path / f"{name}.jsonl"
+        pipeline = (
+            resumeloader.Pipeline(fns.BadRecordSource(30, {2, 7, 11}), seed=0).shuffle()
+            .on_error("skip", max_fraction=1.0, quarantine=str(log)).batch(4)
+        )
+        loader = resumeloader.ResumableLoader.from_pipeline(
+            pipeline, num_epochs=2, workers=workers
+        )
+        streams.append([_bytes(batch) for batch in loader])
+        loader.close()
+        logs.append(log.read_text().splitlines())
+    assert streams[0] == streams[1]
+    assert logs[0] == logs[1] and len(logs[0]) == 6
+
+
 class _LocalClusterProcess:
     """A LocalCluster (2 process workers) in a process of its own, so that its scheduler
     can be SIGKILLed."""
@@ -243,18 +279,25 @@ class _LocalClusterProcess:
         _dask.kill_tree(self.proc)
 
 
-# One run (4 processes, ~45 s on a shared 2-core machine), on the command-line cluster:
-# the job only sees a scheduler address, whichever kind of cluster serves it.
+# One run per kind of cluster (4 processes each, ~30 s on a shared 2-core machine): the
+# job only sees a scheduler address, whichever kind of cluster serves it.
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_dask_verify_keras_fit_killed_twice_reports_identical(cli_cluster, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", KINDS)
+def test_dask_verify_keras_fit_killed_twice_reports_identical(kind, request, tmp_path,
+                                                              monkeypatch):
     """`resumeloader verify` on a Keras fit whose batches come from the cluster, SIGKILLed
     mid-epoch 0 and mid-epoch 1, reports IDENTICAL (batches and final weights)."""
     from resumeloader import cli
     from resumeloader.tools import harness as _harness
 
+    if kind == "cli":
+        address, local = request.getfixturevalue("cli_cluster").address, None
+    else:
+        local = _LocalClusterProcess(tmp_path)
+        address = local.address
     script = Path(__file__).resolve().parents[1] / "scripts" / "keras_dask.py"
-    monkeypatch.setenv("RESUMELOADER_TEST_DASK_ADDRESS", cli_cluster.address)
+    monkeypatch.setenv("RESUMELOADER_TEST_DASK_ADDRESS", address)
     reports = []
     harness = _harness.kill_and_restart
 
@@ -265,7 +308,11 @@ def test_dask_verify_keras_fit_killed_twice_reports_identical(cli_cluster, tmp_p
     monkeypatch.setattr(_harness, "kill_and_restart", spy)
     argv = ["verify", "--workdir", str(tmp_path / "verify"), "--kill-at=step:4",
             "--kill-at=step:10", "--timeout", "240", "--", sys.executable, str(script)]
-    status = cli.main(argv)
+    try:
+        status = cli.main(argv)
+    finally:
+        if local is not None:
+            local.close()
     (report,) = reports
     assert status == 0, str(report)
     assert report.identical, str(report)
