@@ -51,15 +51,21 @@ class PageServer:
             [sys.executable, str(HERE / "_pages.py"), "--serve"], cwd=ROOT, env=ENV, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )
+        self.buffer = b""
 
     def _reply(self, deadline: float) -> dict:
+        """The server's next JSON line (read unbuffered: select sees only the pipe)."""
         assert self.proc.stdout is not None
-        wait = max(0.0, deadline - time.monotonic())
-        ready, _, _ = select.select([self.proc.stdout], [], [], wait)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            msg = f"The page server gave no answer in time (exit status {self.proc.poll()})."
-            raise AssertionError(msg)
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            wait = max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([fd], [], [], wait)
+            data = os.read(fd, 65536) if ready else b""
+            if not data:
+                msg = f"The page server gave no answer in time (exit status {self.proc.poll()})."
+                raise AssertionError(msg)
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
 
     def run(self, page: Path, cwd: Path, log: Path) -> int:
