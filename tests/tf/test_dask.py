@@ -253,6 +253,30 @@ def test_dask_on_error_skip_gives_the_replacements_and_log_lines_of_0_workers(cl
     assert logs[0] == logs[1] and len(logs[0]) == 6
 
 
+def test_dask_worker_missing_a_module_raises_worker_error_naming_it(
+    cluster, tmp_path, monkeypatch
+):
+    """A map_fn from a module the workers cannot import (here: only on this process's
+    sys.path): a WorkerError naming the worker and the module, not a hang or a retry loop."""
+    (tmp_path / "only_here_fns.py").write_text(
+        "def double(record, rng):\n    return record * 2\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # after the cluster's workers started
+    import only_here_fns
+
+    pipeline = resumeloader.Pipeline(_DATA, seed=3).map(only_here_fns.double).batch(BATCH)
+    loader = resumeloader.ResumableLoader.from_pipeline(
+        pipeline, num_epochs=1, workers=cluster.workers()
+    )
+    with pytest.raises(WorkerError) as info:
+        next(iter(loader))
+    loader.close()
+    monkeypatch.delitem(sys.modules, "only_here_fns")
+    text = str(info.value)
+    assert "Dask worker tcp://127.0.0.1:" in text and "could not rebuild" in text
+    assert "only_here_fns" in text and info.value.position == 0
+
+
 class _LocalClusterProcess:
     """A LocalCluster (2 process workers) in a process of its own, so that its scheduler
     can be SIGKILLed."""
