@@ -169,6 +169,13 @@ class ArrayRecordSource(base.Source):
     def record_spec(self) -> spec_lib.RecordSpec:
         return spec_lib.RecordSpec.of(b"")
 
+    def record_key(self, index: int) -> dict[str, Any]:
+        """The record's index, its file and its number in that file."""
+        file = int(np.searchsorted(self._ends, index, side="right"))
+        number = int(index) - int(self._starts[file])
+        return {"record": int(index), "file": files_lib.display(self._paths[file]),
+                "file_record": number}
+
     def order_fields(self) -> dict[str, int | str]:
         return dict(self._fields)
 

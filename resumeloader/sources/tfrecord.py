@@ -91,6 +91,7 @@ class TFRecordSource(base.Source):
         with futures.ThreadPoolExecutor(min(8, len(files))) as pool:
             indexes = list(pool.map(lambda path: index_lib.load_or_build(path, folder), files))
         self._indexes = indexes
+        self._paths = files
         self._verify = bool(verify_checksums)
         counts = np.array([len(ix.offsets) for ix in indexes], dtype=np.int64)
         self._ends = np.cumsum(counts)
@@ -107,6 +108,13 @@ class TFRecordSource(base.Source):
 
     def record_spec(self) -> spec_lib.RecordSpec:
         return spec_lib.RecordSpec.of(b"")
+
+    def record_key(self, index: int) -> dict[str, Any]:
+        """The record's index, its file and its number in that file."""
+        file = int(np.searchsorted(self._ends, index, side="right"))
+        number = int(index) - int(self._starts[file])
+        return {"record": int(index), "file": files_lib.display(self._paths[file]),
+                "file_record": number}
 
     def order_fields(self) -> dict[str, int | str]:
         return dict(self._fields)
