@@ -130,8 +130,8 @@ class Skip:
         return f"{self.start}s{self.stop - self.start}"
 
     def describe(self) -> str:
-        """E.g. ``skip positions [1,000, 1,500)``."""
-        return f"at {self.start:,}: skip positions [{self.start:,}, {self.stop:,})"
+        """E.g. ``at 1,000: skip of positions [1,000, 1,500)``."""
+        return f"at {self.start:,}: skip of positions [{self.start:,}, {self.stop:,})"
 
 
 Amendment = MixChange | Skip

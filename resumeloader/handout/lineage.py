@@ -102,7 +102,7 @@ def records_at(
                 "Steps cannot be converted to positions for this loader: its batches hold as "
                 "many records as the data lets them (packing, token budgets), so where step "
                 "k starts depends on every window before it. Look the batch up by its "
-                "position (metadata['position'][0] of the batch, or a checkpoint's "
+                "position (where loader.position stood before it, or a checkpoint's "
                 f"position). Received: batch stage {stage.describe() if stage else None}."
             )
             raise TypeError(msg)
@@ -164,6 +164,6 @@ def _windowed(
     msg = (
         f"Position {start} starts no batch of its window: a windowed stage's batches start "
         f"at {shown} in the window of positions [{task.position}, {at}). Give one of them "
-        "(e.g. metadata['position'][0] of a batch, or a checkpoint's position)."
+        "(where loader.position stood before the batch, or a checkpoint's position)."
     )
     raise ValueError(msg)
