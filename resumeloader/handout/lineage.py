@@ -23,6 +23,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import produce
 
@@ -139,10 +141,10 @@ def _one(
         stop = plan.layout.normalise(stop)
     else:
         epoch, stop, positions, indices = _windowed(plan, producer, start)
-    source = plan.pipeline.source
+    keys = plan.pipeline.source.record_keys(np.asarray(indices, dtype=np.int64))
     records = tuple(
-        {"position": p, "index": i, **source.record_key(i)}
-        for p, i in zip(positions, indices, strict=True)
+        {"position": p, "index": i, **key}
+        for p, i, key in zip(positions, indices, keys, strict=True)
     )
     return BatchRecords(step, epoch, start, stop, records)
 

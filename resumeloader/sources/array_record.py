@@ -176,6 +176,18 @@ class ArrayRecordSource(base.Source):
         return {"record": int(index), "file": files_lib.display(self._paths[file]),
                 "file_record": number}
 
+    def record_keys(self, indices: np.ndarray) -> list[dict[str, Any]]:
+        """`record_key` of each of `indices`."""
+        files = np.searchsorted(self._ends, indices, side="right")
+        numbers = np.asarray(indices, dtype=np.int64) - self._starts[files]
+        names = [files_lib.display(path) for path in self._paths]
+        return [
+            {"record": index, "file": names[file], "file_record": number}
+            for index, file, number in zip(
+                np.asarray(indices).tolist(), files.tolist(), numbers.tolist(), strict=True
+            )
+        ]
+
     def order_fields(self) -> dict[str, int | str]:
         return dict(self._fields)
 

@@ -126,6 +126,10 @@ class Source:
         source adds ``file`` and ``file_record``, its number in that file)."""
         return {"record": int(index)}
 
+    def record_keys(self, indices: np.ndarray) -> list[dict[str, Any]]:
+        """`record_key` of each of `indices` (a source may compute them at once)."""
+        return [self.record_key(index) for index in indices.tolist()]
+
     def order_fields(self) -> dict[str, int | str]:
         """The fields identifying this data in the state (``num_records`` at least).
 

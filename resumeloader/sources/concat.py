@@ -170,6 +170,22 @@ class ConcatSource(base.Source):
         part = self._all[self._all_names.index(name)]
         return {"source": name, "lap": lap, **part.record_key(record)}
 
+    def record_keys(self, indices: np.ndarray) -> list[dict[str, Any]]:
+        """`record_key` of each index, computed per part at once."""
+        indices = np.asarray(indices, dtype=np.int64)
+        part_of, local = self._split(indices)
+        tag = indices >> TAG_SHIFT
+        lengths = np.array([len(part) for part in self._all], dtype=np.int64)
+        laps = np.where(tag == 0, indices // self._length, (indices & _LOW) // lengths[part_of])
+        out: list[dict[str, Any]] = [{} for _ in range(len(indices))]
+        for part in np.unique(part_of).tolist():
+            where = np.flatnonzero(part_of == part)
+            name = self._all_names[part]
+            keys = self._all[part].record_keys(local[where])
+            for at, lap, key in zip(where.tolist(), laps[where].tolist(), keys, strict=True):
+                out[at] = {"source": name, "lap": lap, **key}
+        return out
+
     def _split(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The part of each index and its record index in that part."""
         indices = np.asarray(indices, dtype=np.int64)

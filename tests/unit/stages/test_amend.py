@@ -142,7 +142,7 @@ def test_amend_bad_arguments_raise_naming_them(kwargs, error, message):
 
 def test_amend_of_a_single_source_pipeline_points_to_mix_and_skip():
     """amend needs a mixture; the message names the alternatives."""
-    with pytest.raises(ValueError, match="Pipeline.mix"):
+    with pytest.raises(ValueError, match=r"Pipeline\.mix"):
         Pipeline(WEB, seed=0).amend(3, weights={"a": 1})
 
 
