@@ -14,10 +14,7 @@ here. Pure Python.
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from resumeloader.core.positions import Layout
+from typing import Protocol
 
 __all__ = [
     "advance",
@@ -28,6 +25,43 @@ __all__ = [
     "normalise",
     "segment_end",
 ]
+
+
+class _Regular(Protocol):
+    """The plain arithmetic of a layout without skips (`Layout.regular`)."""
+
+    @property
+    def batches_per_epoch(self) -> int: ...
+
+    def advance(self, position: int, num_batches: int) -> int: ...
+
+    def batches_left_in_epoch(self, position: int) -> int: ...
+
+
+class Layout(Protocol):
+    """What this module reads of a `resumeloader.core.positions.Layout` (which calls it:
+    a protocol rather than an import, so the two modules form no import cycle)."""
+
+    @property
+    def records_per_epoch(self) -> int: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def drop_remainder(self) -> bool: ...
+
+    @property
+    def skips(self) -> tuple[tuple[int, int], ...]: ...
+
+    @property
+    def skip_starts(self) -> list[int]: ...
+
+    @property
+    def end(self) -> int | None: ...
+
+    @property
+    def regular(self) -> _Regular: ...
 
 
 def _containing(layout: Layout, position: int) -> tuple[int, int] | None:
