@@ -175,20 +175,23 @@ def _keys(found) -> tuple[list[int], list[int]]:
 
 
 def test_records_at_equals_metadata_for_1000_random_steps_across_a_batch_size_change():
-    """For 1,000 random steps of an amended run whose batch size changed mid-run,
-    records_at (by step, and by position after the change) is what metadata reported."""
+    """For 1,000 random steps before and 1,000 after a mid-run batch-size change of an
+    amended run, records_at (by step with the batch size then in force, and by
+    position) is what metadata reported."""
     pipeline = _curriculum(7).skip(300, 340).amend(
         2700, weights={"web": 1, "code": 1, "math": 1})  # "code" back where it stood
     first = _loader(pipeline, batch_size=4, num_epochs=None, with_metadata=True)
-    before = _metadata(first, 600)
+    before = _metadata(first, 1200)
     second = _restored(first.get_state(), pipeline, batch_size=6, num_epochs=None,
                        with_metadata=True)
-    after = _metadata(second, 600)
+    after = _metadata(second, 1200)
     rng = random.Random(0)
-    for step in rng.sample(range(600), 500):
+    for step in rng.sample(range(1200), 1000):
         [found] = second.records_at(step, batch_size=4)
         assert _keys(found) == before[step], step
-    for number in rng.sample(range(600), 500):
+        [found] = second.records_at(positions=before[step][0][0], batch_size=4)
+        assert _keys(found) == before[step], step
+    for number in rng.sample(range(1200), 1000):
         [found] = second.records_at(positions=after[number][0][0])
         assert _keys(found) == after[number], number
     run = second.records_at(positions=range(after[10][0][0], after[20][0][0]))
@@ -196,18 +199,30 @@ def test_records_at_equals_metadata_for_1000_random_steps_across_a_batch_size_ch
 
 
 def test_records_at_equals_metadata_with_process_workers_and_names_sources():
-    """With process workers the lookup agrees too; each record names its source and lap."""
-    loader = _loader(_curriculum(8).map(_worker_fns.augment), with_metadata=True,
-                     workers=Workers(2, kind="process"))
-    with loader:
-        seen = _metadata(loader, 60)
-    for step in range(60):
-        [found] = loader.records_at(step)
-        assert _keys(found) == seen[step]
-    source = loader.pipeline.source
-    assert all(
-        (r["source"], r["lap"], r["record"]) == source.locate(r["index"]) for r in found.records
-    )
+    """With process workers, across a batch-size change, 1,000 random lookups agree with
+    what metadata reported; each record names its source and lap."""
+    pipeline = _curriculum(8).map(_worker_fns.augment).skip(200, 232)
+    first = _loader(pipeline, with_metadata=True, num_epochs=None,
+                    workers=Workers(2, kind="process"))
+    with first:
+        before = _metadata(first, 150)
+    second = _restored(first.get_state(), pipeline, batch_size=6, with_metadata=True,
+                       num_epochs=None, workers=Workers(2, kind="process"))
+    with second:
+        after = _metadata(second, 150)
+    rng = random.Random(1)
+    source = second.pipeline.source
+    for _ in range(500):
+        step = rng.randrange(150)
+        [found] = second.records_at(step, batch_size=4)
+        assert _keys(found) == before[step], step
+        number = rng.randrange(150)
+        [found] = second.records_at(positions=after[number][0][0])
+        assert _keys(found) == after[number], number
+        assert all(
+            (r["source"], r["lap"], r["record"]) == source.locate(r["index"])
+            for r in found.records
+        )
 
 
 def test_batch_at_rebuilds_a_steps_exact_bytes_on_its_own():

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resumeloader import Pipeline
+from resumeloader.core import history
 from resumeloader.handout import lineage
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import produce
@@ -229,3 +230,47 @@ def test_lineage_of_steps_is_refused_for_batches_counting_their_records():
     plan = plan_lib.Plan(pipeline, num_epochs=1)
     with pytest.raises(TypeError, match="by its position"):
         lineage.records_at(plan, produce.BatchProducer(pipeline), steps=[3], positions=None)
+
+
+amendment_lists = st.tuples(
+    changes,
+    st.lists(st.tuples(st.integers(0, 150), st.integers(1, 40)), max_size=3),
+    st.integers(1, 7),
+    st.integers(0, 80),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(amendment_lists)
+def test_random_amendments_resume_anywhere_and_lineage_names_every_batch(case):
+    """For random lists of mixture changes and skips: the batches from any restored
+    position are the uninterrupted run's from there, no skipped position is handed out,
+    and records_at of every batch (by step and by position) holds its records."""
+    items, skip_ranges, batch_size, resume_step = case
+    pipeline = _amended(_mix(), _plan(items))
+    for start, stop in history_ranges(skip_ranges):
+        pipeline = pipeline.skip(start, stop)
+    plan = plan_lib.Plan(pipeline.batch(batch_size), num_epochs=2)
+    producer = produce.BatchProducer(plan.pipeline)
+    run = [(t.position, t.indices.tolist()) for t in plan.tasks(plan.layout.normalise(0))]
+    skipped = {p for start, stop in history_ranges(skip_ranges) for p in range(start, stop)}
+    assert not skipped & {p + k for p, indices in run for k in range(len(indices))}
+    resume_step = min(resume_step, len(run))
+    at = run[resume_step][0] if resume_step < len(run) else plan.layout.end
+    assert at == plan.layout.advance(0, resume_step)
+    resumed = [(t.position, t.indices.tolist()) for t in plan.tasks(at)]
+    assert resumed == run[resume_step:]
+    for step, (position, indices) in enumerate(run):
+        by_step = lineage.records_at(plan, producer, steps=step, positions=None)
+        by_position = lineage.records_at(plan, producer, steps=None, positions=[position])
+        for [found] in (by_step, by_position):
+            assert found.start == position
+            assert [r["index"] for r in found.records] == indices
+            assert [r["position"] for r in found.records] == list(
+                range(position, position + len(indices))
+            )
+
+
+def history_ranges(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Disjoint skips from random ``(start, length)`` pairs (overlapping ones joined)."""
+    return history.merged((start, start + length) for start, length in ranges)
