@@ -171,22 +171,11 @@ class ArrayRecordSource(base.Source):
 
     def record_key(self, index: int) -> dict[str, Any]:
         """The record's index, its file and its number in that file."""
-        file = int(np.searchsorted(self._ends, index, side="right"))
-        number = int(index) - int(self._starts[file])
-        return {"record": int(index), "file": files_lib.display(self._paths[file]),
-                "file_record": number}
+        return self.record_keys(np.asarray([index], dtype=np.int64))[0]
 
     def record_keys(self, indices: np.ndarray) -> list[dict[str, Any]]:
         """`record_key` of each of `indices`."""
-        files = np.searchsorted(self._ends, indices, side="right")
-        numbers = np.asarray(indices, dtype=np.int64) - self._starts[files]
-        names = [files_lib.display(path) for path in self._paths]
-        return [
-            {"record": index, "file": names[file], "file_record": number}
-            for index, file, number in zip(
-                np.asarray(indices).tolist(), files.tolist(), numbers.tolist(), strict=True
-            )
-        ]
+        return files_lib.record_keys(self._paths, self._starts, self._ends, indices)
 
     def order_fields(self) -> dict[str, int | str]:
         return dict(self._fields)
