@@ -14,7 +14,7 @@ import numpy as np
 
 from resumeloader.core import spec as spec_lib
 
-__all__ = ["IDENTITY", "CorruptRecordError", "RandomAccessSource", "Source"]
+__all__ = ["IDENTITY", "CorruptRecordError", "RandomAccessSource", "RecordReadError", "Source"]
 
 #: The order field in which a source names its content (a digest, a version): see
 #: `Source.order_fields`.
@@ -25,6 +25,20 @@ class CorruptRecordError(ValueError):
     """A stored record cannot be read as it was written: it fails its checksum or its
     framing, or its file changed or is damaged (the message names the file and the
     record). It reaches you as the `RecordError` of the record.
+
+    Attributes:
+        record_index: the record's index in the source.
+    """
+
+    def __init__(self, msg: str, *, record_index: int) -> None:
+        super().__init__(msg)
+        self.record_index = record_index
+
+
+class RecordReadError(OSError):
+    """A stored record could not be read: its storage still failed after the retries
+    (the message names the object, the byte range and the last error). It reaches you
+    as the `RecordError` of the record, and goes through ``Pipeline.on_error``.
 
     Attributes:
         record_index: the record's index in the source.

@@ -22,13 +22,24 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from resumeloader.sources import handles
+from resumeloader.sources import handles, storage
 
-__all__ = ["HEAD_BYTES", "Paths", "display", "expand_paths", "head_digest", "identity"]
+__all__ = [
+    "HEAD_BYTES",
+    "Location",
+    "Paths",
+    "display",
+    "expand_locations",
+    "expand_paths",
+    "head_digest",
+    "identity",
+]
 
 Paths = (
     str | bytes | os.PathLike[str] | os.PathLike[bytes] | Sequence[str | bytes | os.PathLike[str]]
 )
+#: A local file's path, or an object in storage.
+Location = str | storage.Object
 
 #: How much of each file's start its head digest covers.
 HEAD_BYTES = 1 << 16
@@ -79,6 +90,37 @@ def expand_paths(paths: Paths, kind: str) -> list[str]:
             msg = f"{kind} file {display(path)!r} does not exist or is not a file."
             raise FileNotFoundError(msg)
     return files
+
+
+def expand_locations(
+    paths: Paths, kind: str, storage_options: storage.Options | None = None
+) -> list[Location]:
+    """The files and objects `paths` names: local files and globs as `expand_paths`,
+    URLs (``s3://``, ``gs://``, ...) and their globs as `storage.expand` (a
+    ``file://`` URL is a local path).
+
+    Raises:
+        FileNotFoundError: a file, object or pattern names nothing.
+        ValueError: `paths` is empty.
+    """
+    single = isinstance(paths, (str, bytes, os.PathLike))
+    entries: list[Any] = [paths] if single else list(paths)  # type: ignore[arg-type]
+    if not entries:
+        msg = f"`paths` must name at least one {kind} file. Received: paths={paths!r}."
+        raise ValueError(msg)
+    out: list[Location] = []
+    for entry in entries:
+        entry = os.fsdecode(entry)
+        if storage.is_url(entry):
+            out += storage.expand(entry, storage_options)
+        else:
+            out += expand_paths(storage.local_path(entry), kind)
+    return out
+
+
+def name_of(location: Location) -> str:
+    """A location's path or URL."""
+    return location.url if isinstance(location, storage.Object) else location
 
 
 def head_digest(file: handles.File) -> bytes:

@@ -13,6 +13,8 @@ TensorFlow with `Pipeline.tf_map`.
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import struct
 from concurrent import futures
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from resumeloader.core import spec as spec_lib
-from resumeloader.sources import base, handles
+from resumeloader.sources import base, fetch, handles, remote_index, storage
 from resumeloader.sources import files as files_lib
 from resumeloader.sources import tfrecord_index as index_lib
 from resumeloader.sources.base import CorruptRecordError
@@ -85,22 +87,45 @@ class TFRecordSource(base.Source):
         *,
         index_dir: str | os.PathLike[str] | None = None,
         verify_checksums: bool = True,
+        storage_options: storage.Options | None = None,
+        object_reads: fetch.ObjectReads | None = None,
     ) -> None:
-        files = files_lib.expand_paths(paths, "TFRecord")
+        locations = files_lib.expand_locations(paths, "TFRecord", storage_options)
         folder = os.fspath(index_dir) if index_dir is not None else index_lib.default_dir()
-        with futures.ThreadPoolExecutor(min(8, len(files))) as pool:
-            indexes = list(pool.map(lambda path: index_lib.load_or_build(path, folder), files))
+        reads = object_reads if object_reads is not None else fetch.ObjectReads()
+        if not isinstance(reads, fetch.ObjectReads):
+            msg = (
+                "`object_reads` must be an ObjectReads. Received: "
+                f"object_reads={object_reads!r} of type {type(object_reads).__name__}."
+            )
+            raise TypeError(msg)
+        self._reads = reads
+
+        def index(location: files_lib.Location) -> index_lib.FileIndex:
+            if isinstance(location, storage.Object):
+                return remote_index.load_or_build(location, folder, reads)
+            return index_lib.load_or_build(location, folder)
+
+        with futures.ThreadPoolExecutor(min(8, len(locations))) as pool:
+            indexes = list(pool.map(index, locations))
         self._indexes = indexes
         self._verify = bool(verify_checksums)
         counts = np.array([len(ix.offsets) for ix in indexes], dtype=np.int64)
         self._ends = np.cumsum(counts)
         self._starts = self._ends - counts
-        self.description = files_lib.describe("TFRecordSource", files)
+        self._remote = np.array([ix.obj is not None for ix in indexes])
+        #: Records per block of aligned reads (`blocked`), or None.
+        self.block_records: int | None = None
+        names = [files_lib.name_of(location) for location in locations]
+        self.description = files_lib.describe("TFRecordSource", names)
         self._fields: dict[str, int | str] = {
             "num_records": int(self._ends[-1]),
-            **files_lib.identity(files, [f"{ix.size}:{ix.digest}" for ix in indexes]),
+            **files_lib.identity(names, [f"{ix.size}:{ix.digest}" for ix in indexes]),
             "identity": files_lib.content_identity([ix.head for ix in indexes]),
         }
+        if self._remote.any():  # objects: each one's version (a local file: its size)
+            versions = [ix.obj.version if ix.obj else ix.size for ix in indexes]
+            self._fields["versions"] = files_lib.content_identity(versions)
 
     def __len__(self) -> int:
         return int(self._ends[-1])
@@ -144,6 +169,10 @@ class TFRecordSource(base.Source):
             stops[mine] = np.where(local + 1 == len(ix.offsets), ix.size, ix.offsets[following])
         order = np.lexsort((starts, files))
         out: list[bytes] = [b""] * len(indices)
+        remote = self._remote[files]
+        if remote.any():
+            self._read_objects(np.flatnonzero(remote), files, numbers, starts, stops, out)
+            order = order[~remote[order]]
         group: list[int] = []
         for position in order.tolist():
             if group and not self._joins(group, position, files, starts, stops):
@@ -192,6 +221,94 @@ class TFRecordSource(base.Source):
                 index = int(self._starts[file] + numbers[position])
                 msg = f"Record index {index}: {err}"
                 raise CorruptRecordError(msg, record_index=index) from None
+
+    def _read_objects(
+        self,
+        positions: np.ndarray,
+        files: np.ndarray,
+        numbers: np.ndarray,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        out: list[bytes],
+    ) -> None:
+        """The records at `positions` that live in objects: every GET of the batch at once
+        (`resumeloader.sources.fetch`), each record checked as a local one."""
+        at = positions.tolist()
+        ranges = [(self._indexes[files[p]].obj, int(starts[p]), int(stops[p])) for p in at]
+        blocks = self._block if self.block_records else None
+        try:
+            views = fetch.read(ranges, self._reads, blocks=blocks)  # type: ignore[arg-type]
+        except (fetch.ObjectChangedError, fetch.ObjectReadError) as err:
+            url = getattr(err, "url", None)
+            failing = [
+                p for p in at
+                if self._indexes[files[p]].path == url
+                and starts[p] < getattr(err, "stop", 0) and stops[p] > getattr(err, "start", 0)
+            ] or [p for p in at if str(self._indexes[files[p]].obj) in str(err)] or at
+            index = int(self._starts[files[failing[0]]] + numbers[failing[0]])
+            msg = f"Record index {index}: {err}"
+            if isinstance(err, fetch.ObjectChangedError):
+                raise CorruptRecordError(msg, record_index=index) from err
+            raise base.RecordReadError(msg, record_index=index) from err
+        for p, view in zip(at, views, strict=True):
+            file, number, begin = int(files[p]), int(numbers[p]), int(starts[p])
+            try:
+                out[p] = self._record(bytes(view), 0, len(view), file, number, begin)
+            except _Corrupt as err:
+                index = int(self._starts[file] + number)
+                msg = f"Record index {index}: {err}"
+                raise CorruptRecordError(msg, record_index=index) from None
+
+    # -- aligned reads (the block order) ----------------------------------------------
+    def blocked(self, block_records: int) -> TFRecordSource:
+        """This source reading objects a block at a time: a record's GET reads its whole
+        block of `block_records` consecutive records (the block order's chunk), kept in
+        the process's cache for the other records of the block. The records are the
+        same; only how objects are read changes."""
+        view = copy.copy(self)
+        view.block_records = int(block_records)
+        return view
+
+    def _block(self, obj: storage.Object, start: int, stop: int) -> tuple[int, int]:
+        """The byte range of the block that holds bytes [start, stop) of `obj`."""
+        file = self._file_of[obj.url]
+        ix, first = self._indexes[file], int(self._starts[file])
+        local = int(np.searchsorted(ix.offsets, start, side="right")) - 1
+        size = self.block_records or 1
+        begin = (first + local) // size * size - first
+        end = begin + size
+        begin, end = max(0, begin), min(len(ix.offsets), end)
+        stop_at = ix.size if end == len(ix.offsets) else int(ix.offsets[end])
+        return int(ix.offsets[begin]), max(stop, stop_at)
+
+    @functools.cached_property
+    def _file_of(self) -> dict[str, int]:
+        return {ix.path: file for file, ix in enumerate(self._indexes)}
+
+    def mean_record_bytes(self) -> float:
+        """The files' bytes per record (framing included)."""
+        return sum(ix.size for ix in self._indexes) / max(1, len(self))
+
+    def records_per_file(self) -> list[int]:
+        """How many records each file holds, in order."""
+        return (self._ends - self._starts).tolist()
+
+    def prefetch(self, indices: np.ndarray) -> bool:
+        """Starts reading the objects' bytes of `indices` (see `fetch.prefetch`); False
+        when the read-ahead budget is full."""
+        indices = np.asarray(indices, dtype=np.int64)
+        files = np.searchsorted(self._ends, indices, side="right")
+        mine = self._remote[files]
+        if not mine.any():
+            return True
+        ranges = []
+        for index, file in zip(indices[mine].tolist(), files[mine].tolist(), strict=True):
+            ix = self._indexes[file]
+            number = index - int(self._starts[file])
+            stop = ix.size if number + 1 == len(ix.offsets) else int(ix.offsets[number + 1])
+            ranges.append((ix.obj, int(ix.offsets[number]), stop))
+        blocks = self._block if self.block_records else None
+        return fetch.prefetch(ranges, self._reads, blocks=blocks)  # type: ignore[arg-type]
 
     def _record(
         self, buffer: bytes, at: int, stop: int, file: int, number: int, begin: int

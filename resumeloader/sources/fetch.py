@@ -1,0 +1,426 @@
+"""Ranged reads of objects: pinned to their version, retried, in parallel, cached, read ahead.
+
+`read` takes the byte ranges a batch needs (object, start, stop) and returns their
+bytes. Ranges already in the process's span cache (or on their way) are taken from
+it; the others are grouped by object, widened to their *block* when the caller
+aligns reads to blocks (the block order's chunks), and neighbours closer than
+`ObjectReads.gap_bytes` are merged into one ranged GET of at most
+`ObjectReads.max_get_bytes` (never a multi-range request: servers answer those with
+the whole object). The GETs run at most `ObjectReads.concurrency` at a time per
+process on fsspec's event loop.
+
+Every GET is pinned to the version the object had when the source was built
+(S3 and HTTP ``If-Match``, the GCS ``generation``; the answer's version is checked
+too): an object that changed raises `ObjectChangedError` naming it, never a mix of
+old and new bytes. A GET that fails with a 5xx or 408/429 status, a reset or a
+refused connection, a timeout (`ObjectReads.timeout` per try) or a short body is
+tried again after a jittered exponential backoff, at most `ObjectReads.attempts`
+times and within `ObjectReads.deadline` seconds; then `ObjectReadError` names the
+object, the byte range, the tries and the last error. Other errors (403, 404) are
+not retried. Nothing is handed out before its whole range arrived.
+
+`prefetch` starts the GETs of ranges that a later batch will need (the order is
+known in advance) and returns at once; at most `ObjectReads.readahead_bytes` of
+prefetched bytes wait unread at any time. What is fetched only fills the cache: a
+read returns the same bytes with or without it. The cache holds at most
+`ObjectReads.cache_bytes` of finished spans (least recently used dropped first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import concurrent.futures
+import dataclasses
+import errno
+import os
+import random
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from resumeloader.core import validate
+from resumeloader.sources import handles, storage
+
+__all__ = ["ObjectChangedError", "ObjectReadError", "ObjectReads", "prefetch", "read", "stats"]
+
+Range = tuple[storage.Object, int, int]
+#: (object, start, stop) -> the block (start, stop) that holds it, for aligned reads.
+Blocks = Callable[[storage.Object, int, int], tuple[int, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectReads:
+    """How objects are read (not what is read: none of it changes the stream).
+
+    Attributes:
+        concurrency: GETs in flight at once in a process, >= 1.
+        attempts: tries of one GET before it fails, >= 1.
+        timeout: seconds one try may take (connecting, waiting, reading the body).
+        deadline: seconds all tries of one GET may take, waits included.
+        backoff: the first wait between tries (s); doubled per try, at most 5 s,
+            jittered by up to half.
+        gap_bytes: ranges of one object closer than this are read with one GET.
+        max_get_bytes: the most bytes one GET reads (merging stops there).
+        cache_bytes: the most bytes of finished GETs the process keeps.
+        readahead_bytes: the most prefetched bytes that wait unread.
+    """
+
+    concurrency: int = 16
+    attempts: int = 5
+    timeout: float = 30.0
+    deadline: float = 120.0
+    backoff: float = 0.1
+    gap_bytes: int = 1 << 20
+    max_get_bytes: int = 32 << 20
+    cache_bytes: int = 256 << 20
+    readahead_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "attempts", "max_get_bytes"):
+            validate.integer(name, getattr(self, name), low=1, high=validate.MAX_COUNT)
+        for name in ("gap_bytes", "cache_bytes", "readahead_bytes"):
+            validate.integer(name, getattr(self, name), low=0, high=validate.MAX_COUNT)
+        for name in ("timeout", "deadline", "backoff"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                msg = f"`{name}` must be a number of seconds >= 0. Received: {name}={value!r}."
+                raise ValueError(msg)
+
+
+class ObjectChangedError(handles.StaleFileError):
+    """An object is not the version the source was built from (it was rewritten or
+    deleted): nothing of it is read. Build the source again to read the new data."""
+
+
+class ObjectReadError(OSError):
+    """A ranged GET still failed after its tries (the message names the object, the
+    byte range, the tries and the last error).
+
+    Attributes:
+        url: the object.
+        start, stop: the byte range.
+    """
+
+    def __init__(self, msg: str, *, url: str, start: int, stop: int) -> None:
+        super().__init__(errno.EIO, msg)
+        self.url, self.start, self.stop = url, start, stop
+
+
+class _ShortBody(OSError):
+    pass
+
+
+# -- one GET, per protocol --------------------------------------------------------------
+def _status(err: BaseException | None) -> int | None:
+    """The HTTP status an error of s3fs, gcsfs or aiohttp carries, if any."""
+    seen = 0
+    while err is not None and seen < 8:
+        response = getattr(err, "response", None)
+        if isinstance(response, dict):
+            code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(code, int):
+                return code
+        for attr in ("status", "code"):
+            value = getattr(err, attr, None)
+            if isinstance(value, int) and 100 <= value < 600:
+                return value
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return None
+
+
+async def _changed(obj: storage.Object, why: str) -> ObjectChangedError:
+    fs = storage.filesystem(obj.protocol, obj.options)
+    path = storage.strip(obj.protocol, obj.url)
+    try:
+        if hasattr(fs, "invalidate_cache"):
+            fs.invalidate_cache(path)
+        info = await fs._info(path)
+        current = f"it is now version {storage.version_of(obj.protocol, info) or '?'} of " + (
+            f"{info.get('size')} bytes"
+        )
+    except FileNotFoundError:
+        current = "it no longer exists"
+    except Exception as err:  # the look is only for the message
+        current = f"its current version is unknown ({type(err).__name__}: {err})"
+    msg = (
+        f"Object {obj} changed since the source was built: it was version "
+        f"{obj.version or '?'} of {obj.size} bytes, {current} ({why}). A changed object "
+        "is never read (its records would mix old and new bytes). Build the source again "
+        "to read the new data; a checkpoint of the old data is refused by the new source."
+    )
+    return ObjectChangedError(errno.ESTALE, msg)
+
+
+async def _get_once(obj: storage.Object, start: int, stop: int) -> bytes:
+    proto = obj.protocol
+    fs = storage.filesystem(proto, obj.options)
+    span = f"bytes={start}-{stop - 1}"
+    if proto == "s3":
+        bucket, _, key = obj.url.split("://", 1)[1].partition("/")
+        kw = {"Bucket": bucket, "Key": key, "Range": span}
+        if obj.version:
+            kw["IfMatch"] = obj.version
+        try:
+            response = await fs._call_s3("get_object", **kw)
+        except Exception as err:
+            if _status(err) == 412:
+                raise await _changed(obj, "If-Match failed") from err
+            raise
+        body = response["Body"]
+        try:
+            data = await body.read()
+        finally:
+            body.close()
+        got = response.get("ETag")
+        if obj.version and got and got != obj.version:
+            raise await _changed(obj, f"the answer is version {got}")
+        return bytes(data)
+    if proto == "gcs":
+        url = fs.url(obj.url.split("://", 1)[1], generation=obj.version or None)
+        request = getattr(type(fs)._request, "__wrapped__", None)  # one try: ours retry
+        try:
+            if request is not None:
+                _, headers, _, data = await request(fs, "GET", url, headers={"Range": span})
+            else:
+                _, headers, _, data = await fs._request("GET", url, headers={"Range": span})
+        except FileNotFoundError as err:
+            if obj.version:
+                raise await _changed(obj, f"generation {obj.version} is gone") from err
+            raise
+        got = headers.get("x-goog-generation")
+        if obj.version and got and got != obj.version:
+            raise await _changed(obj, f"the answer is generation {got}")
+        return bytes(data)
+    if proto == "http":
+        headers = {"If-Match": obj.version} if obj.version else {}
+        try:
+            return bytes(await fs._cat_file(obj.url, start=start, end=stop, headers=headers))
+        except Exception as err:
+            if _status(err) == 412:
+                raise await _changed(obj, "If-Match failed") from err
+            raise
+    info = fs.info(obj.url)  # memory://: in this process, synchronous
+    if (info["size"], storage.version_of(proto, info)) != (obj.size, obj.version):
+        raise await _changed(obj, "its size or creation time differs")
+    return bytes(fs.cat_file(obj.url, start=start, end=stop))
+
+
+def _retryable(err: BaseException) -> bool:
+    if isinstance(err, (ObjectChangedError, FileNotFoundError, PermissionError, ImportError)):
+        return False
+    status = _status(err)  # a 4xx is the request's fault (but for a timeout or throttling)
+    return status is None or not 400 <= status < 500 or status in (408, 429)
+
+
+_semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
+_counts: collections.Counter[str] = collections.Counter()
+
+
+async def _get(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -> bytes:
+    loop = asyncio.get_running_loop()
+    key = (os.getpid(), reads.concurrency)
+    gate = _semaphores.setdefault(key, asyncio.Semaphore(reads.concurrency))
+    deadline = loop.time() + reads.deadline
+    last: BaseException | None = None
+    tries = 0
+    for tries in range(1, reads.attempts + 1):
+        try:
+            async with gate:
+                _counts["gets"] += 1
+                left = max(0.001, min(reads.timeout, deadline - loop.time()))
+                data = await asyncio.wait_for(_get_once(obj, start, stop), left)
+            if len(data) != stop - start:
+                raise _ShortBody(errno.EIO, f"short body: {len(data)} of {stop - start} bytes")
+            _counts["bytes"] += len(data)
+            return data
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            if not _retryable(err):
+                if isinstance(err, ObjectChangedError):
+                    raise
+                last = err
+                break
+            last = err if not isinstance(err, asyncio.TimeoutError) else TimeoutError(
+                f"no answer within {reads.timeout} s"
+            )
+        _counts["retries"] += 1
+        wait = min(5.0, reads.backoff * 2 ** (tries - 1)) * (0.5 + random.random() / 2)
+        if tries == reads.attempts or loop.time() + wait >= deadline:
+            break
+        await asyncio.sleep(wait)
+    msg = (
+        f"Reading bytes [{start}, {stop}) of {obj} failed after {tries} "
+        f"{'try' if tries == 1 else 'tries'} (ObjectReads: attempts={reads.attempts}, "
+        f"deadline={reads.deadline} s); the last error: {type(last).__name__}: {last}"
+    )
+    raise ObjectReadError(msg, url=obj.url, start=start, stop=stop) from last
+
+
+def _submit(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -> Any:
+    import fsspec.asyn
+
+    loop = fsspec.asyn.get_loop()
+    return asyncio.run_coroutine_threadsafe(_get(obj, start, stop, reads), loop)
+
+
+# -- the span cache -------------------------------------------------------------------
+class _Span:
+    __slots__ = ("ahead", "future", "start", "stop")
+
+    def __init__(self, start: int, stop: int, future: Any, ahead: bool) -> None:
+        self.start, self.stop, self.future, self.ahead = start, stop, future, ahead
+
+
+class _Cache:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.spans: dict[tuple[str, str, int], list[_Span]] = {}
+        self.order: collections.OrderedDict[int, tuple[tuple[str, str, int], _Span]] = (
+            collections.OrderedDict()
+        )
+        self.ahead = 0
+
+    def find(self, key: tuple[str, str, int], start: int, stop: int, limit: int) -> _Span | None:
+        spans = self.spans.get(key, [])
+        at = bisect.bisect_right([s.start for s in spans], start)
+        for span in reversed(spans[max(0, at - 64) : at]):
+            if span.stop >= stop and span.start <= start:
+                if span.future.done() and span.future.exception() is not None:
+                    self._drop(key, span)  # a failed prefetch is read again
+                    return None
+                self.order.move_to_end(id(span))
+                return span
+            if span.start < start - limit:
+                break
+        return None
+
+    def add(self, key: tuple[str, str, int], span: _Span) -> None:
+        spans = self.spans.setdefault(key, [])
+        bisect.insort(spans, span, key=lambda s: s.start)
+        self.order[id(span)] = (key, span)
+        if span.ahead:
+            self.ahead += span.stop - span.start
+
+    def used(self, span: _Span) -> None:
+        if span.ahead:
+            span.ahead = False
+            self.ahead -= span.stop - span.start
+
+    def _drop(self, key: tuple[str, str, int], span: _Span) -> None:
+        self.used(span)
+        self.spans[key].remove(span)
+        if not self.spans[key]:
+            del self.spans[key]
+        self.order.pop(id(span), None)
+
+    def shrink(self, limit: int) -> None:
+        total = sum(s.stop - s.start for _, s in self.order.values())
+        for key, span in list(self.order.values()):
+            if total <= limit:
+                return
+            if span.future.done() and not span.ahead:
+                self._drop(key, span)
+                total -= span.stop - span.start
+
+
+_CACHE = _Cache()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _CACHE.__init__())  # type: ignore[misc]
+
+
+def _key(obj: storage.Object) -> tuple[str, str, int]:
+    return obj.url, obj.version, obj.size
+
+
+def _plan(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None) -> list[Range]:
+    """The GETs that cover `ranges` (none cached): widened to blocks, neighbours merged."""
+    wanted: dict[tuple[str, str, int], tuple[storage.Object, list[tuple[int, int]]]] = {}
+    for obj, start, stop in ranges:
+        if blocks is not None:
+            start, stop = blocks(obj, start, stop)
+        wanted.setdefault(_key(obj), (obj, []))[1].append((start, stop))
+    gets: list[Range] = []
+    for obj, spans in wanted.values():
+        spans.sort()
+        begin, end = spans[0]
+        for start, stop in spans[1:]:
+            if start - end <= reads.gap_bytes and max(end, stop) - begin <= reads.max_get_bytes:
+                end = max(end, stop)
+            else:
+                gets.append((obj, begin, end))
+                begin, end = start, stop
+        gets.append((obj, begin, end))
+    return gets
+
+
+def _spans(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None, *, ahead: bool,
+           budget: int | None = None) -> list[_Span | None]:
+    """The cached span of each range, the missing ones submitted (None where the
+    read-ahead `budget` would be exceeded)."""
+    with _CACHE.lock:
+        found = [_CACHE.find(_key(o), a, b, reads.max_get_bytes) for o, a, b in ranges]
+        missing = [r for r, span in zip(ranges, found, strict=True) if span is None]
+        for obj, start, stop in _plan(missing, reads, blocks) if missing else []:
+            if budget is not None and _CACHE.ahead + (stop - start) > budget:
+                break
+            span = _Span(start, stop, _submit(obj, start, stop, reads), ahead)
+            _CACHE.add(_key(obj), span)
+        out = [
+            span or _CACHE.find(_key(o), a, b, reads.max_get_bytes)
+            for (o, a, b), span in zip(ranges, found, strict=True)
+        ]
+        if not ahead:
+            for span in out:
+                if span is not None:
+                    _CACHE.used(span)
+        _CACHE.shrink(reads.cache_bytes)
+    return out
+
+
+def read(
+    ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None,
+    cache: bool = True,
+) -> list[memoryview]:
+    """The bytes of each (object, start, stop) of `ranges`, in that order (with `cache`
+    False: one GET each, not kept, e.g. for reading a whole object once).
+
+    Raises:
+        ObjectChangedError: an object is not the version it was.
+        ObjectReadError: a GET still failed after its tries.
+    """
+    if cache:
+        spans = _spans(ranges, reads, blocks, ahead=False)
+    else:
+        spans = [_Span(a, b, _submit(o, a, b, reads), False) for o, a, b in ranges]
+    out = []
+    wait = reads.deadline + reads.timeout + 5.0
+    for (_, start, stop), span in zip(ranges, spans, strict=True):
+        assert span is not None
+        try:
+            data = span.future.result(timeout=wait)
+        except concurrent.futures.TimeoutError as err:
+            msg = f"No answer for bytes [{span.start}, {span.stop}) within {wait} s."
+            raise TimeoutError(msg) from err
+        out.append(memoryview(data)[start - span.start : stop - span.start])
+    return out
+
+
+def prefetch(ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None) -> bool:
+    """Starts reading `ranges` into the cache; False when the read-ahead budget is full
+    (then not every range was started)."""
+    spans = _spans(ranges, reads, blocks, ahead=True, budget=reads.readahead_bytes)
+    return all(span is not None for span in spans)
+
+
+def stats() -> dict[str, int]:
+    """This process's GETs (tries included), retries and bytes received so far."""
+    return {key: int(_counts[key]) for key in ("gets", "retries", "bytes")}
+
+
+def clear() -> None:
+    """Forgets every cached span (GETs in flight finish unseen)."""
+    with _CACHE.lock:
+        _CACHE.__init__()  # type: ignore[misc]
