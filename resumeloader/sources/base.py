@@ -134,6 +134,32 @@ class Source:
         """The leaves and structure of in-memory numeric columns, or None."""
         return None
 
+    # -- storage read by ranges (optional) ---------------------------------------------
+    def mean_record_bytes(self) -> float | None:
+        """Stored bytes per record, when the source knows them (the block order's chunk
+        size in bytes is resolved with it)."""
+        return None
+
+    def records_per_file(self) -> list[int] | None:
+        """Records of each file or object in order, for a source that reads files."""
+        return None
+
+    def blocked(self, block_records: int | None) -> Source:
+        """This source reading its storage a block of `block_records` consecutive records
+        at a time (or not, for None); the records are the same. Default: itself."""
+        return self
+
+    @property
+    def prefetches(self) -> bool:
+        """Whether `prefetch` does anything (the source reads objects in storage)."""
+        return False
+
+    def prefetch(self, indices: np.ndarray) -> bool:
+        """Starts reading what `indices` will need (their bytes in object storage) and
+        returns at once; False when the source's read-ahead budget is full. It changes
+        nothing that is read. Default: nothing to do (True)."""
+        return True
+
     def order_fields(self) -> dict[str, int | str]:
         """The fields identifying this data in the state (``num_records`` at least).
 

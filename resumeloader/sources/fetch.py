@@ -373,9 +373,9 @@ def _spans(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None, *
             for (o, a, b), span in zip(ranges, found, strict=True)
         ]
         if not ahead:
-            for span in out:
-                if span is not None:
-                    _CACHE.used(span)
+            for used in out:
+                if used is not None:
+                    _CACHE.used(used)
         _CACHE.shrink(reads.cache_bytes)
     return out
 

@@ -237,7 +237,7 @@ class TFRecordSource(base.Source):
         ranges = [(self._indexes[files[p]].obj, int(starts[p]), int(stops[p])) for p in at]
         blocks = self._block if self.block_records else None
         try:
-            views = fetch.read(ranges, self._reads, blocks=blocks)  # type: ignore[arg-type]
+            views = fetch.read(ranges, self._reads, blocks=blocks)
         except (fetch.ObjectChangedError, fetch.ObjectReadError) as err:
             url = getattr(err, "url", None)
             failing = [
@@ -260,13 +260,13 @@ class TFRecordSource(base.Source):
                 raise CorruptRecordError(msg, record_index=index) from None
 
     # -- aligned reads (the block order) ----------------------------------------------
-    def blocked(self, block_records: int) -> TFRecordSource:
+    def blocked(self, block_records: int | None) -> TFRecordSource:
         """This source reading objects a block at a time: a record's GET reads its whole
         block of `block_records` consecutive records (the block order's chunk), kept in
         the process's cache for the other records of the block. The records are the
         same; only how objects are read changes."""
         view = copy.copy(self)
-        view.block_records = int(block_records)
+        view.block_records = None if block_records is None else int(block_records)
         return view
 
     def _block(self, obj: storage.Object, start: int, stop: int) -> tuple[int, int]:
@@ -289,9 +289,13 @@ class TFRecordSource(base.Source):
         """The files' bytes per record (framing included)."""
         return sum(ix.size for ix in self._indexes) / max(1, len(self))
 
-    def records_per_file(self) -> list[int]:
+    def records_per_file(self) -> list[int] | None:
         """How many records each file holds, in order."""
         return (self._ends - self._starts).tolist()
+
+    @property
+    def prefetches(self) -> bool:
+        return bool(self._remote.any())
 
     def prefetch(self, indices: np.ndarray) -> bool:
         """Starts reading the objects' bytes of `indices` (see `fetch.prefetch`); False
@@ -308,7 +312,7 @@ class TFRecordSource(base.Source):
             stop = ix.size if number + 1 == len(ix.offsets) else int(ix.offsets[number + 1])
             ranges.append((ix.obj, int(ix.offsets[number]), stop))
         blocks = self._block if self.block_records else None
-        return fetch.prefetch(ranges, self._reads, blocks=blocks)  # type: ignore[arg-type]
+        return fetch.prefetch(ranges, self._reads, blocks=blocks)
 
     def _record(
         self, buffer: bytes, at: int, stop: int, file: int, number: int, begin: int

@@ -34,7 +34,7 @@ from resumeloader.core import positions
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import gather, generator, graph, prefetch, stream, tf_map
-from resumeloader.workers import ordered, produce, quarantine
+from resumeloader.workers import ordered, produce, quarantine, readahead
 
 __all__ = ["Delivery"]
 
@@ -130,6 +130,9 @@ class Delivery:
         self, plan: plan_lib.Plan, layout: positions.Layout, position: int, watch: Watch | None
     ) -> Generator[tuple[Any, int], None, None]:
         tasks = plan.tasks(position, layout)
+        in_process = self.workers.worker_type != "process" or not self.workers.num_workers
+        if in_process and plan.pipeline.source.prefetches:
+            tasks = readahead.hinted(tasks, plan.pipeline.source)
         on_batch = None
         if watch is not None:
             tasks, on_batch = watch(position, tasks)
