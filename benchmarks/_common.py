@@ -16,16 +16,19 @@ setting this to 0") and the same number of worker processes as resumeloader.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
-import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
+import _results
 import numpy as np
+from _results import Report, Table, Target
+
+__all__ = ["Report", "Table", "Target"]  # re-exported: the scripts take them from here
 
 BATCH = 128
 SEED = 0
@@ -40,26 +43,8 @@ def load_average() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-class Span:
-    """The load average at the start of a measurement and at its end, for its caption."""
-
-    def __init__(self) -> None:
-        self.start = load_average()
-
-    def caption(self, what: str) -> str:
-        return (
-            f"*{what}. {os.cpu_count()} CPUs; load average (1 / 5 / 15 min) {self.start} "
-            f"at the start, {load_average()} at the end.*"
-        )
-
-
 def versions() -> str:
-    parts = [f"Python {platform.python_version()}", f"NumPy {np.__version__}"]
-    for name in ("tensorflow", "grain", "resumeloader"):
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, "__version__"):
-            parts.append(f"{name} {module.__version__}")
-    return f"{platform.machine()}, {os.cpu_count()} CPUs, " + ", ".join(parts)
+    return _results.describe_machine(_results.machine())
 
 
 # -- timing ----------------------------------------------------------------------------
@@ -123,49 +108,6 @@ def graph_rate(dataset: Any, batches: int, *, loader: Any = None) -> float:
     start = time.perf_counter()
     records = int(pull(iterator, tf.constant(batches)))
     return records / (time.perf_counter() - start)
-
-
-# -- tables and targets ------------------------------------------------------------------
-
-
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table; columns after the first are right-aligned."""
-    lines = ["| " + " | ".join(headers) + " |", "|---|" + "---:|" * (len(headers) - 1)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-@dataclasses.dataclass
-class Target:
-    """A target of issue 15: `value` compared with `bound` (None: not measured)."""
-
-    label: str
-    value: float | None
-    bound: float
-    unit: str = "x"
-    at_most: bool = False  # the value must stay below the bound (a cost), not above it
-    item: str = ""  # which part of issue 15 it belongs to
-
-    def row(self) -> list[str]:
-        sign = "<=" if self.at_most else ">="
-        if self.value is None:
-            verdict, value = "not measured", "-"
-        else:
-            met = self.value <= self.bound if self.at_most else self.value >= self.bound
-            verdict, value = ("met" if met else "MISSED"), f"{self.value:,.2f}{self.unit}"
-        return [self.label, value, f"{sign} {self.bound:g}{self.unit}", verdict, self.item]
-
-
-def targets_table(targets: list[Target]) -> str:
-    return table(["target", "measured", "wanted", "", "issue 15"], [t.row() for t in targets])
-
-
-@dataclasses.dataclass
-class Report:
-    """What a benchmark script returns to run_all: Markdown sections and targets."""
-
-    markdown: str
-    targets: list[Target]
 
 
 # -- user code -------------------------------------------------------------------------
@@ -384,13 +326,29 @@ def burn_for(count: int) -> float:
 
 
 def script_main(run: Callable[[bool], Report], doc: str, quick_help: str) -> None:
-    """The command line of a benchmark script: ``--quick``, then its tables and targets."""
+    """The command line of a benchmark script: ``--quick`` and ``--json``; prints its
+    tables and targets and writes them to ``results/<script>.json``."""
     global BUDGET_SECONDS
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=quick_help)
-    quick = parser.parse_args().quick
-    BUDGET_SECONDS = 1.0 if quick else BUDGET_SECONDS
-    report = run(quick)
+    add_json_option(parser)
+    args = parser.parse_args()
+    BUDGET_SECONDS = 1.0 if args.quick else BUDGET_SECONDS
+    timer = _results.Timer(_results.command_line(), args.quick)
+    finish(run(args.quick), timer, args.json)
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    script = Path(sys.argv[0]).stem
+    parser.add_argument("--json", type=Path, default=_results.RESULTS / f"{script}.json",
+                        help="where to write the results as JSON (default: %(default)s)")
+
+
+def finish(report: Report, timer: _results.Timer, path: Path) -> None:
+    """Prints the report's tables and targets; writes them with the run to `path`."""
     print(report.markdown)
-    print()
-    print(targets_table(report.targets))
+    if report.targets:
+        print()
+        print(_results.targets_table(report.targets))
+    written = _results.write(path, report, timer.run())
+    print(f"\nResults written to {written}.", file=sys.stderr)

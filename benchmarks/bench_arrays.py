@@ -25,7 +25,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _common  # noqa: E402
-from _common import Target  # noqa: E402
+import _results  # noqa: E402
+from _results import Column, Report, Table, Target  # noqa: E402
 
 GIB = 1 << 30
 ROW_BYTES = 64
@@ -69,56 +70,55 @@ def _child(rows: int, batches: int) -> dict[str, float]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def run(quick: bool) -> _common.Report:
-    """The table's Markdown and its targets."""
+def run(quick: bool) -> Report:
+    """The table and its targets."""
     if sys.platform != "linux":
-        return _common.Report("### (f) In-memory arrays: needs Linux (/proc).", [])
+        print("(f) In-memory arrays: needs Linux (/proc); not run.", file=sys.stderr)
+        return Report([], [])
     sizes = [4_000_000, 17_500_000] if quick else [10_000_000, 17_500_000, 35_000_000]
     rounds, batches = (1, 4_000) if quick else (3, 20_000)
-    span = _common.Span()
+    start = _results.load_average()
     runs: dict[int, list[dict[str, float]]] = {rows: [] for rows in sizes}
     for _ in range(rounds):
         for rows in sizes:  # interleaved: a round runs every size once
             runs[rows].append(_child(rows, batches))
             print(f"  {rows:,} rows: {runs[rows][-1]}", file=sys.stderr, flush=True)
-    table, medians = [], {}
-    for rows in sizes:
-        m = {key: statistics.median(r[key] for r in runs[rows]) for key in runs[rows][0]}
-        medians[rows] = m
-        table.append([
-            f"{rows:,} x 16 float32 = {rows * ROW_BYTES / GIB:.2f} GiB",
-            "gather, " + ("read in place" if m["in_place"] else "copied once, aligned"),
-            f"{m['added']:.2f}x", f"{m['first']:.2f}", f"{m['rate']:,.0f}",
-            f"{m['rate'] / m['numpy']:.2f}",
-        ])
-    below = [rows for rows in sizes if rows * ROW_BYTES < GIB]
-    above = [rows for rows in sizes if rows * ROW_BYTES > GIB]
-    text = "\n".join([
-        "### (f) In-memory arrays through `dataset()`, below and above 1 GiB "
-        "(`bench_arrays.py`)",
-        "",
+    table = Table(
+        "arrays", "(f) In-memory arrays through `dataset()`, below and above 1 GiB",
+        "bench_arrays.py",
         f"Batch {_common.BATCH}, shuffled, one fresh process per size and round, median of "
         f"{rounds} interleaved round(s); records/s over {batches:,} batches pulled in a "
         "`tf.function` with `advance()`, the median of 3 iterators in each process. Peak "
         "RSS includes the two extra iterators.",
-        "",
-        _common.table(["data", "path", "peak RSS added / data", "first batch (s)",
-                       "records/s", "/ NumPy"], table),
-        "",
-        span.caption("In-memory arrays"),
-    ])
+        [Column("data", "data"), Column("path", "path"),
+         Column("added", "peak RSS added / data", ".2f", "x"),
+         Column("first", "first batch (s)", ".2f"), Column("rate", "records/s", ",.0f"),
+         Column("vs_numpy", "/ NumPy", ".2f")],
+    )
+    medians = {}
+    for rows in sizes:
+        m = {key: statistics.median(r[key] for r in runs[rows]) for key in runs[rows][0]}
+        medians[rows] = m
+        table.add(
+            data=f"{rows:,} x 16 float32 = {rows * ROW_BYTES / GIB:.2f} GiB",
+            path="gather, " + ("read in place" if m["in_place"] else "copied once, aligned"),
+            added=m["added"], first=m["first"], rate=m["rate"], vs_numpy=m["rate"] / m["numpy"],
+        )
+    table.finish(start)
+    below = [rows for rows in sizes if rows * ROW_BYTES < GIB]
+    above = [rows for rows in sizes if rows * ROW_BYTES > GIB]
     targets = [
         Target(f"(f) peak memory added / data, {rows * ROW_BYTES / GIB:.2f} GiB",
-               medians[rows]["added"], 1.3, at_most=True, item="3 (no 1 GiB cliff)")
+               medians[rows]["added"], 1.3, at_most=True, item="15.3, no 1 GiB cliff")
         for rows in sizes
     ]
     for rows in above:
         targets.append(Target(
             f"(f) throughput at {rows * ROW_BYTES / GIB:.2f} GiB / at "
             f"{below[-1] * ROW_BYTES / GIB:.2f} GiB",
-            medians[rows]["rate"] / medians[below[-1]]["rate"], 0.8, item="3 (no 1 GiB cliff)",
+            medians[rows]["rate"] / medians[below[-1]]["rate"], 0.8, item="15.3, no 1 GiB cliff",
         ))
-    return _common.Report(text, targets)
+    return Report([table], targets)
 
 
 def main() -> None:

@@ -2,7 +2,8 @@
 
     python benchmarks/bench_batching.py [--quick] [--rounds 5]
 
-Prints three tables (rich) and the targets of issue 12 (items 2 and 3) met / not met:
+Prints three tables and the targets of issue 12 (items 2 and 3), met or missed (Markdown;
+also written to results/bench_batching.json):
 
 (a) Padded batching, records/s: 20,000 int32 token sequences of lengths 5-200 (5,000
     with --quick), one shuffled epoch per round, batch 128, padded to each batch's
@@ -39,21 +40,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import json
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
+import _common
+import _results
 import numpy as np
 import tensorflow as tf
-from rich.console import Console
-from rich.table import Table
+from _results import Column, Report, Table, Target
 
-import resumeloader
 from resumeloader import Pipeline, ResumableLoader
 
 BATCH = 128
@@ -268,127 +270,95 @@ def restore_times(rounds: int) -> dict[str, list[float]]:
 
 
 # -- report ----------------------------------------------------------------------------
-def _table(title: str, columns: tuple[str, ...]) -> Table:
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column, justify="left" if column == columns[0] else "right")
-    return table
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="less data, fewer rounds")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median kept)")
-    args = parser.parse_args(argv)
-    padded_count, packed_count, rounds = 20_000, 100_000, args.rounds
-    if args.quick:
+def run(quick: bool, rounds: int) -> Report:
+    """The three tables and the targets of issue 12 (items 2 and 3)."""
+    padded_count, packed_count = 20_000, 100_000
+    if quick:
         padded_count, packed_count, rounds = 5_000, 20_000, min(rounds, 3)
-    console = Console()
-    load_start = os.getloadavg()
     rng = np.random.default_rng(1)
 
+    start = _results.load_average()
     sequences = token_sequences(padded_count, rng.integers(5, 201, padded_count))
     rates = _medians(padded_contenders(sequences), rounds)
-    table = _table(
-        f"(a) padded batching: {padded_count:,} sequences of 5-200 tokens, batch {BATCH}, "
-        f"records/s, median of {rounds} rounds",
-        (
-            "pipeline",
-            "records/s",
-            "vs faster tf.data ragged_batch",
-            "vs faster tf.data padded_batch",
-        ),
-    )
     # The faster tf.data pipeline of each kind (shuffled like ours, or in order).
     ragged_rate = max(v for k, v in rates.items() if k.endswith("ragged_batch -> to_tensor"))
     padded_rate = max(v for k, v in rates.items() if k.endswith("): padded_batch"))
+    padded = Table(
+        "padded", "Padded batching", "bench_batching.py",
+        f"{padded_count:,} sequences of 5-200 tokens, batch {BATCH}, records/s, median of "
+        f"{rounds} interleaved rounds.",
+        [Column("pipeline", "pipeline"), Column("rate", "records/s", ",.0f"),
+         Column("vs_ragged", "vs faster tf.data ragged_batch", ".2f", "x"),
+         Column("vs_padded", "vs faster tf.data padded_batch", ".2f", "x")],
+        note=f"TensorFlow {tf.__version__}",
+    )
     for name, rate in rates.items():
-        table.add_row(
-            name, f"{rate:,.0f}", f"{rate / ragged_rate:.2f}x", f"{rate / padded_rate:.2f}x"
-        )
-    console.print(table)
+        padded.add(pipeline=name, rate=rate, vs_ragged=rate / ragged_rate,
+                   vs_padded=rate / padded_rate)
+    padded.finish(start)
 
+    start = _results.load_average()
     lengths = np.clip(rng.lognormal(5.5, 1.0, packed_count), 1, ROW).astype(np.int64)
-    packed = token_sequences(packed_count, lengths)
-    runs, shares = packing_contenders(packed, (1024, 4096))
+    runs, shares = packing_contenders(token_sequences(packed_count, lengths), (1024, 4096))
     pack_rates = _medians(runs, max(1, rounds - 1))
     grain_name = next(name for name in pack_rates if name.startswith("grain"))
-    table = _table(
-        f"(b) packing {packed_count:,} log-normal sequences (median {int(np.median(lengths))} "
-        f"tokens) into rows of {ROW}, {ROWS} rows per batch, median of {max(1, rounds - 1)} rounds",
-        ("pipeline", "sequences/s", "real tokens", "vs grain"),
+    packing = Table(
+        "packing", "Sequence packing", "bench_batching.py",
+        f"{packed_count:,} log-normal sequences (median {int(np.median(lengths))} tokens) "
+        f"into rows of {ROW}, {ROWS} rows per batch, sequences/s, median of "
+        f"{max(1, rounds - 1)} interleaved rounds.",
+        [Column("pipeline", "pipeline"), Column("rate", "sequences/s", ",.0f"),
+         Column("real", "real tokens", ".1%"), Column("vs_grain", "vs grain", ".2f", "x")],
     )
     for name, rate in pack_rates.items():
-        share = statistics.fmean(shares[name])
-        table.add_row(name, f"{rate:,.0f}", f"{share:.1%}", f"{rate / pack_rates[grain_name]:.2f}x")
-    console.print(table)
+        packing.add(pipeline=name, rate=rate, real=statistics.fmean(shares[name]),
+                    vs_grain=rate / pack_rates[grain_name])
+    packing.finish(start)
 
+    start = _results.load_average()
     restore = restore_times(rounds + 2)
-    table = _table(
-        "(c) restore to the first batch, inside a window at epoch 50 of 10**6 records",
-        ("stage", f"median of {rounds + 2}", "fastest"),
+    restored = Table(
+        "restore", "Variable-length batches: restore to the first batch", "bench_batching.py",
+        f"Inside a window at epoch 50 of 10**6 records; ms, median and fastest of "
+        f"{rounds + 2} rounds.",
+        [Column("stage", "stage"), Column("median", f"median of {rounds + 2}", ",.1f", " ms"),
+         Column("fastest", "fastest", ",.1f", " ms")],
     )
     for name, seconds in restore.items():
-        table.add_row(
-            name, f"{statistics.median(seconds) * 1e3:,.1f} ms", f"{min(seconds) * 1e3:,.1f} ms"
-        )
-    console.print(table)
+        restored.add(stage=name, median=statistics.median(seconds) * 1e3,
+                     fastest=min(seconds) * 1e3)
+    restored.finish(start)
 
     ours_padded = max(v for k, v in rates.items() if k.startswith("resumeloader"))
     best_pack = max(
         (k for k in pack_rates if k.startswith("resumeloader")), key=lambda k: pack_rates[k]
     )
     best_share = max(statistics.fmean(shares[k]) for k in pack_rates if k.startswith("resume"))
-    slowest_restore = max(statistics.median(v) for v in restore.values()) * 1e3
+    item = "12.2-3, batching"
     targets = [
-        (
-            "padded batching (faster way) / tf.data ragged_batch -> to_tensor",
-            ours_padded / ragged_rate,
-            ">= 1.00x",
-            ours_padded / ragged_rate >= 1.0,
-            "x",
-        ),
-        (
-            "padded batching (faster way) / tf.data padded_batch",
-            ours_padded / padded_rate,
-            ">= 1.00x",
-            ours_padded / padded_rate >= 1.0,
-            "x",
-        ),
-        (
-            "packing: share of real tokens (best window)",
-            best_share * 100,
-            ">= 90%",
-            best_share >= 0.9,
-            "%",
-        ),
-        (
-            f"packing throughput / grain FirstFitPackIterDataset ({best_pack.split(': ')[1]})",
-            pack_rates[best_pack] / pack_rates[grain_name],
-            ">= 1.00x",
-            pack_rates[best_pack] >= pack_rates[grain_name],
-            "x",
-        ),
-        (
-            "restore -> first batch, epoch 50 of 10**6 (slowest stage)",
-            slowest_restore,
-            "<= 50 ms",
-            slowest_restore <= 50,
-            " ms",
-        ),
+        Target("padded batching (faster way) / tf.data ragged_batch -> to_tensor",
+               ours_padded / ragged_rate, 1.0, item=item),
+        Target("padded batching (faster way) / tf.data padded_batch",
+               ours_padded / padded_rate, 1.0, item=item),
+        Target("packing: share of real tokens (best window)", best_share * 100, 90, unit="%",
+               item=item),
+        Target(f"packing throughput / grain FirstFitPackIterDataset ({best_pack.split(': ')[1]})",
+               pack_rates[best_pack] / pack_rates[grain_name], 1.0, item=item),
+        Target("restore -> first batch, epoch 50 of 10**6 (slowest stage)",
+               max(statistics.median(v) for v in restore.values()) * 1e3, 50, unit=" ms",
+               at_most=True, item=item),
     ]
-    table = _table("targets (issue 12, items 2 and 3)", ("target", "measured", "wanted", ""))
-    for name, value, wanted, met, unit in targets:
-        table.add_row(name, f"{value:.2f}{unit}", wanted, "met" if met else "NOT met")
-    console.print(table)
-    machine = {
-        "resumeloader": resumeloader.__version__,
-        "tensorflow": tf.__version__,
-        "cpus": os.cpu_count(),
-        "load average at start": [round(x, 1) for x in load_start],
-        "load average at end": [round(x, 1) for x in os.getloadavg()],
-    }
-    console.print(json.dumps(machine))
+    return Report([padded, packing, restored], targets)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="less data, fewer rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median kept)")
+    _common.add_json_option(parser)
+    args = parser.parse_args(argv)
+    timer = _results.Timer(_results.command_line(), args.quick)
+    _common.finish(run(args.quick, args.rounds), timer, args.json)
 
 
 if __name__ == "__main__":

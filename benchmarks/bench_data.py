@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import io
 import statistics
@@ -42,10 +44,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import _common
+import _results
 import numpy as np
 import tensorflow as tf
-from rich.console import Console
-from rich.table import Table
+from _results import Column, Report, Table, Target
 
 from resumeloader import Pipeline, ResumableLoader
 from resumeloader.sources import ArrayRecordSource, TFRecordSource, tfrecord_index
@@ -413,106 +416,100 @@ def index_costs(paths: list[str], index_dir: str) -> dict[str, float]:
 # -- report -------------------------------------------------------------------------------
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller datasets, one round")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    quick = args.quick
-    rounds = 1 if quick else args.rounds
-    console = Console(width=140)
+def run(quick: bool, rounds: int) -> Report:
+    """The tables and the targets of issue 11."""
+    rounds = 1 if quick else rounds
     with tempfile.TemporaryDirectory(prefix="bench-data-") as root:
-        start = time.perf_counter()
+        began = time.perf_counter()
         data = build_data(root, 4_000 if quick else 20_000, 2_000 if quick else 5_000, 1_000_000)
-        console.print(f"Datasets written in {time.perf_counter() - start:.0f} s.")
+        print(f"Datasets written in {time.perf_counter() - began:.0f} s.", file=sys.stderr)
         index = index_costs(data["tfrecord"], os.path.join(root, "index"))
         restore_index = index_costs([data["restore"]], os.path.join(root, "index"))
         table = contenders(data, root, 1_000 if quick else 5_000)
+        start = _results.load_average()
         measured: dict[str, list[float]] = {name: [] for name in table}
         for _ in range(rounds):
             for name, (_, make, limit) in table.items():
                 measured[name].append(throughput(make, limit))
         rates = {name: statistics.median(values) for name, values in measured.items()}
+        throughput_load = start
+        start = _results.load_average()
         latency = restore_latency(data["restore"], os.path.join(root, "index"), 9)
-    report(console, table, rates, latency, index, restore_index, quick)
+    return report(table, rates, latency, index, restore_index, (throughput_load, start), rounds)
 
 
 def report(
-    console: Console,
     table: dict[str, tuple],
     rates: dict[str, float],
     latency: dict[str, float],
     index: dict[str, float],
     restore_index: dict[str, float],
-    quick: bool,
-) -> None:
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    console.print(
-        f"bench_data{' --quick' if quick else ''}: TensorFlow {tf.__version__}, "
-        f"{os.cpu_count()} CPUs, load average {load} at the end. Batch {BATCH}."
-    )
+    starts: tuple[list[float], list[float]],
+    rounds: int,
+) -> Report:
     names = list(table)
     ours = rates[names[0]]
     grain_best = max(rates[n] for n in names if n.startswith("grain"))
-    targets = [
-        ("TFRecord + tf_map / plain TFRecordDataset", ours / rates[names[2]], 1.0),
-        ("TFRecord + tf_map / hand-written Python decode", ours / rates[names[3]], 3.0),
-        ("ArrayRecord + tf_map / grain's fastest", rates[names[4]] / grain_best, 1.5),
-        ("image folder + tf_map / tf.data list_files", rates[names[8]] / rates[names[9]], 0.9),
-    ]
     first_batch = latency[
         "new TFRecordSource + loader, set_state, first batch of `for batch in loader`"
     ]
-    result = Table(title="Targets")
-    for column in ("target", "measured", "wanted", ""):
-        result.add_column(column, justify="right" if column in ("measured", "wanted") else "left")
-    for name, value, wanted in targets:
-        result.add_row(
-            name, f"{value:.2f}x", f">= {wanted}x", "met" if value >= wanted else "NOT met"
-        )
-    result.add_row(
-        "restore -> first batch, 1M-record TFRecord, epoch 50",
-        f"{first_batch:.1f} ms",
-        "<= 50 ms",
-        "met" if first_batch <= 50 else "NOT met",
+    item = "11, real data"
+    targets = [
+        Target("TFRecord + tf_map / plain TFRecordDataset", ours / rates[names[2]], 1.0,
+               item=item),
+        Target("TFRecord + tf_map / hand-written Python decode", ours / rates[names[3]], 3.0,
+               item=item),
+        Target("ArrayRecord + tf_map / grain's fastest", rates[names[4]] / grain_best, 1.5,
+               item=item),
+        Target("image folder + tf_map / tf.data list_files", rates[names[8]] / rates[names[9]],
+               0.9, item=item),
+        Target("restore -> first batch, 1M-record TFRecord, epoch 50", first_batch, 50,
+               unit=" ms", at_most=True, item=item),
+    ]
+    rows = Table(
+        "throughput", "Real data: throughput", "bench_data.py",
+        f"Batch {BATCH}, one shuffled epoch per contender (the slow per-record ones: their "
+        f"first records), records/s, median of {rounds} interleaved round(s).",
+        [Column("data", "data"), Column("pipeline", "pipeline"),
+         Column("rate", "records/s", ",.0f"),
+         Column("vs_first", "vs first of its data", ".2f", "x")],
+        note=f"TensorFlow {tf.__version__}",
     )
-    console.print(result)
-    rows = Table(title="Throughput, records/s (median of rounds)")
-    for column in ("data", "pipeline", "records/s", "vs first of its data"):
-        rows.add_column(column, justify="right" if column[0] in "rv" else "left")
     firsts: dict[str, float] = {}
     for name, (section, _, _) in table.items():
         firsts.setdefault(section, rates[name])
-        rows.add_row(section, name, f"{rates[name]:,.0f}", f"{rates[name] / firsts[section]:.2f}x")
-    console.print(rows)
-    restore = Table(title="Restore at epoch 50 of 1,000,000 TFRecord records (median of 9)")
-    restore.add_column("what")
-    restore.add_column("ms", justify="right")
+        rows.add(data=section, pipeline=name, rate=rates[name],
+                 vs_first=rates[name] / firsts[section])
+    rows.finish(starts[0])
+    restore = Table(
+        "restore", "Real data: restore at epoch 50 of 1,000,000 TFRecord records",
+        "bench_data.py", "ms from `set_state` to holding the first batch, median of 9.",
+        [Column("what", "what"), Column("ms", "ms", ".1f")],
+    )
     for name, value in latency.items():
-        restore.add_row(name, f"{value:.1f}")
-    console.print(restore)
-    costs = Table(title="TFRecord offset index")
-    for column in (
-        "files",
-        "records",
-        "MB",
-        "build (cold)",
-        "build per GB",
-        "load",
-        "bytes/record",
-    ):
-        costs.add_column(column, justify="right")
+        restore.add(what=name, ms=value)
+    restore.finish(starts[1])
+    costs = Table(
+        "index", "Real data: the TFRecord offset index", "bench_data.py", "",
+        [Column("files", "files"), Column("records", "records", ",.0f"),
+         Column("megabytes", "MB", ".0f"), Column("build_s", "build (cold)", ".2f", " s"),
+         Column("build_s_per_gb", "build per GB", ".1f", " s"),
+         Column("load_ms", "load", ".1f", " ms"),
+         Column("bytes_per_record", "bytes/record", ".2f")],
+    )
     for what, c in (("8 JPEG shards", index), ("1 file of 8-byte records", restore_index)):
-        costs.add_row(
-            what,
-            f"{c['records']:,.0f}",
-            f"{c['megabytes']:.0f}",
-            f"{c['build_s']:.2f} s",
-            f"{c['build_s_per_gb']:.1f} s",
-            f"{c['load_ms']:.1f} ms",
-            f"{c['bytes_per_record']:.2f}",
-        )
-    console.print(costs)
+        costs.add(files=what, **c)
+    return Report([rows, restore, costs], targets)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller datasets, one round")
+    parser.add_argument("--rounds", type=int, default=3)
+    _common.add_json_option(parser)
+    args = parser.parse_args()
+    timer = _results.Timer(_results.command_line(), args.quick)
+    _common.finish(run(args.quick, args.rounds), timer, args.json)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
+import _results
 import numpy as np
-from _common import BATCH, SEED, Target
+from _common import BATCH, SEED
+from _results import Column, Report, Table, Target
 
 FOR_LOOP = "resumeloader: `for batch in loader`"
 DATASET = "resumeloader: `dataset()` + `advance()` in a `tf.function`"
@@ -46,14 +48,14 @@ NUMPY = "NumPy permutation + fancy-index (reference)"
 # -- (a) throughput ----------------------------------------------------------------------
 
 
-def throughput(quick: bool) -> tuple[str, list[Target]]:
+def throughput(quick: bool) -> tuple[Table, list[Target]]:
     import tensorflow as tf
 
     import resumeloader
 
     num_records, rounds, batches = (20_000, 3, 150) if quick else (100_000, 5, 600)
     arrays = _common.cifar_like(num_records)
-    span = _common.Span()
+    start = _results.load_average()
 
     def loader() -> resumeloader.ResumableLoader:
         return resumeloader.ResumableLoader(arrays, batch_size=BATCH, seed=SEED)
@@ -87,36 +89,31 @@ def throughput(quick: bool) -> tuple[str, list[Target]]:
         _common.copy_bandwidth() / record_bytes
     )
     reference, plain = rates[NUMPY], rates[PLAIN]
-    rows = [
-        [name, f"{rate:,.0f}", f"{rate / reference:.2f}", f"{rate / plain:.2f}"]
-        for name, rate in rates.items()
-    ]
-    text = "\n".join(
-        [
-            f"### (a) In-memory CIFAR-like records, batch {BATCH} (`bench_loader.py`)",
-            "",
-            f"{num_records:,} records of 32x32x3 uint8 + int64 label, shuffled; records/s "
-            f"after {_common.WARMUP_BATCHES} batches, median of {rounds} interleaved rounds "
-            f"(`tf.function` rows: {batches} batches; Python rows: up to "
-            f"{_common.BUDGET_SECONDS:g} s, half that for the per-record pipelines).",
-            "",
-            _common.table(["pipeline", "records/s", "/ NumPy", "/ plain tf.data"], rows),
-            "",
-            span.caption(f"TensorFlow {tf.__version__}"),
-        ]
+    table = Table(
+        "throughput", f"(a) In-memory CIFAR-like records, batch {BATCH}", "bench_loader.py",
+        f"{num_records:,} records of 32x32x3 uint8 + int64 label, shuffled; records/s "
+        f"after {_common.WARMUP_BATCHES} batches, median of {rounds} interleaved rounds "
+        f"(`tf.function` rows: {batches} batches; Python rows: up to "
+        f"{_common.BUDGET_SECONDS:g} s, half that for the per-record pipelines).",
+        [Column("pipeline", "pipeline"), Column("rate", "records/s", ",.0f"),
+         Column("vs_numpy", "/ NumPy", ".2f"), Column("vs_plain", "/ plain tf.data", ".2f")],
+        note=f"TensorFlow {tf.__version__}",
     )
+    for name, rate in rates.items():
+        table.add(pipeline=name, rate=rate, vs_numpy=rate / reference, vs_plain=rate / plain)
+    table.finish(start)
     eager_plain = rates[PLAIN_EAGER]
     targets = [
         Target("(a) `dataset()` / NumPy reference", rates[DATASET] / reference, 0.75,
-               item="targets"),
+               item="15, targets"),
         Target("(a) `dataset()` / plain tf.data (both in a `tf.function`)",
-               rates[DATASET] / plain, 1.5, item="targets"),
+               rates[DATASET] / plain, 1.5, item="15, targets"),
         Target("(a) for-loop / NumPy reference", rates[FOR_LOOP] / reference, 0.6,
-               item="2 (eager loop)"),
+               item="15.2, eager loop"),
         Target("(a) for-loop / plain tf.data (both `for batch in ...`)",
-               rates[FOR_LOOP] / eager_plain, 1.5, item="2 (eager loop)"),
+               rates[FOR_LOOP] / eager_plain, 1.5, item="15.2, eager loop"),
     ]
-    return text, targets
+    return table, targets
 
 
 # -- (b) restore latency -------------------------------------------------------------------
@@ -131,7 +128,7 @@ def _first_batch_ms(restore: Callable[[], Any]) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def restore_latency(quick: bool, workdir: Path) -> tuple[str, list[Target]]:
+def restore_latency(quick: bool, workdir: Path) -> tuple[Table, list[Target]]:
     import grain.python as grain
     import tensorflow as tf
 
@@ -139,7 +136,7 @@ def restore_latency(quick: bool, workdir: Path) -> tuple[str, list[Target]]:
 
     source = _common.RangeSource(RESTORE_RECORDS)
     rounds = 3 if quick else 7
-    span = _common.Span()
+    start = _results.load_average()
     loader = resumeloader.ResumableLoader(source, batch_size=BATCH, seed=SEED)
     next(iter(loader))
     template = loader.get_state()
@@ -202,46 +199,40 @@ def restore_latency(quick: bool, workdir: Path) -> tuple[str, list[Target]]:
         ("tf.data replay: `shuffle(10k).repeat().skip(k)`", skip_at, limit),
         ("seed replay: re-run each epoch's permutation", replay_at, limit * 10),
     ]
-    contenders, cells = {}, {}
+    contenders, cells_not_run = {}, {}
     for name, at, most in methods:
         for position in POSITIONS:
             if most is not None and position > most:
-                cells[name, position] = "not run (O(k))"
+                cells_not_run[name, position] = "not run (O(k))"
             else:
                 restore = at(position)
                 contenders[f"{name} @ {position:.0e}"] = lambda r=restore: _first_batch_ms(r)
     medians = _common.interleaved(contenders, rounds)
-    rows = []
-    for name, _, _ in methods:
-        row = [name]
-        for position in POSITIONS:
-            value = medians.get(f"{name} @ {position:.0e}")
-            row.append(cells.get((name, position), f"{value:,.1f}" if value is not None else ""))
-        rows.append(row)
-    headers = ["method (ms, median)", *(f"{p:.0e}" if p else "0" for p in POSITIONS)]
-    text = "\n".join([
-        "### (b) Restore latency (`bench_loader.py`)",
-        "",
-        f"ms from restoring to holding the first batch, by position (records consumed), "
+    table = Table(
+        "restore", "(b) Restore latency", "bench_loader.py",
+        "ms from restoring to holding the first batch, by position (records consumed), "
         f"median of {rounds} interleaved rounds; {RESTORE_RECORDS:,} records, so position "
         "10^10 is epoch 10,000.",
-        "",
-        _common.table(headers, rows),
-        "",
-        span.caption("Restore latency"),
-    ])
+        [Column("method", "method (ms, median)"),
+         *(Column(f"at_{p}", f"{p:.0e}" if p else "0", ",.1f") for p in POSITIONS)],
+    )
+    for name, _, _ in methods:
+        cells = {f"at_{p}": cells_not_run.get((name, p), medians.get(f"{name} @ {p:.0e}"))
+                 for p in POSITIONS}
+        table.add(method=name, **cells)
+    table.finish(start)
     ours = [medians[f"{methods[0][0]} @ {p:.0e}"] for p in POSITIONS]
     targets = [
         Target("(b) `set_state` + first batch, slowest position", max(ours), 50,
-               unit=" ms", at_most=True, item="(README, restore)"),
+               unit=" ms", at_most=True, item="15, restore"),
     ]
-    return text, targets
+    return table, targets
 
 
 # -- (c) checkpoint size ---------------------------------------------------------------------
 
 
-def checkpoint_sizes(workdir: Path) -> str:
+def checkpoint_sizes(workdir: Path) -> Table:
     import tensorflow as tf
 
     import resumeloader
@@ -253,62 +244,59 @@ def checkpoint_sizes(workdir: Path) -> str:
     arrays = _common.cifar_like(30_000)
     loader = resumeloader.ResumableLoader(arrays, batch_size=BATCH, seed=SEED)
     next(iter(loader))
-    rows = [
-        ["resumeloader: `tf.train.Checkpoint(loader=loader)` files",
-         f"{saved('loader', loader=loader):,}", "position + order fields (JSON)"],
-        ["resumeloader: `get_state()` as JSON", f"{len(json.dumps(loader.get_state())):,}",
-         "the same, without the checkpoint container"],
-    ]
+    start = _results.load_average()
+    table = Table("checkpoint", "(c) Checkpoint size", "bench_loader.py", "",
+                  [Column("what", "what"), Column("bytes", "bytes", ",d"),
+                   Column("saved", "what is saved")])
+    table.add(what="resumeloader: `tf.train.Checkpoint(loader=loader)` files",
+              bytes=saved("loader", loader=loader), saved="position + order fields (JSON)")
+    table.add(what="resumeloader: `get_state()` as JSON", bytes=len(json.dumps(loader.get_state())),
+              saved="the same, without the checkpoint container")
     for buffer in (1_000, 10_000):
         iterator = iter(tf.data.Dataset.from_tensor_slices(arrays).shuffle(buffer, seed=SEED)
                         .batch(BATCH))
         next(iterator)
         size = saved(f"tf{buffer}", iterator=iterator)
-        rows.append([f"plain tf.data iterator, `shuffle({buffer:,})`", f"{size:,}",
-                     "the shuffle buffer's records"])
+        table.add(what=f"plain tf.data iterator, `shuffle({buffer:,})`", bytes=size,
+                  saved="the shuffle buffer's records")
     indices = iter(tf.data.Dataset.range(10**6).shuffle(10**6, seed=SEED))
     next(indices)
-    rows.append(["naive split: index iterator, `range(10**6).shuffle(10**6)`",
-                 f"{saved('naive', iterator=indices):,}", "the index buffer"])
+    table.add(what="naive split: index iterator, `range(10**6).shuffle(10**6)`",
+              bytes=saved("naive", iterator=indices), saved="the index buffer")
     grain_iterator = iter(_common.grain_loader(arrays))
     next(grain_iterator)
-    rows.append(["grain `DataLoader` `get_state()`", f"{len(grain_iterator.get_state()):,}",
-                 "last seen index per worker (JSON)"])
-    return "\n".join([
-        "### (c) Checkpoint size (`bench_loader.py`)",
-        "",
-        _common.table(["what", "bytes", "what is saved"], rows),
-    ])
+    table.add(what="grain `DataLoader` `get_state()`", bytes=len(grain_iterator.get_state()),
+              saved="last seen index per worker (JSON)")
+    return table.finish(start)
 
 
-def run(quick: bool, sections: str = "abc") -> _common.Report:
-    """The sections' Markdown and their targets."""
-    parts, targets = [], []
+def run(quick: bool, sections: str = "abc") -> Report:
+    """The sections' tables and their targets."""
+    tables, targets = [], []
     if "a" in sections:
-        text, found = throughput(quick)
-        parts.append(text)
+        table, found = throughput(quick)
+        tables.append(table)
         targets += found
     with tempfile.TemporaryDirectory(prefix="bench_loader_") as directory:
         workdir = Path(directory)  # checkpoints: about 220 MB for (c)
         if "b" in sections:
-            text, found = restore_latency(quick, workdir)
-            parts.append(text)
+            table, found = restore_latency(quick, workdir)
+            tables.append(table)
             targets += found
         if "c" in sections:
-            parts.append(checkpoint_sizes(workdir))
-    return _common.Report("\n\n".join(parts), targets)
+            tables.append(checkpoint_sizes(workdir))
+    return Report(tables, targets)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
     parser.add_argument("--sections", default="abc", help="which tables, e.g. 'a'")
+    _common.add_json_option(parser)
     args = parser.parse_args()
     _common.BUDGET_SECONDS = 1.0 if args.quick else _common.BUDGET_SECONDS
-    report = run(args.quick, args.sections)
-    print(report.markdown)
-    print()
-    print(_common.targets_table(report.targets))
+    timer = _results.Timer(_results.command_line(), args.quick)
+    _common.finish(run(args.quick, args.sections), timer, args.json)
 
 
 if __name__ == "__main__":

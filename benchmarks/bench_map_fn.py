@@ -31,8 +31,10 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
 import _common  # noqa: E402
+import _results  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import BATCH, SEED, Target  # noqa: E402
+from _common import BATCH, SEED  # noqa: E402
+from _results import Column, Report, Table, Target  # noqa: E402
 
 ZERO, PROCESSES = "resumeloader, 0 workers", "resumeloader, 2 process workers"
 GRAIN_TWO = "grain `DataLoader`, 2 workers"
@@ -68,9 +70,9 @@ def _workload(source: np.ndarray, fn: Callable[..., object], operation: str,
     return _common.interleaved(contenders, rounds)
 
 
-def steady(quick: bool) -> tuple[str, list[Target]]:
+def steady(quick: bool) -> tuple[Table, list[Target]]:
     rounds, records = (1, 4_000) if quick else (3, 20_000)
-    span = _common.Span()
+    start = _results.load_average()
     capacity = [_common.parallel_capacity()]
     small = np.random.default_rng(1).random((records, 16), np.float32)
     mats = np.random.default_rng(2).random((records // 4, 64, 64), np.float32)
@@ -83,37 +85,33 @@ def steady(quick: bool) -> tuple[str, list[Target]]:
             mats, _common.numpy_work, "NumpyWork", rounds),
     }
     capacity.append(_common.parallel_capacity())
-    rows = []
-    for workload, rates in workloads.items():
-        first = rates[ZERO]
-        rows += [[workload, name, f"{rate:,.0f}", f"{rate / first:.2f}"]
-                 for name, rate in rates.items()]
-    text = "\n".join([
-        "### (g) Workers for a Python `map_fn`, steady state (`bench_map_fn.py`)",
-        "",
+    table = Table(
+        "map_fn", "(g) Workers for a Python `map_fn`, steady state", "bench_map_fn.py",
         f"{records:,} records per source, batch {BATCH}; records/s after "
         f"{_common.WARMUP_BATCHES} batches (worker start-up excluded), median of {rounds} "
         "interleaved round(s). Parallel capacity (before, after): "
         f"{capacity[0]:.2f}, {capacity[1]:.2f} CPUs.",
-        "",
-        _common.table(["workload", "pipeline", "records/s", "/ 0 workers"], rows),
-        "",
-        span.caption("Workers"),
-    ])
+        [Column("workload", "workload"), Column("pipeline", "pipeline"),
+         Column("rate", "records/s", ",.0f"), Column("vs_zero", "/ 0 workers", ".2f")],
+    )
+    for workload, rates in workloads.items():
+        for name, rate in rates.items():
+            table.add(workload=workload, pipeline=name, rate=rate, vs_zero=rate / rates[ZERO])
+    table.finish(start)
     gil = next(iter(workloads.values()))
     targets = [
         Target("(g) GIL-bound: 2 process workers / 0 workers", gil[PROCESSES] / gil[ZERO], 1.8,
-               item="1 (workers)"),
+               item="15.1, workers"),
         Target("(g) GIL-bound: 2 process workers / grain 2 workers",
-               gil[PROCESSES] / gil[GRAIN_TWO], 1.3, item="1 (workers)"),
+               gil[PROCESSES] / gil[GRAIN_TWO], 1.3, item="15.1, workers"),
     ]
-    return text, targets
+    return table, targets
 
 
-def run(quick: bool) -> _common.Report:
-    """The table's Markdown and its targets."""
-    text, targets = steady(quick)
-    return _common.Report(text, targets)
+def run(quick: bool) -> Report:
+    """The table and its targets."""
+    table, targets = steady(quick)
+    return Report([table], targets)
 
 
 def main() -> None:

@@ -2,7 +2,8 @@
 
     python benchmarks/bench_mix.py [--quick] [--rounds 5]
 
-Prints two tables (rich) and the targets of issue 12 with met / not met:
+Prints two tables and the targets of issue 12, met or missed (Markdown; also written to
+results/bench_mix.json):
 
 (a) Throughput, records/s: two sources of CIFAR-sized records (3x32x32 uint8 image +
     int64 label; "web" 70,000 and "code" 20,000 records, 7,000 and 2,000 with --quick)
@@ -39,10 +40,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import json
 import statistics
 import tempfile
 import time
@@ -50,10 +52,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _common
+import _results
 import numpy as np
 import tensorflow as tf
-from rich.console import Console
-from rich.table import Table
+from _results import Column, Report, Table, Target
 
 import resumeloader
 
@@ -234,76 +237,66 @@ def restore_times(rounds: int, workdir: Path) -> dict[str, list[float]]:
 
 
 # -- report ----------------------------------------------------------------------------
+def run(quick: bool, rounds: int) -> Report:
+    """Both tables and the targets of issue 12 (item 1)."""
+    sizes, num_batches = {"web": 70_000, "code": 20_000}, 200
+    if quick:
+        sizes, num_batches, rounds = {"web": 7_000, "code": 2_000}, 100, min(rounds, 3)
+    start = _results.load_average()
+    rates = throughput(make_sources(sizes), num_batches, rounds)
+    tf_rate = rates["tf.data: sample_from_datasets of shuffled sources"]
+    grain_rate = rates["grain: MapDataset.mix -> batch"]
+    mixed = Table(
+        "throughput", "Weighted mixing: throughput", "bench_mix.py",
+        f"A 70/30 mixture of {sizes['web']:,} + {sizes['code']:,} records (3x32x32 uint8 + "
+        f"label), batch {BATCH}, records/s, median of {rounds} interleaved rounds.",
+        [Column("pipeline", "pipeline"), Column("rate", "records/s", ",.0f"),
+         Column("vs_tf", "vs tf.data", ".2f", "x"), Column("vs_grain", "vs grain", ".2f", "x")],
+        note=f"TensorFlow {tf.__version__}",
+    )
+    for name, rate in rates.items():
+        mixed.add(pipeline=name, rate=rate, vs_tf=rate / tf_rate, vs_grain=rate / grain_rate)
+    mixed.finish(start)
+
+    start = _results.load_average()
+    with tempfile.TemporaryDirectory(prefix="bench_mix_") as workdir:
+        restore = restore_times(rounds + 2, Path(workdir))
+    restored = Table(
+        "restore", "Weighted mixing: restore to the first batch", "bench_mix.py",
+        f"Epoch 50 of a 10**6-record mixture; ms, median and fastest of {rounds + 2} rounds.",
+        [Column("method", "method"), Column("median", f"median of {rounds + 2}", ",.1f", " ms"),
+         Column("fastest", "fastest", ",.1f", " ms")],
+    )
+    for name, seconds in restore.items():
+        restored.add(method=name, median=statistics.median(seconds) * 1e3,
+                     fastest=min(seconds) * 1e3)
+    restored.finish(start)
+
+    ours = max(rates["resumeloader: for batch in loader"],
+               rates["resumeloader: dataset() + advance() in tf.function"])
+    slowest_restore = max(
+        statistics.median(v) for k, v in restore.items()
+        if k.startswith("resumeloader") and not k.endswith("(info)")
+    )
+    targets = [
+        Target("resumeloader (faster way) / tf.data sample_from_datasets", ours / tf_rate, 2.0,
+               item="12.1, mixing"),
+        Target("resumeloader (faster way) / grain MapDataset.mix -> batch", ours / grain_rate,
+               2.0, item="12.1, mixing"),
+        Target("restore -> first batch, epoch 50 of 10**6 (slower of set_state, Checkpoint.read)",
+               slowest_restore * 1e3, 50, unit=" ms", at_most=True, item="12.1, mixing"),
+    ]
+    return Report([mixed, restored], targets)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sources, fewer rounds")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median kept)")
+    _common.add_json_option(parser)
     args = parser.parse_args(argv)
-    sizes, num_batches, rounds = {"web": 70_000, "code": 20_000}, 200, args.rounds
-    if args.quick:
-        sizes, num_batches, rounds = {"web": 7_000, "code": 2_000}, 100, min(rounds, 3)
-    console = Console()
-    load_start = os.getloadavg()
-    rates = throughput(make_sources(sizes), num_batches, rounds)
-    table = Table(
-        title=f"(a) 70/30 mixture of {sizes['web']:,} + {sizes['code']:,} records "
-        f"(3x32x32 uint8 + label), batch {BATCH}, records/s, median of {rounds} rounds"
-    )
-    tf_rate = rates["tf.data: sample_from_datasets of shuffled sources"]
-    grain_rate = rates["grain: MapDataset.mix -> batch"]
-    for column in ("pipeline", "records/s", "vs tf.data", "vs grain"):
-        table.add_column(column, justify="left" if column == "pipeline" else "right")
-    for name, rate in rates.items():
-        table.add_row(name, f"{rate:,.0f}", f"{rate / tf_rate:.2f}x", f"{rate / grain_rate:.2f}x")
-    console.print(table)
-
-    restore = restore_times(rounds + 2, Path(tempfile.mkdtemp(prefix="bench_mix_")))
-    table = Table(title="(b) restore to first batch, epoch 50 of a 10**6-record mixture")
-    for column in ("method", f"median of {rounds + 2}", "fastest"):
-        table.add_column(column, justify="left" if column == "method" else "right")
-    for name, seconds in restore.items():
-        median, fastest = statistics.median(seconds), min(seconds)
-        table.add_row(name, f"{median * 1e3:,.1f} ms", f"{fastest * 1e3:,.1f} ms")
-    console.print(table)
-
-    ours = max(
-        rates["resumeloader: for batch in loader"],
-        rates["resumeloader: dataset() + advance() in tf.function"],
-    )
-    slowest_restore = max(
-        statistics.median(v)
-        for k, v in restore.items()
-        if k.startswith("resumeloader") and not k.endswith("(info)")
-    )
-    targets = [
-        ("resumeloader (faster way) / tf.data sample_from_datasets", ours / tf_rate, 2.0, "x"),
-        ("resumeloader (faster way) / grain MapDataset.mix -> batch", ours / grain_rate, 2.0, "x"),
-    ]
-    table = Table(title="targets (issue 12)")
-    for column in ("target", "measured", "wanted", ""):
-        table.add_column(column, justify="left" if column == "target" else "right")
-    for name, value, wanted, unit in targets:
-        table.add_row(
-            name,
-            f"{value:.2f}{unit}",
-            f">= {wanted:.1f}{unit}",
-            "met" if value >= wanted else "NOT met",
-        )
-    restored_ms = slowest_restore * 1e3
-    table.add_row(
-        "restore -> first batch, epoch 50 of 10**6 (slower of set_state, Checkpoint.read)",
-        f"{restored_ms:.1f} ms",
-        "<= 50 ms",
-        "met" if restored_ms <= 50 else "NOT met",
-    )
-    console.print(table)
-    machine = {
-        "tensorflow": tf.__version__,
-        "cpus": os.cpu_count(),
-        "load average at start": [round(x, 1) for x in load_start],
-        "load average at end": [round(x, 1) for x in os.getloadavg()],
-    }
-    console.print(json.dumps(machine))
+    timer = _results.Timer(_results.command_line(), args.quick)
+    _common.finish(run(args.quick, args.rounds), timer, args.json)
 
 
 if __name__ == "__main__":

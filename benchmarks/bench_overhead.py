@@ -23,20 +23,22 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
+import _results
 import numpy as np
-from _common import BATCH, SEED, Target
+from _common import BATCH, SEED
+from _results import Column, Report, Table, Target
 
 FOR_LOOP = "resumeloader: `for batch in loader`"
 
 
-def fixed_cost(quick: bool) -> tuple[str, list[Target]]:
+def fixed_cost(quick: bool) -> tuple[Table, list[Target]]:
     import tensorflow as tf
 
     import resumeloader
 
     rounds, batches = (3, 300) if quick else (7, 2_000)
     records = np.arange(200_000, dtype=np.int64)
-    span = _common.Span()
+    start = _results.load_average()
 
     def loader() -> resumeloader.ResumableLoader:
         return resumeloader.ResumableLoader(records, batch_size=BATCH, seed=SEED)
@@ -70,29 +72,28 @@ def fixed_cost(quick: bool) -> tuple[str, list[Target]]:
         ),
     }
     rates = _common.interleaved(contenders, rounds)
-    rows = [[name, f"{BATCH / rate * 1e6:,.1f}"] for name, rate in rates.items()]
-    text = "\n".join([
-        "### (d) Fixed cost per batch (`bench_overhead.py`)",
-        "",
+    table = Table(
+        "fixed_cost", "(d) Fixed cost per batch", "bench_overhead.py",
         f"int64 records (8 bytes), batch {BATCH}, shuffled; microseconds per batch in "
         f"steady state, median of {rounds} interleaved rounds.",
-        "",
-        _common.table(["consumer", "us per batch"], rows),
-        "",
-        span.caption(f"TensorFlow {tf.__version__}"),
-    ])
+        [Column("consumer", "consumer"), Column("us", "us per batch", ",.1f")],
+        note=f"TensorFlow {tf.__version__}",
+    )
+    for name, rate in rates.items():
+        table.add(consumer=name, us=BATCH / rate * 1e6)
+    table.finish(start)
     cost = BATCH / rates[FOR_LOOP] * 1e6
     target = Target("(d) `for batch in loader` fixed cost per batch", cost, 100, unit=" us",
-                    at_most=True, item="2 (eager loop)")
-    return text, [target]
+                    at_most=True, item="15.2, eager loop")
+    return table, [target]
 
 
-def map_overhead(quick: bool) -> tuple[str, list[Target]]:
+def map_overhead(quick: bool) -> tuple[Table, list[Target]]:
     import resumeloader
 
     rounds, small, large = (5, 32, 1024) if quick else (7, 32, 1024)
     records = np.random.default_rng(0).random((100_000, 16), np.float32)
-    span = _common.Span()
+    start = _results.load_average()
 
     def rate(batch_size: int) -> Callable[[], float]:
         return lambda: _common.steady_rate(lambda: resumeloader.ResumableLoader(
@@ -117,41 +118,36 @@ def map_overhead(quick: bool) -> tuple[str, list[Target]]:
     rng_now, rng_before = rngs["now"], rngs["0.1"]
     burn = _common.per_call_us(lambda r: _common.burn_python(r), records[0])
     overhead = per_record - call
-    rows = [
-        ["the `map_fn` itself (identity), per call", f"{call:.2f}"],
-        ["loader, per record (slope between batch sizes "
-         f"{small} and {large}), `map_fn` included", f"{per_record:.2f}"],
-        ["**overhead per record around the `map_fn`**", f"**{overhead:.2f}**"],
-        ["... of which `record_rng(seed, epoch, index)`", f"{rng_now:.2f}"],
-        ["... the rest (read, spec check, stacking, glue)", f"{overhead - rng_now:.2f}"],
-        [f"`record_rng` as built by 0.1 (`Philox(key=...)`), for comparison: now "
-         f"{rng_now / rng_before:.2f}x of it", f"{rng_before:.2f}"],
-        ["loader fixed cost per batch (intercept)", f"{fixed:.1f}"],
-        [f"a GIL-bound `map_fn` (`burn_python`), per call; overhead = "
-         f"{overhead / burn:.0%} of it", f"{burn:.1f}"],
-    ]
-    text = "\n".join([
-        "### (e) Per-record overhead around a `map_fn` (`bench_overhead.py`)",
-        "",
+    table = Table(
+        "map_overhead", "(e) Per-record overhead around a `map_fn`", "bench_overhead.py",
         f"float32[16] records, identity `map_fn`, 0 workers, `for batch in loader`; "
         f"records/s at batch sizes {small} and {large}, median of {rounds} interleaved "
         "rounds; the per-call rows are medians of 5 runs of 2,000 calls (the two "
         "`record_rng` rows interleaved, median of the rounds).",
-        "",
-        _common.table(["what", "us"], rows),
-        "",
-        span.caption("Per-record overhead"),
-    ])
+        [Column("what", "what"), Column("us", "us", ".2f")],
+    )
+    table.add(what="the `map_fn` itself (identity), per call", us=call)
+    table.add(what=f"loader, per record (slope between batch sizes {small} and {large}), "
+              "`map_fn` included", us=per_record)
+    table.add(what="**overhead per record around the `map_fn`**", us=overhead)
+    table.add(what="... of which `record_rng(seed, epoch, index)`", us=rng_now)
+    table.add(what="... the rest (read, spec check, stacking, glue)", us=overhead - rng_now)
+    table.add(what=f"`record_rng` as built by 0.1 (`Philox(key=...)`), for comparison: now "
+              f"{rng_now / rng_before:.2f}x of it", us=rng_before)
+    table.add(what="loader fixed cost per batch (intercept)", us=fixed)
+    table.add(what=f"a GIL-bound `map_fn` (`burn_python`), per call; overhead = "
+              f"{overhead / burn:.0%} of it", us=burn)
+    table.finish(start)
     targets = [Target("(e) overhead per record around `map_fn`", overhead, 10, unit=" us",
-                      at_most=True, item="4 (thin map path)")]
-    return text, targets
+                      at_most=True, item="15.4, thin map path")]
+    return table, targets
 
 
-def run(quick: bool) -> _common.Report:
-    """Both tables' Markdown and their targets."""
+def run(quick: bool) -> Report:
+    """Both tables and their targets."""
     first, targets = fixed_cost(quick)
     second, more = map_overhead(quick)
-    return _common.Report(f"{first}\n\n{second}", targets + more)
+    return Report([first, second], targets + more)
 
 
 def main() -> None:

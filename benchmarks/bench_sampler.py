@@ -2,9 +2,10 @@
 
     python benchmarks/bench_sampler.py [--quick]
 
-Prints a table: indices/s, the ratio to resumeloader's vectorised sampler, the memory
-each approach holds, and whether it is a bijection at N = 65,537 (= 2**16 + 1, where
-TensorFlow's and grain's index_shuffle drop one record and double another).
+Prints a table (and writes it to results/bench_sampler.json): indices/s, the ratio to
+resumeloader's vectorised sampler, the memory each approach holds, and whether it is a
+bijection at N = 65,537 (= 2**16 + 1, where TensorFlow's and grain's index_shuffle drop
+one record and double another).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import _common
+import _results
 import numpy as np
+from _results import Column, Report, Table
 
 from resumeloader import IndexSampler
 
@@ -146,40 +150,35 @@ def measure(quick: bool = False) -> list[Row]:
     return rows
 
 
-def render(rows: list[Row]) -> str:
-    """The rows as a Markdown table with ratios to resumeloader's vectorised sampler."""
+def table(rows: list[Row], start: list[float]) -> Table:
+    """The rows as a table with ratios to resumeloader's vectorised sampler."""
     reference = next(r.rate for r in rows if r.method.startswith("resumeloader, vectorised"))
-    lines = [
-        "| method | N | indices/s | vs resumeloader vectorised | memory held "
-        "| bijective at 65,537 |",
-        "|---|---|---:|---:|---|---|",
-    ]
+    result = Table(
+        "sampler", "Sampler: record indices per second", "bench_sampler.py",
+        "Positions taken at epoch 37, so nothing is replayed to get there; medians of 3 runs.",
+        [Column("method", "method"), Column("num_records", "N"),
+         Column("rate", "indices/s", ",.0f"),
+         Column("vs_ours", "vs resumeloader vectorised", ".3f", "x"),
+         Column("memory", "memory held"), Column("bijective", "bijective at 65,537")],
+    )
     for r in rows:
-        lines.append(
-            f"| {r.method} | {r.num_records} | {r.rate:,.0f} | {r.rate / reference:.3f}x | "
-            f"{r.memory} | {r.bijective} |"
-        )
-    return "\n".join(lines)
+        result.add(method=r.method, num_records=r.num_records, rate=r.rate,
+                   vs_ours=r.rate / reference, memory=r.memory, bijective=r.bijective)
+    return result.finish(start)
+
+
+def run(quick: bool) -> Report:
+    start = _results.load_average()
+    return Report([table(measure(quick), start)], [])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
+    _common.add_json_option(parser)
     args = parser.parse_args()
-    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    rows = measure(args.quick)
-    end = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    caption = (f"*{os.cpu_count()} CPUs; load average (1 / 5 / 15 min) {load} at the start, "
-               f"{end} at the end.*")
-    try:
-        from rich.console import Console
-        from rich.markdown import Markdown
-
-        Console().print(Markdown(render(rows)))
-    except ImportError:
-        pass
-    print(render(rows))
-    print(caption)
+    timer = _results.Timer(_results.command_line(), args.quick)
+    _common.finish(run(args.quick), timer, args.json)
 
 
 if __name__ == "__main__":

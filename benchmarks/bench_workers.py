@@ -2,7 +2,8 @@
 
     python benchmarks/bench_workers.py [--quick] [--rounds 3]
 
-Prints two tables (markdown), each with the load average and CPU count:
+Prints two tables (Markdown; also written to results/bench_workers.json), each with the
+load average and CPU count:
 
 (a) First batch of a new iteration, ms: a loader over 1,280 records (16 float32
     each, 10 batches per epoch) with a GIL-bound ``map_fn`` (``_common.burn_python``,
@@ -41,6 +42,8 @@ import tensorflow  # noqa: F401 - imported at the top, like a training script
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common
+import _results
+from _results import Column, Report, Table, Target
 
 import resumeloader
 from resumeloader import keras as rl_keras
@@ -105,10 +108,6 @@ def fit_seconds(records: np.ndarray, labels: np.ndarray, workers: int, kind: str
     return seconds
 
 
-def _load() -> str:
-    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
 def parallel_capacity(count: int = 20_000) -> float:
     """CPUs' worth of Python work two processes get now (2.0 on an idle 2-core machine):
     no 2-worker speed-up can exceed it."""
@@ -127,43 +126,69 @@ def parallel_capacity(count: int = 20_000) -> float:
     return 2 * timed(1) / timed(2)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer records and rounds")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    num_records = 4096 if args.quick else 20_000
-    rounds = 1 if args.quick else args.rounds
+def run(quick: bool, rounds: int) -> Report:
+    """Both tables and the targets of 2 process workers (issue 15, item 1)."""
+    num_records = 4096 if quick else 20_000
+    rounds = 1 if quick else rounds
     epochs = 5
     records = np.random.default_rng(0).random((num_records, 16), dtype=np.float32)
     labels = records.sum(axis=1, keepdims=True)
 
+    start = _results.load_average()
     firsts = {c: first_batches(records, *c, iterations=7) for c in CONFIGS}
-    print(f"\n(a) First batch of a new iteration, ms ({os.cpu_count()} CPUs, load average "
-          f"{_load()}; GIL-bound map_fn, batch {BATCH}; iteration 1 includes start-up)\n")
-    print("| workers | new epoch (epoch_dataset): iteration 1 | median of 2-7 "
-          "| for loop after a break and a restore: iteration 1 | median of 2-7 |")
-    print("|---|---|---|---|---|")
+    first = Table(
+        "first_batch", "(h) First batch of a new iteration, ms", "bench_workers.py",
+        f"GIL-bound `map_fn`, batch {BATCH}; iteration 1 includes the workers' start-up.",
+        [Column("workers", "workers"),
+         Column("epoch_first", "new epoch (epoch_dataset): iteration 1", ".1f"),
+         Column("epoch_later", "median of 2-7", ".1f"),
+         Column("loop_first", "for loop after a break and a restore: iteration 1", ".1f"),
+         Column("loop_later", "median of 2-7", ".1f")],
+    )
     for config, t in firsts.items():
-        print(f"| {_name(*config)} | {t['epoch'][0]:.1f} | "
-              f"{statistics.median(t['epoch'][1:]):.1f} | {t['loop'][0]:.1f} | "
-              f"{statistics.median(t['loop'][1:]):.1f} |")
+        first.add(workers=_name(*config), epoch_first=t["epoch"][0],
+                  epoch_later=statistics.median(t["epoch"][1:]), loop_first=t["loop"][0],
+                  loop_later=statistics.median(t["loop"][1:]))
+    first.finish(start)
 
+    start = _results.load_average()
     fits: dict[tuple[int, str], list[float]] = {c: [] for c in CONFIGS}
     for _ in range(rounds):
         for config in CONFIGS:
             fits[config].append(fit_seconds(records, labels, *config, epochs=epochs))
     base = statistics.median(fits[CONFIGS[0]])
     total = num_records * epochs
-    print(f"\n(b) Keras fit, {epochs} epochs of {num_records:,} records, start-up included "
-          f"({os.cpu_count()} CPUs, load average {_load()}; parallel capacity "
-          f"{parallel_capacity():.2f}; median of {rounds} interleaved rounds)\n")
-    print("| workers | seconds | records/s | vs 0 workers |")
-    print("|---|---|---|---|")
+    fit = Table(
+        "fit", f"(h) Keras fit, {epochs} epochs of {num_records:,} records", "bench_workers.py",
+        f"Start-up included; parallel capacity {parallel_capacity():.2f}; median of {rounds} "
+        "interleaved rounds.",
+        [Column("workers", "workers"), Column("seconds", "seconds", ".2f"),
+         Column("rate", "records/s", ",.0f"), Column("vs_zero", "vs 0 workers", ".2f", "x")],
+    )
     for config, times in fits.items():
         seconds = statistics.median(times)
-        print(f"| {_name(*config)} | {seconds:.2f} | {total / seconds:,.0f} | "
-              f"{base / seconds:.2f}x |")
+        fit.add(workers=_name(*config), seconds=seconds, rate=total / seconds,
+                vs_zero=base / seconds)
+    fit.finish(start)
+    processes = _name(2, "process")
+    targets = [
+        Target("(h) first batch of a new epoch after the first, 2 process workers",
+               first.row(processes)["epoch_later"], 50, unit=" ms", at_most=True,
+               item="15.1, workers"),
+        Target("(h) Keras fit, 5 epochs: 2 process workers / 0 workers",
+               fit.row(processes)["vs_zero"], 1.5, item="15.1, workers"),
+    ]
+    return Report([first, fit], targets)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer records and rounds")
+    parser.add_argument("--rounds", type=int, default=3)
+    _common.add_json_option(parser)
+    args = parser.parse_args()
+    timer = _results.Timer(_results.command_line(), args.quick)
+    _common.finish(run(args.quick, args.rounds), timer, args.json)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Fault injection: kills, stalls and Ctrl-Cs against a real training job, in subprocesses.
 
-    python benchmarks/faults.py [--cases NAME ...]
+    python benchmarks/faults.py [--cases NAME ...] [--json PATH]
 
 The job (tests/scripts/fault_job.py) is written the way worker processes must
 survive: no ``if __name__ == "__main__":`` guard, TensorFlow imported at the top, its
@@ -37,7 +37,12 @@ from collections.abc import Callable
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the job and its runner are shared with the tests
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _common  # noqa: E402
 import _faults  # noqa: E402
+import _results  # noqa: E402
+from _results import Column, Report, Table  # noqa: E402
 
 # A private mount namespace whose /dev/shm is a 16 MiB tmpfs (Docker's default is 64).
 SMALL_SHM = (
@@ -127,7 +132,15 @@ def _outcome(returncode: int | None) -> str:
     return f"exited (status {returncode})"
 
 
-def run_case(name: str, workdir: pathlib.Path) -> list[str]:
+COLUMNS = [
+    Column("case", "case"), Column("outcome", "outcome"),
+    Column("seconds", "seconds to exit", ".2f"), Column("processes", "processes left", "d"),
+    Column("shm", "/dev/shm bytes left", "d"), Column("lost", "records lost", "d"),
+    Column("duplicated", "records duplicated", "d"), Column("exact", "resumed exactly"),
+]
+
+
+def run_case(name: str, workdir: pathlib.Path) -> dict[str, object]:
     fault, options, wrapper = CASES[name]
     job = _faults.Job(workdir, *options, wrapper=wrapper)
     pids = fault(job)
@@ -136,14 +149,14 @@ def run_case(name: str, workdir: pathlib.Path) -> list[str]:
     lost, duplicated = _faults.lost_and_duplicated(_faults.records(workdir))
     exact = _faults.records(workdir) == _faults.reference() and resumed.returncode == 0
     status = _outcome(outcome.returncode) if outcome.exited else "HUNG"
-    return [
-        name, status, f"{outcome.seconds:.2f}", str(len(outcome.processes_left)),
-        str(sum(outcome.shm_left.values())), str(lost), str(duplicated),
-        "yes" if exact else "NO",
-    ]
+    return {
+        "case": name, "outcome": status, "seconds": outcome.seconds,
+        "processes": len(outcome.processes_left), "shm": sum(outcome.shm_left.values()),
+        "lost": lost, "duplicated": duplicated, "exact": "yes" if exact else "NO",
+    }
 
 
-def baseline() -> list[str]:
+def baseline() -> dict[str, object]:
     """Ctrl-C on a script that imports TensorFlow and sleeps: TensorFlow's own exit time."""
     code = (
         "import time, tensorflow as tf; tf.constant(1); print('ready', flush=True); "
@@ -159,31 +172,39 @@ def baseline() -> list[str]:
     os.killpg(proc.pid, signal.SIGINT)
     proc.wait(timeout=60)
     seconds = time.monotonic() - start
-    return ["reference: Ctrl-C, plain TensorFlow script sleeping", _outcome(proc.returncode),
-            f"{seconds:.2f}", "0", "0", "-", "-", "-"]
+    return {"case": "reference: Ctrl-C, plain TensorFlow script sleeping",
+            "outcome": _outcome(proc.returncode), "seconds": seconds, "processes": 0, "shm": 0,
+            "lost": "-", "duplicated": "-", "exact": "-"}
+
+
+def run(cases: list[str] | None) -> Report:
+    """The table of every case whose name contains one of `cases` (all if None)."""
+    names = [n for n in CASES if not cases or any(c in n for c in cases)]
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        names = [n for n in names if not CASES[n][2]]  # needs root and unshare
+    start = _results.load_average()
+    table = Table(
+        "faults", "Fault injection: what each fault leaves behind", "faults.py",
+        "Each fault injected into `tests/scripts/fault_job.py` (2 epochs of 96 records, "
+        "batches of 8, its loader state saved after every batch); the job then restarted "
+        "and run to the end.",
+        COLUMNS, note=f"Python {sys.version.split()[0]}",
+    )
+    table.add(**baseline())
+    with tempfile.TemporaryDirectory(prefix="resumeloader-faults-") as tmp:
+        for index, name in enumerate(names):
+            table.add(**run_case(name, pathlib.Path(tmp) / str(index)))
+            print(" | ".join(map(str, table.rows[-1].values())), file=sys.stderr, flush=True)
+    return Report([table.finish(start)], [])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="*", help="substrings of the case names to run")
+    _common.add_json_option(parser)
     args = parser.parse_args()
-    names = [n for n in CASES if not args.cases or any(c in n for c in args.cases)]
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        names = [n for n in names if not CASES[n][2]]  # needs root and unshare
-    rows = [baseline()]
-    with tempfile.TemporaryDirectory(prefix="resumeloader-faults-") as tmp:
-        for index, name in enumerate(names):
-            rows.append(run_case(name, pathlib.Path(tmp) / str(index)))
-            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
-    header = ["case", "outcome", "seconds to exit", "processes left", "/dev/shm bytes left",
-              "records lost", "records duplicated", "resumed exactly"]
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\nFault injection, python benchmarks/faults.py: {os.cpu_count()} CPUs, load "
-          f"average {load} at the end, Python {sys.version.split()[0]}.\n")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    timer = _results.Timer(_results.command_line(), quick=False)
+    _common.finish(run(args.cases), timer, args.json)
 
 
 if __name__ == "__main__":

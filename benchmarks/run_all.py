@@ -1,7 +1,11 @@
-"""The benchmark suite: one command, one Markdown report (benchmarks/RESULTS.md).
+"""The benchmark suite: one command, one Markdown report (benchmarks/RESULTS.md) and the
+same figures as data (benchmarks/results/<script>.json, one file per script).
 
     python benchmarks/run_all.py [--quick] [--sections loader,overhead,...,faults]
-                                 [--output benchmarks/RESULTS.md]
+                                 [--output benchmarks/RESULTS.md] [--results DIR]
+
+The docs' performance and reliability pages are generated from the JSON files
+(`python docs/_gen/generate.py`), so after a run, regenerate them and commit both.
 
 Runs every benchmark script in one process (the in-memory-array sizes and the Keras
 runs in fresh processes of their own) and writes their tables, each naming the script
@@ -19,8 +23,8 @@ overhead), bench_arrays.py ((f) in-memory arrays below and above 1 GiB), bench_m
 worker start-up and Keras ``fit``, run in a process of its own since it imports
 TensorFlow at the top like a training script), bench_sampler.py (index throughput);
 bench_data.py, bench_mix.py, bench_batching.py and faults.py each run in a process of
-their own and their tables (with their own targets) are copied as printed. The
-contenders they share are in _common.py.
+their own and write their results file themselves, which this script reads back. The
+contenders they share are in _common.py; the tables and results files, _results.py.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,153 +43,91 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
 import _common  # noqa: E402
+import _results  # noqa: E402
 
 SECTIONS = ("loader", "overhead", "arrays", "workers", "sampler", "data", "mix", "batching",
             "faults")
 
-# Scripts run in a process of their own, their tables copied as printed (each prints its
-# own targets table): section -> (script, heading).
-_PRINTED = {
-    "data": ("bench_data.py", "Real data: TFRecord, ArrayRecord, image files, tokens (issue 11)"),
-    "mix": ("bench_mix.py", "Weighted mixing (issue 12)"),
-    "batching": ("bench_batching.py", "Padding, bucketing and packing (issue 12)"),
-    "faults": ("faults.py", "Fault injection: what each fault leaves behind (issue 14)"),
+# The scripts each section runs: in this process (in-process: a module with `run(quick)`)
+# or in a process of their own (the script writes its results file itself).
+_IN_PROCESS = {
+    "loader": ["bench_loader"],
+    "overhead": ["bench_overhead"],
+    "arrays": ["bench_arrays"],
+    "workers": ["bench_map_fn"],
+    "sampler": ["bench_sampler"],
+}
+_OWN_PROCESS = {
+    "workers": ["bench_workers"],
+    "data": ["bench_data"],
+    "mix": ["bench_mix"],
+    "batching": ["bench_batching"],
+    "faults": ["faults"],
 }
 
 
-def _sampler(quick: bool) -> _common.Report:
-    import bench_sampler
+def _in_process(script: str, quick: bool, results: Path, command: str) -> _results.Report:
+    import importlib
 
-    span = _common.Span()
-    table = bench_sampler.render(bench_sampler.measure(quick=quick))
-    text = "\n".join([
-        "### Sampler: record indices per second (`bench_sampler.py`)",
-        "",
-        "Positions taken at epoch 37, so nothing is replayed to get there; medians of 3 runs.",
-        "",
-        table,
-        "",
-        span.caption("Sampler"),
-    ])
-    return _common.Report(text, [])
+    timer = _results.Timer(command, quick)
+    report = importlib.import_module(script).run(quick)
+    _results.write(results / f"{script}.json", report, timer.run())
+    return report
 
 
-def _row_cells(text: str, label: str, occurrence: int) -> list[str]:
-    """The cells of the `occurrence`-th Markdown row of `text` labelled `label`."""
-    rows = [line for line in text.splitlines() if line.startswith(f"| {label} |")]
-    return [cell.strip() for cell in rows[occurrence].strip("|").split("|")]
-
-
-def _worker_startup(quick: bool) -> _common.Report:
-    """bench_workers.py in a fresh process, its tables copied as printed, and issue 15's
-    item-1 targets read from its rows for 2 process workers."""
-    span = _common.Span()
-    with tempfile.TemporaryFile("w+") as out:
-        command = [sys.executable, str(HERE / "bench_workers.py"), *(["--quick"] * quick)]
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL)
-        try:
-            process.wait(timeout=1800 if quick else 5400)
-            note = "" if process.returncode == 0 else f"exited with status {process.returncode}"
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            note = "timed out and was killed"
-        out.seek(0)
-        printed = out.read().strip()
-    first = fit = None
-    try:
-        first = float(_row_cells(printed, "2 process workers", 0)[2])
-        fit = float(_row_cells(printed, "2 process workers", 1)[3].rstrip("x"))
-    except (IndexError, ValueError):
-        note = note or "its tables could not be read"
-    text = "\n".join([
-        "### (h) Worker start-up and Keras `fit` (`bench_workers.py`)",
-        "",
-        printed,
-        *(["", f"**bench_workers.py: {note}.**"] if note else []),
-        "",
-        span.caption("Worker start-up (as printed by the script, in its own process)"),
-    ])
-    targets = [
-        _common.Target("(h) first batch of a new epoch after the first, 2 process workers",
-                       first, 50, unit=" ms", at_most=True, item="1 (workers)"),
-        _common.Target("(h) Keras fit, 5 epochs: 2 process workers / 0 workers", fit, 1.5,
-                       item="1 (workers)"),
-    ]
-    return _common.Report(text, targets)
-
-
-def _printed(section: str, quick: bool) -> _common.Report:
-    """A script of `_PRINTED` in a fresh process; its output as printed, in a text block."""
-    script, heading = _PRINTED[section]
-    span = _common.Span()
-    command = [sys.executable, str(HERE / script)]
-    if quick and script != "faults.py":
+def _own_process(script: str, quick: bool, results: Path, run_command: str) -> _results.Report:
+    """`script` in a fresh process, writing its results file; the report read back from it."""
+    path = results / f"{script}.json"
+    command = [sys.executable, str(HERE / f"{script}.py"), "--json", str(path)]
+    if quick and script != "faults":
         command.append("--quick")
-    env = dict(os.environ, COLUMNS="160", TERM="dumb")  # rich: no wrapping, no colours
+    path.unlink(missing_ok=True)
+    timeout = (1800 if quick else 5400) if script == "bench_workers" else (
+        1800 if quick else 3600)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, env=env,
-                              timeout=1800 if quick else 3600, check=False)
-        printed, status = done.stdout.strip(), done.returncode
-        note = "" if status == 0 else f"exited with status {status}: {done.stderr[-600:]}"
+        env = dict(os.environ, **{_results.PARENT_COMMAND: run_command})
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              check=False, env=env)
+        note = "" if done.returncode == 0 else (
+            f"exited with status {done.returncode}: {done.stderr[-600:]}")
     except subprocess.TimeoutExpired:
-        printed, note = "", "timed out and was killed"
-    text = "\n".join([
-        f"### {heading} (`{script}`)",
-        "",
-        "```text",
-        printed,
-        "```",
-        *(["", f"**{script}: {note}.**"] if note else []),
-        "",
-        span.caption(f"{script} (as printed, in its own process)"),
-    ])
-    return _common.Report(text, [])
+        note = "timed out and was killed"
+    if note or not path.exists():
+        table = _results.Table("failed", f"{script}.py: {note or 'no results file'}",
+                               f"{script}.py", "", [_results.Column("note", "note")])
+        return _results.Report([table], [])
+    return _results.read(path)[0]
 
 
-def run(sections: list[str], quick: bool) -> list[_common.Report]:
-    import bench_arrays
-    import bench_loader
-    import bench_map_fn
-    import bench_overhead
-
-    def workers() -> _common.Report:
-        steady, startup = bench_map_fn.run(quick), _worker_startup(quick)
-        return _common.Report(f"{steady.markdown}\n\n{startup.markdown}",
-                              steady.targets + startup.targets)
-
-    runners = {
-        "loader": lambda: bench_loader.run(quick),
-        "overhead": lambda: bench_overhead.run(quick),
-        "arrays": lambda: bench_arrays.run(quick),
-        "workers": workers,
-        "sampler": lambda: _sampler(quick),
-        **{name: (lambda name=name: _printed(name, quick)) for name in _PRINTED},
-    }
+def run(sections: list[str], quick: bool, results: Path, command: str) -> list[_results.Report]:
     reports = []
     for name in sections:
         print(f"== {name}", file=sys.stderr, flush=True)
-        reports.append(runners[name]())
+        for script in _IN_PROCESS.get(name, []):
+            reports.append(_in_process(script, quick, results, command))
+        for script in _OWN_PROCESS.get(name, []):
+            reports.append(_own_process(script, quick, results, command))
     return reports
 
 
-def render(reports: list[_common.Report], command: str, seconds: float, start_load: str) -> str:
+def render(reports: list[_results.Report], command: str, seconds: float,
+           start_load: list[float]) -> str:
     targets = [target for report in reports for target in report.targets]
     out = [
         "# Benchmark results",
         "",
         f"Generated by `{command}` in {seconds:,.0f} s on {_common.versions()}. Load "
-        f"average (1 / 5 / 15 min) {start_load} at the start, {_common.load_average()} at "
-        "the end. Each table below was measured in interleaved rounds (medians) and states "
-        "the load during it; the ratios within a table are the result. Numbers from a "
-        "shared or loaded machine (load average above ~1.5 on 2 CPUs) are provisional.",
+        f"average (1 / 5 / 15 min) {_results.format_load(start_load)} at the start, "
+        f"{_common.load_average()} at the end. Each table below was measured in interleaved "
+        "rounds (medians) and states the load during it; the ratios within a table are the "
+        "result. Numbers from a shared or loaded machine (load average above ~1.5 on 2 "
+        "CPUs) are provisional. The same figures, as data: `benchmarks/results/*.json`.",
         "",
-        "## Targets (issue 15)",
+        "## Targets",
         "",
-        "The rows name the part of issue 15 they measure (items 1 and 2 were built on other "
-        "branches; their targets are measured here all the same).",
+        "The rows name the issue (and item) they belong to.",
         "",
-        _common.targets_table(targets),
+        _results.targets_table(targets),
         "",
         "## Tables",
         "",
@@ -201,17 +142,20 @@ def main() -> None:
     parser.add_argument("--sections", default=",".join(SECTIONS),
                         help=f"comma-separated subset of {', '.join(SECTIONS)}")
     parser.add_argument("--output", default=str(HERE / "RESULTS.md"))
+    parser.add_argument("--results", type=Path, default=_results.RESULTS,
+                        help="folder of the JSON results, one file per script "
+                             "(default: %(default)s)")
     args = parser.parse_args()
     sections = [name.strip() for name in args.sections.split(",") if name.strip()]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     _common.BUDGET_SECONDS = 1.0 if args.quick else _common.BUDGET_SECONDS
-    start, start_load = time.perf_counter(), _common.load_average()
-    reports = run(sections, args.quick)
+    start, start_load = time.perf_counter(), _results.load_average()
     command = "python benchmarks/run_all.py" + (" --quick" if args.quick else "")
     if args.sections != ",".join(SECTIONS):
         command += f" --sections {args.sections}"
+    reports = run(sections, args.quick, args.results, command)
     report = render(reports, command, time.perf_counter() - start, start_load)
     Path(args.output).write_text(report)
     print(report)

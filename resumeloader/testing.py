@@ -7,8 +7,8 @@
 * `kill_and_restart` — across processes: runs your training command, SIGKILLs it
   at chosen or random steps, restarts it until it finishes and compares the
   stitched run with an uninterrupted one (`ResumeReport`). Your script records its
-  steps with a `TraceRecorder`; the contract is in the README section "Proving it
-  on your own job" and in `TraceRecorder`.
+  steps with a `TraceRecorder`; the contract is in docs/guides/proving-it.md and in
+  `TraceRecorder`.
 
 Nothing here imports pytest, and TensorFlow only once `assert_resumes_identically`
 runs; failures raise `ResumeMismatchError`, an `AssertionError`. The code lives in

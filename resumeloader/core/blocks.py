@@ -61,7 +61,7 @@ class BlockOrder:
         window_chunks: chunks per window, >= 1 (records move within a window).
         seed: integer in [0, 2**64).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> order = BlockOrder(10, chunk_records=3, window_chunks=2, seed=0)
         >>> records = order.indices(0, np.arange(10))

@@ -85,7 +85,7 @@ class QuotaSequence:
         ValueError: no weight, or a period (the least common denominator of the
             normalised weights) above `MAX_PERIOD`.
 
-    Example:
+    Examples:
         >>> from fractions import Fraction
         >>> quota = QuotaSequence([Fraction(7, 10), Fraction(3, 10)])
         >>> quota.period, quota.shares

@@ -74,7 +74,7 @@ def record_rng(seed: int, epoch: int, record_index: int) -> np.random.Generator:
     records are produced in, of threads, workers and restores. Its key is
     ``epoch_hash(seed ^ tag, epoch) << 64 | record_index``, the counter starts at 0.
 
-    Example:
+    Examples:
         >>> a = record_rng(7, 0, 12).integers(1000, size=3)
         >>> b = record_rng(7, 0, 12).integers(1000, size=3)
         >>> bool((a == b).all())

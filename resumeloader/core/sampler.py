@@ -189,7 +189,7 @@ class IndexSampler:
         shard_index: this shard, in [0, shard_count).
         shard_count: number of shards the global order is split into.
 
-    Example:
+    Examples:
         >>> sampler = IndexSampler(10, seed=0, shuffle=False, shard_index=1, shard_count=3)
         >>> sampler.records_per_epoch
         3

@@ -37,7 +37,7 @@ def epoch_dataset(loader: loader_lib.ResumableLoader) -> tf.data.Dataset:
     the position current when Keras starts the epoch. Like `ResumableLoader.dataset`
     it never advances the loader itself.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> loader = loader_lib.ResumableLoader(np.arange(5), batch_size=2, seed=0,
         ...                                  shuffle=False)

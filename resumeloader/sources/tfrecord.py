@@ -70,7 +70,7 @@ class TFRecordSource(base.Source):
         ValueError: a file is GZIP or ZLIB compressed (no random access: decompress
             it once), or is not a valid TFRecord file.
 
-    Example:
+    Examples:
         >>> import os, tempfile, tensorflow as tf
         >>> path = os.path.join(tempfile.mkdtemp(), "data.tfrecord")
         >>> with tf.io.TFRecordWriter(path) as writer:

@@ -66,7 +66,7 @@ class BatchingMethods:
                 `RecordSpecError` naming the record).
             drop_remainder: drop each epoch's short last batch.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from resumeloader import Pipeline, ResumableLoader
             >>> data = {"tokens": [np.arange(1, n + 1) for n in (3, 1, 4, 2)]}
@@ -108,7 +108,7 @@ class BatchingMethods:
         `window` and `batch_size` are order fields; a restore inside a window
         recomputes that window and continues after the batch the position names.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from resumeloader import Pipeline, ResumableLoader
             >>> data = [np.arange(n) for n in (5, 1, 4, 2, 3, 6, 1, 2)]
@@ -152,7 +152,7 @@ class BatchingMethods:
             batch_size: rows per batch.
             pad_value: the fill value of the tokens, or a mapping per key.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from resumeloader import Pipeline, ResumableLoader
             >>> data = [np.arange(1, n + 1) for n in (3, 2, 4, 1)]
@@ -193,7 +193,7 @@ class BatchingMethods:
         the records it holds: ``len(loader)`` and ``batches_per_epoch`` raise. A
         record longer than `max_tokens` raises `RecordSpecError` naming it.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from resumeloader import Pipeline, ResumableLoader
             >>> data = [np.arange(n) for n in (5, 1, 4, 2, 3, 6, 1, 2)]

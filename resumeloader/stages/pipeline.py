@@ -41,7 +41,7 @@ class Pipeline(batching.BatchingMethods):
             ``__getitem__(int)`` (a list is a sequence of records).
         seed: integer in [0, 2**64); keys the shuffle and every record's ``rng``.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> pipeline = Pipeline(np.arange(10), seed=0).shuffle().batch(4)
         >>> [stage.name for stage in pipeline.stages]
@@ -73,7 +73,7 @@ class Pipeline(batching.BatchingMethods):
         shuffle: bool = True,
         records_per_epoch: validate.Int | str = "first_exhausted",
     ) -> Pipeline:
-        """A pipeline reading a weighted mixture of named sources (README, "Mixing sources").
+        """A pipeline reading a weighted mixture of named sources (docs/guides/mixing.md).
 
         The source at every position is exact: after any ``n`` records each source
         has supplied ``weight * n`` of them to within one. Each source walks its own
@@ -92,7 +92,7 @@ class Pipeline(batching.BatchingMethods):
                 source has supplied all its records once), ``"all_exhausted"`` (the
                 last one), or a number of records.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> pipeline = Pipeline.mix(
             ...     {"web": np.arange(100), "code": np.arange(1000, 1030)},
@@ -249,7 +249,7 @@ class Pipeline(batching.BatchingMethods):
         """What a failing record becomes: an error, a seeded replacement, or your record.
 
         A record fails when reading it, a record stage (``map_fn``) or its check
-        against the element spec raises (README, "Bad records").
+        against the element spec raises (docs/guides/bad-records.md).
 
         * ``"raise"`` (default): the stream ends with a `RecordError` naming the
           record index, epoch and position.

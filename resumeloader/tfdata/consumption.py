@@ -314,8 +314,8 @@ class Ledger:
         if num_batches >= len(boundaries):
             msg = (
                 "The consumer advanced past the last batch the loader produced: it counted "
-                "batches that did not come from this loader (see the README, 'Safe and "
-                f"unsafe tf.data ops'). Received: advance by {num_batches} from position "
+                "batches that did not come from this loader (see docs/guides/safe-ops.md). "
+                f"Received: advance by {num_batches} from position "
                 f"{start}; dataset() iteration {generation.serial} (started at "
                 f"{generation.start}) produced {len(boundaries) - 1} batches after it."
             )

@@ -75,7 +75,7 @@ def describe(
     The text depends only on the configuration and the position in `title`. When
     `console` is given, the table is also printed to it (with its colours and width).
 
-    Example:
+    Examples:
         >>> import numpy as np, resumeloader
         >>> loader = resumeloader.ResumableLoader(np.zeros((10, 3), np.float32),
         ...                                       batch_size=4, seed=0, num_epochs=1)

@@ -33,7 +33,7 @@ from resumeloader import errors
 __all__ = ["SAFE", "UNSAFE", "GuardedDataset"]
 
 _SELECT = "select the records before the loader (a source over the kept indices)"
-_MIX = "`Pipeline.mix(sources, weights)` (README, 'Mixing sources')"
+_MIX = "`Pipeline.mix(sources, weights)` (docs/guides/mixing.md)"
 _BATCH = "the loader's `batch_size` (`Pipeline.batch`)"
 
 # name: (what it does to the stream after dataset(), what to use instead)
@@ -56,7 +56,7 @@ UNSAFE: dict[str, tuple[str, str]] = {
         "drops failing batches silently: the position falls behind what was trained",
         "`Pipeline.on_error('skip', quarantine=path)`: each failing record replaced by a "
         "seeded other record of its epoch (the same after a restore), logged, within an "
-        "error budget (README, 'Bad records')",
+        "error budget (docs/guides/bad-records.md)",
     ),
     "unique": ("drops batches: the position falls behind", _SELECT),
     "skip": (
@@ -142,7 +142,7 @@ def _refusal(name: str) -> str:
     return (
         f"`{name}` after `loader.dataset()` {effect}, so a restored job would lose or repeat "
         f"records. Instead: {instead}. Safe after dataset(): {', '.join(SAFE)} and "
-        "tf.distribute (README, 'Safe and unsafe tf.data ops'); if you count the "
+        "tf.distribute (docs/guides/safe-ops.md); if you count the "
         "consumed batches yourself, `.unguarded()` gives the plain dataset. "
         f"Received: loader.dataset().{name}(...)."
     )

@@ -92,7 +92,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             by the next iteration; a process's start-up is not counted); None (default)
             waits as long as the worker lives. Needs ``num_workers >= 1``.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> loader = ResumableLoader(np.arange(10), batch_size=4, seed=0, shuffle=False,
         ...                          num_epochs=1)
@@ -166,7 +166,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         how many epochs there are, which shard this loader reads and how batches are
         delivered — none of which changes which records a batch holds.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from resumeloader import Pipeline
             >>> pipeline = Pipeline(np.arange(6), seed=0).batch(4)
@@ -507,7 +507,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         Yields:
             The position a checkpoint saved inside records.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> loader = ResumableLoader(np.arange(8), batch_size=2, seed=0, num_epochs=1)
             >>> try:

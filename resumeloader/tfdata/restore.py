@@ -79,7 +79,7 @@ def restore(
         ValueError: the manager's checkpoint does not track `loader`.
         StateError: the checkpoint holds no state for `loader`.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> import numpy as np, tensorflow as tf
         >>> from resumeloader import ResumableLoader

@@ -3,8 +3,8 @@
 * ``demo`` trains a small Keras model (`resumeloader.tools.demo`), SIGKILLs it at random
   steps, resumes it each time, and compares it with an uninterrupted run.
 * ``inspect`` prints the loader state stored in a TF checkpoint, without your code.
-* ``verify`` does what ``demo`` does for your own training command (see the README
-  section "Proving it on your own job"); it exits 0 only when the resumed run is
+* ``verify`` does what ``demo`` does for your own training command (see
+  docs/guides/proving-it.md); it exits 0 only when the resumed run is
   identical to the uninterrupted one, 1 when it differs, 2 on a usage error.
 
 Only ``inspect`` imports TensorFlow in this process; the training runs in
@@ -33,7 +33,7 @@ from resumeloader.tools import report as report_lib
 __all__ = ["main"]
 
 _CONTRACT = """\
-the contract your training script follows (README: "Proving it on your own job"):
+the contract your training script follows (docs/guides/proving-it.md):
   recorder = resumeloader.testing.TraceRecorder.from_env()   # no-op outside verify
   restore the newest checkpoint of $RESUMELOADER_CKPT_DIR (or {ckpt_dir} in CMD)
   recorder.start(steps_done)                     # once, after restoring

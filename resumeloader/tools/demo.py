@@ -7,7 +7,7 @@ trains with a custom loop on a `ResumableLoader` (random augmentation in
 and records every step with a `TraceRecorder`. Op determinism is enabled, so two
 runs that see the same batches end with bit-identical weights.
 
-``--pipeline naive`` trains the same model on the common workaround (README, "Why")
+``--pipeline naive`` trains the same model on the common workaround (docs/getting-started.md, "Why")
 instead: a checkpointed iterator over a TF index dataset fed through
 ``from_generator`` + ``map(py_function)`` + ``batch`` + ``prefetch``, with the
 augmentation drawing from one NumPy generator. It loses records on restore (the
@@ -38,7 +38,7 @@ def make_data(num_records: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarra
 
     A pure function of its arguments.
 
-    Example:
+    Examples:
         >>> images, labels = make_data(8)
         >>> images.shape, images.dtype.name, labels[:4].tolist()
         ((8, 12, 12), 'uint8', [0, 1, 2, 3])

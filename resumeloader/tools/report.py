@@ -184,7 +184,7 @@ def _check_run(run: RunOutcome, problems: list[str], *, final: bool) -> None:
     elif final and run.trace.start is None and not run.trace.steps:
         problems.append(
             f"{run.name} wrote no trace: does it record with TraceRecorder.from_env() "
-            "(see the contract in the README, 'Proving it on your own job')?"
+            "(see the contract in docs/guides/proving-it.md)?"
         )
     elif final and run.trace.end is None:
         problems.append(f"{run.name} ended without recording the end of training.")

@@ -45,7 +45,7 @@ def digest(tree: Any) -> str:
     ``tf.RaggedTensor`` by its values and row partitions. Equal digests mean
     bit-identical content, in any process.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> digest([np.zeros(2, np.float32)]) == digest([np.zeros(2, np.float32)])
         True

@@ -1,0 +1,281 @@
+"""Benchmark results as data: the tables a script prints and the JSON file it writes beside them.
+
+Every benchmark script builds its tables as `Table` values (numbers stay numbers, each
+column knows how to print them), prints them as Markdown and writes them, with its
+targets, the command, the date and the machine, to ``benchmarks/results/<script>.json``
+(`write`). The docs' performance and reliability pages are generated from those files
+(``docs/_gen/``), never typed by hand, so the Markdown a script prints, RESULTS.md and the
+docs show the same figures. Standard library only: worker processes import this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded to 0.01."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def format_load(load: list[float]) -> str:
+    return " / ".join(f"{x:.2f}" for x in load)
+
+
+@dataclasses.dataclass
+class Column:
+    """A column: the row key it shows, its header, and how a number in it is printed
+    (a format spec such as ``",.0f"``, then `suffix`); strings print as they are."""
+
+    key: str
+    label: str
+    format: str = ""
+    suffix: str = ""
+
+    def cell(self, value: Any) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return str(value)
+        return f"{value:{self.format}}{self.suffix}"
+
+
+@dataclasses.dataclass
+class Table:
+    """One table of a benchmark: rows of cells keyed by column key.
+
+    `load` is the load average at the start and at the end of the measurement; `note`
+    is printed before it in the caption (e.g. the TensorFlow version).
+    """
+
+    key: str
+    title: str
+    script: str
+    description: str
+    columns: list[Column]
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    load: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    note: str = ""
+
+    def add(self, **cells: Any) -> None:
+        unknown = sorted(set(cells) - {column.key for column in self.columns})
+        if unknown:
+            msg = f"Table {self.key!r} has no columns {unknown}. Received: {sorted(cells)}."
+            raise KeyError(msg)
+        self.rows.append(cells)
+
+    def finish(self, start_load: list[float]) -> Table:
+        """Records the load average of the measurement (start given, end now)."""
+        self.load = {"start": start_load, "end": load_average()}
+        return self
+
+    def row(self, name: str, key: str | None = None) -> dict[str, Any]:
+        """The row whose first cell (or cell `key`) is `name`."""
+        key = key or self.columns[0].key
+        for row in self.rows:
+            if row.get(key) == name:
+                return row
+        names = [r.get(key) for r in self.rows]
+        msg = f"Table {self.key!r} has no row {key}={name!r}. Rows: {names}."
+        raise KeyError(msg)
+
+    def grid(self) -> str:
+        """The rows as a Markdown table; columns after the first are right-aligned."""
+        lines = ["| " + " | ".join(c.label for c in self.columns) + " |",
+                 "|---|" + "---:|" * (len(self.columns) - 1)]
+        for row in self.rows:
+            lines.append("| " + " | ".join(c.cell(row.get(c.key)) for c in self.columns) + " |")
+        return "\n".join(lines)
+
+    def caption(self) -> str:
+        parts = [self.note] if self.note else []
+        if self.load:
+            parts.append(
+                f"{os.cpu_count()} CPUs; load average (1 / 5 / 15 min) "
+                f"{format_load(self.load['start'])} at the start, "
+                f"{format_load(self.load['end'])} at the end"
+            )
+        return f"*{'. '.join(parts)}.*" if parts else ""
+
+    def markdown(self, heading: str = "###") -> str:
+        out = [f"{heading} {self.title} (`{self.script}`)", ""]
+        if self.description:
+            out += [self.description, ""]
+        out.append(self.grid())
+        caption = self.caption()
+        return "\n".join([*out, "", caption] if caption else out)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Table:
+        fields = dict(data, columns=[Column(**c) for c in data["columns"]])
+        return cls(**fields)
+
+
+@dataclasses.dataclass
+class Target:
+    """A target the project set itself: `value` compared with `bound` (None: not measured)."""
+
+    label: str
+    value: float | None
+    bound: float
+    unit: str = "x"
+    at_most: bool = False  # the value must stay below the bound (a cost), not above it
+    item: str = ""  # the issue (and item) it belongs to
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value <= self.bound if self.at_most else self.value >= self.bound
+
+    @property
+    def wanted(self) -> str:
+        return f"{'<=' if self.at_most else '>='} {self.bound:g}{self.unit}"
+
+    def measured(self) -> str:
+        return "-" if self.value is None else f"{self.value:,.2f}{self.unit}"
+
+    def verdict(self) -> str:
+        return {None: "not measured", True: "met", False: "MISSED"}[self.met]
+
+    def row(self) -> list[str]:
+        return [self.label, self.measured(), self.wanted, self.verdict(), self.item]
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(dataclasses.asdict(self), met=self.met)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Target:
+        return cls(**{k: v for k, v in data.items() if k != "met"})
+
+
+def targets_table(targets: list[Target]) -> str:
+    lines = ["| target | measured | wanted |  | issue |", "|---|---:|---:|---|---|"]
+    lines += ["| " + " | ".join(t.row()) + " |" for t in targets]
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class Report:
+    """What a benchmark script measured: its tables and its targets."""
+
+    tables: list[Table]
+    targets: list[Target]
+
+    @property
+    def markdown(self) -> str:
+        return "\n\n".join(table.markdown() for table in self.tables)
+
+    def table(self, key: str) -> Table:
+        for table in self.tables:
+            if table.key == key:
+                return table
+        msg = f"No table {key!r}. Tables: {[t.key for t in self.tables]}."
+        raise KeyError(msg)
+
+
+def machine() -> dict[str, Any]:
+    """The machine and the versions of what the run imported."""
+    info: dict[str, Any] = {
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    for name in ("numpy", "tensorflow", "grain", "resumeloader"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "__version__"):
+            info[name] = module.__version__
+    return info
+
+
+def describe_machine(info: dict[str, Any]) -> str:
+    versions = [f"Python {info['python']}"] + [
+        f"{name} {info[name]}" for name in ("numpy", "tensorflow", "grain", "resumeloader")
+        if name in info
+    ]
+    return f"{info['machine']}, {info['cpus']} CPUs, " + ", ".join(versions)
+
+
+@dataclasses.dataclass
+class Run:
+    """How a results file was made: the command, quick or full, when, where, the load."""
+
+    command: str
+    quick: bool
+    date: str
+    seconds: float
+    machine: dict[str, Any]
+    load_average: dict[str, list[float]]
+
+
+class Timer:
+    """Starts a run: the date and the load average now; `run()` closes it."""
+
+    def __init__(self, command: str, quick: bool) -> None:
+        self.command, self.quick = command, quick
+        self.date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        self.start_load = load_average()
+        self.start = datetime.datetime.now().timestamp()
+
+    def run(self) -> Run:
+        seconds = round(datetime.datetime.now().timestamp() - self.start, 1)
+        return Run(self.command, self.quick, self.date, seconds, machine(),
+                   {"start": self.start_load, "end": load_average()})
+
+
+# run_all.py sets it for the scripts it starts: their results name the command it ran.
+PARENT_COMMAND = "RESUMELOADER_BENCH_COMMAND"
+
+
+def command_line() -> str:
+    """How this run was started, as the user typed it (run_all.py's command for the
+    scripts it starts), without a ``--json`` option pointing at the default folder."""
+    if os.environ.get(PARENT_COMMAND):
+        return os.environ[PARENT_COMMAND]
+    script = Path(sys.argv[0])
+    args = list(sys.argv[1:])
+    if "--json" in args[:-1]:
+        at = args.index("--json")
+        if Path(args[at + 1]).resolve().parent == RESULTS:
+            del args[at : at + 2]
+    ours = script.resolve().parent == RESULTS.parent
+    shown = f"benchmarks/{script.name}" if ours else str(script)
+    return " ".join(["python", shown, *args])
+
+
+def write(path: Path, report: Report, run: Run) -> Path:
+    """Writes `report` and how it was made to `path` (a ``results/<script>.json``)."""
+    data = {
+        "schema": SCHEMA,
+        "run": dataclasses.asdict(run),
+        "tables": [table.to_json() for table in report.tables],
+        "targets": [target.to_json() for target in report.targets],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def read(path: Path) -> tuple[Report, Run]:
+    """The report and the run of a results file written by `write`."""
+    data = json.loads(Path(path).read_text())
+    if data.get("schema") != SCHEMA:
+        msg = (f"{path} is not a results file of schema {SCHEMA}. "
+               f"Received: schema={data.get('schema')!r}.")
+        raise ValueError(msg)
+    report = Report([Table.from_json(t) for t in data["tables"]],
+                    [Target.from_json(t) for t in data["targets"]])
+    return report, Run(**data["run"])

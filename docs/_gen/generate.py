@@ -1,0 +1,69 @@
+"""Regenerates the docs' generated regions and plots; `--check` only tells whether they are current.
+
+    python docs/_gen/generate.py [--check]
+
+The regions are the cog blocks of the pages under docs/ (tables from
+benchmarks/results/*.json and from the guard's list of unsafe ops); the plots are the
+SVGs of docs/assets/benchmarks/. Run it after the benchmarks (`benchmarks/run_all.py`)
+and commit the results files, the pages and the plots together; the test suite
+(`tests/test_docs.py`) fails when they disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import figures  # noqa: E402
+from cogapp import Cog  # noqa: E402
+
+DOCS = HERE.parent
+
+
+def pages() -> list[Path]:
+    """The pages under docs/ with generated regions."""
+    return sorted(p for p in DOCS.rglob("*.md") if "[[[cog" in p.read_text())
+
+
+def stale_plots() -> list[str]:
+    """The plots whose SVG is missing or shows other data than the results files hold."""
+    stale = []
+    for name in figures.PLOT_DATA:
+        path = figures.PLOTS / f"{name}.svg"
+        text = path.read_text() if path.exists() else ""
+        found = re.search(r"<dc:description>data (\w+)</dc:description>", text)
+        if not found or found.group(1) != figures.plot_digest(name):
+            stale.append(name)
+    return stale
+
+
+def run_cog(check: bool) -> int:
+    argv = ["cog", "-I", str(HERE), "--check" if check else "-r",
+            "--check-fail-msg", "run `python docs/_gen/generate.py`", *map(str, pages())]
+    return Cog().main(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_plots()
+        for name in stale:
+            print(f"docs/assets/benchmarks/{name}.svg is stale: run "
+                  "`python docs/_gen/generate.py`.", file=sys.stderr)
+        return int(run_cog(check=True) != 0 or bool(stale))  # cog says 5 when stale
+    import plots
+
+    for draw in plots.ALL.values():
+        print(f"wrote {draw().relative_to(DOCS.parent)}")
+    return run_cog(check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The code examples of a Markdown page, run as the docs promise (tests/test_docs.py).
+
+    python tests/_pages.py PAGE.md
+
+Every fenced ```` ```python ```` block of the page runs, in order, in one namespace
+(``__name__ == "__main__"``, as in a user's script), in the current directory: a block
+with ``>>>`` prompts as a doctest (``ELLIPSIS``, ``NORMALIZE_WHITESPACE``), any other as
+a script. A ```` ```py ```` block is shown, not run. Tracebacks and doctest reports name
+the page's own line numbers. The last line printed is a summary the test checks
+(``ran N blocks``); the exit status is 1 at the first block that fails.
+
+`blocks` also refuses what would let an example go silently unrun: another spelling
+of Python on a fence (``python3``, ``pycon``, ...), a ``>>>`` prompt outside a python
+fence, a fence left open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import doctest
+import re
+import sys
+from pathlib import Path
+
+RUN, SHOWN = "python", "py"
+FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+_FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`]*)")
+
+
+class PageError(ValueError):
+    """A page whose code blocks are not written the way the runner can run them."""
+
+
+@dataclasses.dataclass
+class Block:
+    language: str
+    text: str
+    line: int  # the page's line number of the block's first line of code
+
+    @property
+    def doctest(self) -> bool:
+        return any(line.lstrip().startswith(">>>") for line in self.text.splitlines())
+
+
+def blocks(path: Path) -> list[Block]:
+    """The fenced code blocks of the page at `path`, checked (see the module docstring)."""
+    found: list[Block] = []
+    lines = path.read_text().splitlines()
+    number = 0
+    while number < len(lines):
+        match = _FENCE.match(lines[number])
+        if not match:
+            if lines[number].lstrip().startswith(">>>"):
+                msg = (f"{path}:{number + 1}: a `>>>` example outside a ```python block is not "
+                       f"run. Received: {lines[number].strip()!r}.")
+                raise PageError(msg)
+            number += 1
+            continue
+        indent, fence = len(match["indent"]), match["fence"]
+        language = match["info"].lstrip("{.").rstrip("}").lower()
+        if re.fullmatch(r"py.*|python.*|ipython.*", language) and language not in (RUN, SHOWN):
+            msg = (f"{path}:{number + 1}: code fenced as {language!r} would not run. Fence it "
+                   f"```python (it runs in the test suite) or ```py (shown only, say why in "
+                   f"the prose).")
+            raise PageError(msg)
+        start, number = number + 1, number + 1
+        closing = re.compile(rf"^ {{0,{indent + 3}}}{re.escape(fence[0])}{{{len(fence)},}}\s*$")
+        while number < len(lines) and not closing.match(lines[number]):
+            number += 1
+        if number == len(lines):
+            msg = f"{path}:{start}: a code fence opened here is never closed."
+            raise PageError(msg)
+        body = "\n".join(line[indent:] for line in lines[start:number])
+        found.append(Block(language, body + "\n", start + 1))
+        number += 1
+    return found
+
+
+def runnable(path: Path) -> list[Block]:
+    return [block for block in blocks(path) if block.language == RUN]
+
+
+def run(path: Path) -> int:
+    """Runs the page's python blocks; returns how many ran (raises at the first failure)."""
+    namespace: dict[str, object] = {"__name__": "__main__", "__file__": str(path)}
+    parser = doctest.DocTestParser()
+    todo = runnable(path)
+    for number, block in enumerate(todo, 1):
+        name = f"{path.name} block {number} (line {block.line})"
+        if block.doctest:
+            test = parser.get_doctest(block.text, namespace, name, str(path), block.line - 1)
+            test.globs = namespace  # DocTest copies its globals: share the page's instead
+            runner = doctest.DocTestRunner(optionflags=FLAGS)
+            runner.run(test, out=sys.stdout.write, clear_globs=False)
+            if runner.failures:
+                msg = f"{name}: {runner.failures} of {runner.tries} doctest examples failed."
+                raise AssertionError(msg)
+        else:
+            # Padded so that a traceback names the page's line numbers.
+            exec(compile("\n" * (block.line - 1) + block.text, str(path), "exec"), namespace)
+    return len(todo)
+
+
+def main() -> None:
+    path = Path(sys.argv[1]).resolve()
+    count = run(path)
+    print(f"{path.name}: ran {count} blocks")
+
+
+if __name__ == "__main__":
+    main()

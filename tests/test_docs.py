@@ -1,0 +1,191 @@
+"""The docs: every page's examples run, the site builds strictly, generated figures are current.
+
+* Every ```python block of README.md and of every page under docs/ runs (tests/_pages.py),
+  in order, one namespace per page, in a fresh temporary directory, in a process of
+  its own (a page may install a signal handler or turn on op determinism, which would
+  leak into the other tests of a shared process).
+* ``mkdocs build --strict`` succeeds: no broken link or anchor, no page missing from
+  the nav, no docstring the API reference cannot render.
+* The generated regions of the pages (benchmark tables from benchmarks/results/*.json,
+  the unsafe-ops table from the guard's list) and the plots are what
+  ``docs/_gen/generate.py`` makes from the current data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _pages  # noqa: E402
+
+ROOT = next(p for p in HERE.parents if (p / "pyproject.toml").exists())
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", ROOT / "ARCHITECTURE.md",
+         *sorted(p for p in DOCS.rglob("*.md") if "_gen" not in p.parts)]
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NO_MKDOCS_2_WARNING="1")
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_page_python_blocks_run(page, tmp_path):
+    """Every python block of the page runs (doctests pass), in order, in a fresh directory."""
+    expected = len(_pages.runnable(page))  # also refuses a mis-fenced or unrun example
+    if expected == 0:
+        return
+    result = subprocess.run(
+        [sys.executable, str(HERE / "_pages.py"), str(page)],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600, check=False,
+    )
+
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    assert result.stdout.splitlines()[-1] == f"{page.name}: ran {expected} blocks"
+
+
+def test_readme_is_a_short_front_door_with_the_two_quick_start_commands():
+    """README.md stays under 200 lines and gives exactly the two quick-start commands."""
+    text = (ROOT / "README.md").read_text()
+    quick_start = text[text.index("## Quick start") :].split("```bash\n", 1)[1].split("```")[0]
+
+    assert len(text.splitlines()) < 200
+    assert quick_start.splitlines() == [
+        "pip install -e . && python -m resumeloader demo",
+        'pip install -e ".[test]" && python -m pytest',
+    ]
+
+
+@pytest.mark.slow
+def test_mkdocs_build_strict_succeeds(tmp_path):
+    """`mkdocs build --strict` builds the site (into a temporary directory) without a warning."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600, check=False,
+    )
+
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert (tmp_path / "site" / "performance" / "index.html").exists()
+
+
+@pytest.mark.slow
+def test_mkdocs_build_strict_refuses_a_page_missing_from_nav(tmp_path):
+    """A page under docs/ that `nav` does not list fails the strict build, naming it."""
+    for name in ("mkdocs.yml", "ARCHITECTURE.md", "CHANGELOG.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(DOCS, tmp_path / "docs")
+    (tmp_path / "docs" / "guides" / "unlisted.md").write_text("# A guide nobody listed\n")
+
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600, check=False,
+    )
+
+    assert result.returncode != 0
+    assert "guides/unlisted.md" in result.stderr
+
+
+@pytest.mark.slow
+def test_generated_tables_and_plots_are_current():
+    """The pages' generated regions and the plots match what generate.py makes from the data."""
+    result = subprocess.run(
+        [sys.executable, str(DOCS / "_gen" / "generate.py"), "--check"],
+        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300, check=False,
+    )
+
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
+@pytest.mark.slow
+def test_generated_check_fails_when_a_figure_changes(tmp_path):
+    """One changed figure in a results file makes its page's table and its plot stale."""
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "benchmarks" / "results", results)
+    loader = json.loads((results / "bench_loader.json").read_text())
+    loader["tables"][0]["rows"][0]["rate"] *= 2
+    (results / "bench_loader.json").write_text(json.dumps(loader))
+
+    result = subprocess.run(
+        [sys.executable, str(DOCS / "_gen" / "generate.py"), "--check"],
+        cwd=ROOT, env=dict(ENV, RESUMELOADER_BENCH_RESULTS=str(results)),
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+
+    assert result.returncode == 1
+    assert "performance.md" in result.stdout + result.stderr
+    assert "throughput.svg is stale" in result.stderr
+
+
+# -- the page runner itself: it fails when it should ----------------------------------------
+
+
+def _page(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "page.md"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_page_runner_runs_blocks_in_order_in_one_namespace(tmp_path, monkeypatch):
+    """Later blocks see earlier blocks' names (doctests' too); ```py blocks are not run."""
+    monkeypatch.chdir(tmp_path)
+    page = _page(tmp_path, """\
+        ```python
+        x = 2
+        ```
+        ```py
+        raise RuntimeError("shown only")
+        ```
+        ```python
+        >>> y = x * 21
+        >>> y
+        42
+
+        ```
+        ```python
+        assert y == 42
+        ```
+        """)
+
+    assert _pages.run(page) == 3
+
+
+def test_page_runner_failing_script_block_raises_with_the_page_line(tmp_path, monkeypatch):
+    """A script block that raises fails the page; the traceback names the page's line."""
+    monkeypatch.chdir(tmp_path)
+    page = _page(tmp_path, "text\n\n```python\nx = 1\nraise ValueError('broken example')\n```\n")
+
+    with pytest.raises(ValueError, match="broken example") as info:
+        _pages.run(page)
+
+    assert info.traceback[-1].lineno + 1 == 5
+
+
+def test_page_runner_failing_doctest_fails(tmp_path, monkeypatch):
+    """A doctest whose output differs fails the page."""
+    monkeypatch.chdir(tmp_path)
+    page = _page(tmp_path, "```python\n>>> 1 + 1\n3\n\n```\n")
+
+    with pytest.raises(AssertionError, match="1 of 1 doctest examples failed"):
+        _pages.run(page)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("```python3\nx = 1\n```\n", "would not run"),
+        ("```pycon\n>>> 1\n1\n```\n", "would not run"),
+        (">>> 1 + 1\n2\n", "outside a ```python block"),
+        ("```python\nx = 1\n", "never closed"),
+    ],
+    ids=["python3-fence", "pycon-fence", "bare-prompt", "open-fence"],
+)
+def test_page_runner_refuses_examples_that_would_not_run(tmp_path, text, message):
+    """Another spelling of a python fence, a bare `>>>` or an open fence is refused."""
+    with pytest.raises(_pages.PageError, match=message):
+        _pages.blocks(_page(tmp_path, text))
