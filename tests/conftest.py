@@ -9,6 +9,7 @@ import os
 import sys
 
 import pytest
+from _objstore_fixtures import gcs_store, s3_store, store  # noqa: F401 (session fixtures)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

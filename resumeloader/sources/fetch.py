@@ -122,10 +122,15 @@ def _status(err: BaseException | None) -> int | None:
             code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if isinstance(code, int):
                 return code
-        for attr in ("status", "code"):
-            value = getattr(err, attr, None)
-            if isinstance(value, int) and 100 <= value < 600:
-                return value
+        # gcsfs's HttpError (.code) and aiohttp's ClientResponseError (.status); not the
+        # codes of aiohttp's parse errors (a truncated body's ContentLengthError is "400")
+        value = None
+        if type(err).__module__.startswith("gcsfs"):
+            value = getattr(err, "code", None)
+        elif hasattr(err, "request_info") and hasattr(err, "history"):
+            value = getattr(err, "status", None)
+        if isinstance(value, int) and 100 <= value < 600:
+            return value
         err, seen = err.__cause__ or err.__context__, seen + 1
     return None
 

@@ -131,7 +131,8 @@ def _frozen(options: Options | None) -> tuple[tuple[str, Any], ...]:
 
 
 _lock = threading.Lock()
-_filesystems: dict[tuple[int, str, str], Any] = {}
+_filesystems: dict[tuple[int, str, str, tuple[tuple[str, str], ...]], Any] = {}
+_ENVIRONMENT = ("AWS_", "GOOGLE_", "STORAGE_EMULATOR_HOST", "GCS", "HTTP_PROXY", "HTTPS_PROXY")
 
 
 def filesystem(proto: str, options: tuple[tuple[str, Any], ...] = ()) -> Any:
@@ -141,7 +142,10 @@ def filesystem(proto: str, options: tuple[tuple[str, Any], ...] = ()) -> Any:
         ImportError: the protocol's package is not installed (the message names the
             extra that installs it).
     """
-    key = (os.getpid(), proto, repr(options))
+    environment = tuple(
+        (k, v) for k, v in sorted(os.environ.items()) if k.startswith(_ENVIRONMENT)
+    )  # a filesystem reads these when it is built
+    key = (os.getpid(), proto, repr(options), environment)
     with _lock:
         found = _filesystems.get(key)
     if found is not None:
