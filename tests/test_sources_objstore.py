@@ -264,3 +264,33 @@ def test_import_stays_light_and_a_missing_extra_names_it():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     ).stdout
     assert "pip install 'resumeloader[s3]'" in out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # four TensorFlow processes in turn, on a loaded machine
+def test_verify_sigkill_job_reading_s3_reports_identical(s3_store, tmp_path, monkeypatch, capsys):
+    """A job whose data is in the S3 server, SIGKILLed twice (once mid-save), resumes exactly."""
+    import tensorflow as tf
+
+    folder = s3_store.folder()
+    for part in range(3):
+        examples = []
+        for i in range(40):
+            x = [float((part * 40 + i) % 7), float(i % 3), float(part), 1.0]
+            feature = {"x": tf.train.Feature(float_list=tf.train.FloatList(value=x))}
+            example = tf.train.Example(features=tf.train.Features(feature=feature))
+            examples.append(example.SerializeToString())
+        s3_store.put(f"{folder}/train-{part}.tfrecord", _objstore.tfrecord_bytes(examples))
+    for key, value in s3_store.environment.items():  # the job finds the endpoint there
+        monkeypatch.setenv(key, value)
+    script = os.path.join(os.path.dirname(__file__), "scripts", "train_objstore.py")
+    argv = [
+        "verify", "--workdir", str(tmp_path / "verify"),
+        "--kill-at", "step:5", "--kill-at", "save:20",
+        "--", sys.executable, script, s3_store.url(f"{folder}/train-*.tfrecord"),
+        "--index-dir", str(tmp_path / "index"),
+    ]
+    status = cli.main(argv)
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "IDENTICAL: same batches, same order, same bytes, same final weights" in out
