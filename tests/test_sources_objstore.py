@@ -294,3 +294,32 @@ def test_verify_sigkill_job_reading_s3_reports_identical(s3_store, tmp_path, mon
     out = capsys.readouterr().out
     assert status == 0, out
     assert "IDENTICAL: same batches, same order, same bytes, same final weights" in out
+
+
+def test_file_source_reads_an_image_folder_in_a_bucket_with_tf_map(store, tmp_path):
+    """JPEG objects under class folders: decoded by tf_map, labels from the paths."""
+    import tensorflow as tf
+
+    from resumeloader.sources import FileSource
+
+    folder = store.folder()
+    for i in range(6):
+        image = tf.io.encode_jpeg(tf.fill((4, 4, 3), tf.constant(i * 40, tf.uint8))).numpy()
+        store.put(f"{folder}/class-{i % 2}/{i}.jpg", image)
+    src = FileSource(store.url(f"{folder}/*/*.jpg"), storage_options=store.options)
+
+    def decode(batch, seeds):
+        images = tf.map_fn(
+            lambda data: tf.io.decode_jpeg(data, channels=3), batch["data"],
+            fn_output_signature=tf.TensorSpec((4, 4, 3), tf.uint8),
+        )
+        labels = tf.strings.to_number(tf.strings.substr(batch["path"], -7, 1), tf.int32)
+        return images, labels
+
+    pipeline = Pipeline(src, seed=0).shuffle().batch(3).tf_map(decode)
+    seen = [(images.numpy(), labels.numpy()) for images, labels in
+            ResumableLoader.from_pipeline(pipeline, num_epochs=1)]
+    labels = sorted(int(label) for _, batch in seen for label in batch)
+    assert labels == [0, 0, 0, 1, 1, 1]
+    assert all(images.shape == (3, 4, 4, 3) for images, _ in seen)
+    assert src.paths[0].endswith("/class-0/0.jpg") and "versions" not in src.order_fields()

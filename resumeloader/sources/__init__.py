@@ -20,6 +20,7 @@ from resumeloader.sources.base import (
 )
 from resumeloader.sources.concat import ConcatSource
 from resumeloader.sources.fetch import ObjectChangedError, ObjectReadError, ObjectReads
+from resumeloader.sources.file_list import FileSource
 from resumeloader.sources.handles import TooManyOpenFiles
 from resumeloader.sources.huggingface import HuggingFaceSource
 from resumeloader.sources.indexable import IndexableSource
@@ -32,6 +33,7 @@ __all__ = [
     "ArraySource",
     "ConcatSource",
     "CorruptRecordError",
+    "FileSource",
     "HuggingFaceSource",
     "IndexableSource",
     "MissingValueError",
