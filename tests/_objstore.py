@@ -13,6 +13,11 @@
 
 Everything binds 127.0.0.1 on a port the OS picks, and stops with the context that
 started it. Each request the proxy forwards has a 30 s timeout.
+
+``python tests/_objstore.py s3 --latency 0.02`` runs the S3 server and a proxy in a
+process of their own (the benchmark's: a server in the measured process would take its
+CPU), prints one JSON line (``endpoint``, ``proxy``) and stops when its standard input
+closes; `RemoteProxy` drives that proxy through its control paths (``/__proxy__/...``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import http.server
+import json
 import os
 import shutil
 import socket
@@ -67,6 +73,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._plan: list[str] = []
         self._match: Callable[[str], bool] = lambda path: True
+        self._every, self._seen = 1, 0
         self.reads = 0
         self.bytes_sent = 0
         self.faulted: dict[str, int] = dict.fromkeys(FAULTS, 0)
@@ -105,13 +112,16 @@ class FaultProxy:
         self._thread.join(timeout=10)
 
     def inject(
-        self, kind: str, count: int = 1, *, match: Callable[[str], bool] | None = None
+        self, kind: str, count: int = 1, *, every: int = 1,
+        match: Callable[[str], bool] | None = None,
     ) -> None:
-        """The next `count` object reads (whose path `match` accepts) fail with `kind`."""
+        """`count` of the next object reads (whose path `match` accepts; one in `every`)
+        fail with `kind`."""
         assert kind in FAULTS, kind
         with self._lock:
             self._plan = [kind] * count
             self._match = match or (lambda path: True)
+            self._every, self._seen = every, 0
 
     def clear(self) -> None:
         """No more faults; counters reset."""
@@ -130,12 +140,37 @@ class FaultProxy:
         with self._lock:
             self.reads += 1
             if self._plan and self._match(path):
+                self._seen += 1
+                if (self._seen - 1) % self._every:
+                    return None
                 kind = self._plan.pop(0)
                 self.faulted[kind] += 1
                 return kind
         return None
 
+    def _control(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        """``/__proxy__/stats``, ``/__proxy__/clear``, ``/__proxy__/inject?kind=&count=&every=``."""
+        from urllib.parse import parse_qs, urlsplit
+
+        parts = urlsplit(handler.path)
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        if parts.path.endswith("/clear"):
+            self.clear()
+        elif parts.path.endswith("/inject"):
+            self.slow_seconds = float(query.get("slow", self.slow_seconds))
+            self.inject(query["kind"], int(query["count"]), every=int(query.get("every", 1)))
+        with self._lock:
+            stats = {"reads": self.reads, "bytes_sent": self.bytes_sent, "faulted": self.faulted}
+        payload = json.dumps(stats).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        handler.wfile.write(payload)
+
     def _handle(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        if handler.path.startswith("/__proxy__/"):
+            self._control(handler)
+            return
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
         if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -329,3 +364,68 @@ def tfrecord_bytes(records: list[bytes]) -> bytes:
         out += length + struct.pack("<I", masked_crc(length))
         out += record + struct.pack("<I", masked_crc(record))
     return bytes(out)
+
+
+class RemoteProxy:
+    """A `FaultProxy` in another process (``python tests/_objstore.py s3``), driven through
+    its control paths: the same counters and `inject` / `clear`."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def _call(self, what: str) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.url}/__proxy__/{what}", timeout=30) as reply:
+            return dict(json.loads(reply.read()))
+
+    reads = property(lambda self: self._call("stats")["reads"])
+    bytes_sent = property(lambda self: self._call("stats")["bytes_sent"])
+    faulted = property(lambda self: self._call("stats")["faulted"])
+
+    def clear(self) -> None:
+        self._call("clear")
+
+    def inject(self, kind: str, count: int = 1, *, every: int = 1, slow: float = 3.0) -> None:
+        self._call(f"inject?kind={kind}&count={count}&every={every}&slow={slow}")
+
+
+@contextlib.contextmanager
+def s3_process(latency: float) -> Iterator[tuple[str, RemoteProxy]]:
+    """The S3 server and a proxy adding `latency` in a subprocess: (endpoint, proxy)."""
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "s3", "--latency", str(latency)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line:
+            raise RuntimeError("the S3 server process did not start")
+        urls = json.loads(line)
+        yield urls["endpoint"], RemoteProxy(urls["proxy"])
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(15)
+
+
+def _serve() -> None:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("kind", choices=["s3"])
+    parser.add_argument("--latency", type=float, default=0.0)
+    args = parser.parse_args()
+    with s3_server() as endpoint, FaultProxy(endpoint, latency=args.latency) as proxy:
+        print(json.dumps({"endpoint": endpoint, "proxy": proxy.url}), flush=True)
+        sys.stdin.read()  # until the parent closes it (or dies)
+
+
+if __name__ == "__main__":
+    _serve()
