@@ -107,7 +107,7 @@ class FileSource(base.Source):
         if remote:
             ranges = [(self._locations[at[k]], 0, self._sizes[at[k]]) for k in remote]
             try:
-                views = fetch.read(ranges, self._reads, cache=False)  # type: ignore[arg-type]
+                views = fetch.read(ranges, self._reads, cache=False)
             except (fetch.ObjectChangedError, fetch.ObjectReadError) as err:
                 index = next(at[k] for k in remote if self._names[at[k]] in str(err))
                 msg = f"Record index {index}: {err}"

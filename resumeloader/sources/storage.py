@@ -29,8 +29,9 @@ loops are turned off (s3fs ``retries=1``, botocore ``max_attempts=1``, gcsfs's
 request called once), so that retries are `fetch`'s: bounded in count and time and
 the same for every protocol.
 
-The packages are optional extras: ``pip install 'resumeloader[s3]'`` (s3fs) or
-``'resumeloader[gcs]'`` (gcsfs); importing resumeloader imports none of them.
+The packages are optional extras: ``pip install 'resumeloader[s3]'`` (s3fs),
+``'resumeloader[gcs]'`` (gcsfs) or ``'resumeloader[http]'`` (fsspec with aiohttp);
+importing resumeloader imports none of them.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ _PROTOCOLS = {
     "s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http",
     "memory": "memory",
 }
-_EXTRAS = {"s3": ("s3fs", "s3"), "gcs": ("gcsfs", "gcs"), "http": ("aiohttp", "s3")}
+_EXTRAS = {"s3": ("s3fs", "s3"), "gcs": ("gcsfs", "gcs"), "http": ("aiohttp", "http")}
 
 
 @dataclasses.dataclass(frozen=True)

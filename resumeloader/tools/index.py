@@ -30,11 +30,13 @@ def main(paths: Sequence[str], out: Any, *, index_dir: str | None = None) -> int
     for location in files_lib.expand_locations(list(paths), "TFRecord"):
         if isinstance(location, storage.Object):
             url, count = remote_index.write_sidecar(location, reads)
-            out.print(f"{storage.display_url(location.url)}: {count} records -> {url}")
+            line = f"{storage.display_url(location.url)}: {count} records -> {url}"
+            out.print(line, soft_wrap=True)
         else:
             count = len(index_lib.load_or_build(location, folder).offsets)
             stored = index_lib.cache_path(location, folder)
-            out.print(f"{files_lib.display(location)}: {count} records -> {stored}")
+            line = f"{files_lib.display(location)}: {count} records -> {stored}"
+            out.print(line, soft_wrap=True)
         objects, records = objects + 1, records + count
     kind = "object" if objects == 1 else "objects"
     out.print(f"indexed {objects} {kind}, {records} records")
