@@ -8,8 +8,9 @@ Writes 16 TFRecord objects of ``tf.train.Example`` records of 3 KB (20,000 recor
 S3 contender reads with a cache (48 MiB) smaller than the data (about 62 MB), as a
 real data set is. Batch 128, ``tf_map(parse_example)``, rounds interleaved, medians:
 
-* ``TFRecordSource`` + ``tf_map`` in the block order (``shuffle(block="4MiB")``) over
-  ``s3://``, against the same pipeline on local disk;
+* ``TFRecordSource`` + ``tf_map`` in the block order (``shuffle(block="4MiB")``: chunks
+  of one object, windows of 4 objects; 1 MiB with ``--quick``) over ``s3://``, against
+  the same pipeline on local disk;
 * the global shuffle over ``s3://`` (default ``ObjectReads``, and with 64 KiB merge
   gaps), and the unshuffled order (GETs per object per batch);
 * the hand-written fsspec source users write today: ``__getitem__`` making one ranged
@@ -17,7 +18,9 @@ real data set is. Batch 128, ``tf_map(parse_example)``, rounds interleaved, medi
   8 thread workers;
 * tf.data ``TFRecordDataset`` on the same ``s3://`` URL, if any TensorFlow filesystem
   can read it (TensorFlow 2.21 has none: the error is printed in the table);
-* the physical reference: every object read whole, 16 GETs in parallel, no shuffle.
+* the physical reference: every object read whole, 16 GETs in parallel, no shuffle;
+* ArrayRecord objects (the same records), read through local copies of whole objects:
+  building the source with an empty copy folder, then epochs, against local files.
 
 Columns: records/s, GETs per batch, bytes read / bytes used, minor page faults per
 batch. Then: restore to the first batch at epoch 50 of a 1,000,000-record object
@@ -52,7 +55,14 @@ import tensorflow as tf
 from _results import Column, Report, Table, Target
 
 from resumeloader import Pipeline, ResumableLoader
-from resumeloader.sources import IndexableSource, ObjectReads, TFRecordSource, fetch, tfrecord_index
+from resumeloader.sources import (
+    ArrayRecordSource,
+    IndexableSource,
+    ObjectReads,
+    TFRecordSource,
+    fetch,
+    tfrecord_index,
+)
 
 BATCH = 128
 WARMUP = 4  # batches before the clock starts (the first one's time is its own column)
@@ -109,10 +119,10 @@ class Run:
         (the first batch included: for contenders whose every batch waits alike)."""
         fetch.clear()
         self.proxy.clear()
-        begin = time.perf_counter()
-        batches = iter(batches)
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         reads, sent = self.proxy.reads, self.proxy.bytes_sent
+        begin = time.perf_counter()
+        batches = iter(batches)  # `for batch in loader` makes its first batch here
         count = records = 0
         first = None
         start = begin
@@ -211,6 +221,49 @@ def faults_table(pipeline: Callable[[], Pipeline], expected: list[bytes], proxy:
     return table.finish(load)
 
 
+def array_record_table(written: list[bytes], folder: str, direct: Any, rounds: int) -> Table:
+    """ArrayRecord objects read through local copies: building (downloads), then epochs."""
+    from array_record.python import array_record_module
+
+    per_object = len(written) // OBJECTS
+    for part in range(OBJECTS):
+        path = os.path.join(folder, f"ar-{part:02d}.array_record")
+        writer = array_record_module.ArrayRecordWriter(path, "group_size:1")
+        for record in written[part * per_object : (part + 1) * per_object]:
+            writer.write(record)
+        writer.close()
+        direct.put_file(path, f"bench/ar-{part:02d}.array_record")
+    table = Table(
+        "array_record", "ArrayRecord objects through local copies of whole objects",
+        "bench_objstore.py",
+        "The array-record reader opens local paths only, so objects are copied whole into a "
+        "bounded local folder by version. Building the source with an empty folder downloads "
+        "every object; epochs then read the copies (block order, chunks = objects).",
+        [Column("name", "case"), Column("seconds", "seconds", ",.2f"),
+         Column("rate", "records/s", ",.0f")],
+    )
+    load = _results.load_average()
+    builds, s3_rates, local_rates = [], [], []
+    local = ArrayRecordSource(os.path.join(folder, "ar-*.array_record"))
+    for _ in range(rounds):
+        copies = tempfile.mkdtemp(prefix="copies-", dir=folder)
+        start = time.perf_counter()
+        on_s3 = ArrayRecordSource("s3://bench/ar-*.array_record", cache_dir=copies)
+        builds.append(time.perf_counter() - start)
+        for source, rates in ((on_s3, s3_rates), (local, local_rates)):
+            pipeline = Pipeline(source, seed=0).shuffle(block="4MiB").batch(BATCH).tf_map(parse)
+            start = time.perf_counter()
+            loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+            count = sum(int(b.shape[0]) for b in loader)
+            rates.append(count / (time.perf_counter() - start))
+    build = statistics.median(builds)
+    table.add(name="build the source, empty folder (downloads 16 objects)", seconds=build,
+              rate=len(written) / build)
+    table.add(name="one epoch, s3:// (copies in the folder)", rate=statistics.median(s3_rates))
+    table.add(name="one epoch, local disk", rate=statistics.median(local_rates))
+    return table.finish(load)
+
+
 def run(quick: bool, rounds: int) -> Report:
     num = 4_000 if quick else 20_000
     per_object = num // OBJECTS
@@ -247,7 +300,9 @@ def run(quick: bool, rounds: int) -> Report:
             return ResumableLoader.from_pipeline(pipeline.batch(BATCH).tf_map(parse), **kwargs)
 
         epoch = num // BATCH - WARMUP
-        few = 3 if quick else 8
+        few = 4 if quick else 8
+        # Quick: 1 MiB chunks, so that its 4,000 records still make 4 windows (read ahead).
+        block = "1MiB" if quick else "4MiB"
         names = {
             "block": "TFRecordSource + tf_map, block order, s3:// (+20 ms)",
             "local": "TFRecordSource + tf_map, block order, local disk",
@@ -259,8 +314,8 @@ def run(quick: bool, rounds: int) -> Report:
             "reference": "reference: every object read whole, 16 GETs at once",
         }
         cases = {
-            "block": lambda: measure(loader(Pipeline(on_s3, seed=0).shuffle(block="4MiB")), epoch),
-            "local": lambda: measure(loader(Pipeline(local, seed=0).shuffle(block="4MiB")), epoch),
+            "block": lambda: measure(loader(Pipeline(on_s3, seed=0).shuffle(block=block)), epoch),
+            "local": lambda: measure(loader(Pipeline(local, seed=0).shuffle(block=block)), epoch),
             "global": lambda: measure(
                 loader(Pipeline(on_s3, seed=0).shuffle()), few, warmup=1),
             "global64": lambda: measure(
@@ -269,7 +324,8 @@ def run(quick: bool, rounds: int) -> Report:
             "hand": lambda: measure(
                 loader(Pipeline(IndexableSource(hand), seed=0).shuffle()), 1, warmup=0),
             "hand8": lambda: measure(loader(Pipeline(IndexableSource(hand), seed=0).shuffle(),
-                                            num_workers=8, worker_type="thread"), 4, warmup=0),
+                                            num_workers=8, worker_type="thread"), few * 2,
+                                    warmup=0),
             "reference": lambda: measure(_reference(fs, hand), num // BATCH, warmup=0),
         }
         load = _results.load_average()
@@ -278,7 +334,9 @@ def run(quick: bool, rounds: int) -> Report:
             "objstore", f"{num:,} TFRecord records of 3 KB in {OBJECTS} S3 objects, +20 ms per "
             "request", "bench_objstore.py",
             "Batch 128, tf_map(parse_example); medians of interleaved rounds; the S3 readers "
-            "keep at most 48 MiB of the 62 MB in cache. tf.data on the same URL: "
+            f"keep at most 48 MiB of the {len(written) * (PAYLOAD + 40) / 1e6:.0f} MB in cache; "
+            f"block order: {block} chunks, 4 per window; "
+            f"{WARMUP} warm-up batches. tf.data on the same URL: "
             f"{tf_data_on_s3(url)}.",
             [Column("name", "pipeline"), Column("rate", "records/s", ",.0f"),
              Column("ratio", "vs block order", ".2f", "x"),
@@ -307,6 +365,7 @@ def run(quick: bool, rounds: int) -> Report:
         )
         restore.add(records=100_000 if quick else 1_000_000, ms=first_ms, gets=first_gets)
         restore.finish(load)
+        array_records = array_record_table(written, folder, direct, rounds)
         faults = faults_table(
             lambda: Pipeline(TFRecordSource(url, index_dir=index_dir, object_reads=ObjectReads(
                 backoff=0.01, timeout=1.0, cache_bytes=48 << 20)), seed=1).shuffle(block="1MiB")
@@ -325,7 +384,7 @@ def run(quick: bool, rounds: int) -> Report:
                float(sum(r["lost"] + r["duplicated"] + r["partial"] for r in faults.rows)), 0,
                unit="", at_most=True, item="21"),
     ]
-    return Report([table, restore, faults], targets)
+    return Report([table, restore, array_records, faults], targets)
 
 
 def _objects_per_batch(per_object: int, batches: range) -> float:

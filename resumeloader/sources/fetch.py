@@ -426,6 +426,8 @@ def stats() -> dict[str, int]:
 
 
 def clear() -> None:
-    """Forgets every cached span (GETs in flight finish unseen)."""
+    """Forgets every cached span; GETs in flight are cancelled."""
     with _CACHE.lock:
+        for _, span in _CACHE.order.values():
+            span.future.cancel()
         _CACHE.__init__()  # type: ignore[misc]

@@ -317,24 +317,24 @@ class TFRecordSource(base.Source):
     def _record(
         self, buffer: bytes, at: int, stop: int, file: int, number: int, begin: int
     ) -> bytes:
-        path = files_lib.display(self._indexes[file].path)
-        where = f"{path}, record {number} (byte offset {begin + at})"
+        problem = None
         if stop > len(buffer):
-            msg = f"{where}: the file is shorter than when it was indexed (it changed)."
-            raise _Corrupt(msg)
-        length, length_crc = _LENGTH.unpack_from(buffer, at)
-        if length != stop - at - 16:
-            msg = (
-                f"{where}: its length field says {length} bytes, the index {stop - at - 16}: "
-                "the file changed since it was indexed, or the byte is corrupt."
-            )
-            raise _Corrupt(msg)
-        data = buffer[at + 12 : stop - 4]
-        if self._verify:
-            if index_lib.masked_crc(buffer[at : at + 8]) != length_crc:
-                msg = f"{where}: the length field fails its CRC32C checksum (corrupt data)."
-                raise _Corrupt(msg)
-            if index_lib.masked_crc(data) != _CRC.unpack_from(buffer, stop - 4)[0]:
-                msg = f"{where}: the record's data fails its CRC32C checksum (corrupt data)."
-                raise _Corrupt(msg)
+            problem = "the file is shorter than when it was indexed (it changed)."
+        else:
+            length, length_crc = _LENGTH.unpack_from(buffer, at)
+            data = buffer[at + 12 : stop - 4]
+            if length != stop - at - 16:
+                problem = (
+                    f"its length field says {length} bytes, the index {stop - at - 16}: "
+                    "the file changed since it was indexed, or the byte is corrupt."
+                )
+            elif self._verify and index_lib.masked_crc(buffer[at : at + 8]) != length_crc:
+                problem = "the length field fails its CRC32C checksum (corrupt data)."
+            elif self._verify and index_lib.masked_crc(data) != _CRC.unpack_from(
+                buffer, stop - 4
+            )[0]:
+                problem = "the record's data fails its CRC32C checksum (corrupt data)."
+        if problem is not None:  # the message is built only for a bad record
+            path = files_lib.display(self._indexes[file].path)
+            raise _Corrupt(f"{path}, record {number} (byte offset {begin + at}): {problem}")
         return data
