@@ -186,9 +186,14 @@ class ArrayRecordSource(base.Source):
             **files_lib.identity(self._names, contents),
         }
         self._mean_bytes = sum(sizes) / max(1, len(self))
-        versions = [getattr(loc, "version", None) for loc in self._locations]
-        if any(version is not None for version in versions):
-            self._fields["versions"] = files_lib.content_identity(versions)
+        if any(isinstance(loc, storage.Object) for loc in self._locations):
+            self._fields["versions"] = files_lib.versions_digest(self._locations)
+            files_lib.remember_versions(self._cache_dir, self._locations)
+
+    def explain_field(self, field: str, saved: int | str) -> str | None:
+        if field != "versions":
+            return None
+        return files_lib.changed_versions(self._cache_dir, str(saved), self._locations)
 
     def _local(self, file: int) -> str:
         """The local path of file `file` (an object's local copy, downloaded if needed)."""

@@ -160,6 +160,11 @@ class Source:
         nothing that is read. Default: nothing to do (True)."""
         return True
 
+    def explain_field(self, field: str, saved: int | str) -> str | None:
+        """Why order field `field` is `saved` in a checkpoint and not what it is now, in
+        words, when the source can tell (e.g. which objects changed); else None."""
+        return None
+
     def order_fields(self) -> dict[str, int | str]:
         """The fields identifying this data in the state (``num_records`` at least).
 

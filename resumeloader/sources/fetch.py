@@ -24,26 +24,29 @@ known in advance) and returns at once; at most `ObjectReads.readahead_bytes` of
 prefetched bytes wait unread at any time. What is fetched only fills the cache: a
 read returns the same bytes with or without it. The cache holds at most
 `ObjectReads.cache_bytes` of finished spans (least recently used dropped first).
+One GET per protocol is `resumeloader.sources.protocols`; the cache,
+`resumeloader.sources.spans`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import concurrent.futures
 import dataclasses
 import errno
 import os
 import random
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from resumeloader.core import validate
-from resumeloader.sources import handles, storage
+from resumeloader.sources import protocols, spans, storage
+from resumeloader.sources.protocols import ObjectChangedError
 
-__all__ = ["ObjectChangedError", "ObjectReadError", "ObjectReads", "prefetch", "read", "stats"]
+__all__ = [
+    "ObjectChangedError", "ObjectReadError", "ObjectReads", "clear", "prefetch", "read", "stats",
+]
 
 Range = tuple[storage.Object, int, int]
 #: (object, start, stop) -> the block (start, stop) that holds it, for aligned reads.
@@ -89,11 +92,6 @@ class ObjectReads:
                 raise ValueError(msg)
 
 
-class ObjectChangedError(handles.StaleFileError):
-    """An object is not the version the source was built from (it was rewritten or
-    deleted): nothing of it is read. Build the source again to read the new data."""
-
-
 class ObjectReadError(OSError):
     """A ranged GET still failed after its tries (the message names the object, the
     byte range, the tries and the last error).
@@ -112,113 +110,6 @@ class _ShortBody(OSError):
     pass
 
 
-# -- one GET, per protocol --------------------------------------------------------------
-def _status(err: BaseException | None) -> int | None:
-    """The HTTP status an error of s3fs, gcsfs or aiohttp carries, if any."""
-    seen = 0
-    while err is not None and seen < 8:
-        response = getattr(err, "response", None)
-        if isinstance(response, dict):
-            code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if isinstance(code, int):
-                return code
-        # gcsfs's HttpError (.code) and aiohttp's ClientResponseError (.status); not the
-        # codes of aiohttp's parse errors (a truncated body's ContentLengthError is "400")
-        value = None
-        if type(err).__module__.startswith("gcsfs"):
-            value = getattr(err, "code", None)
-        elif hasattr(err, "request_info") and hasattr(err, "history"):
-            value = getattr(err, "status", None)
-        if isinstance(value, int) and 100 <= value < 600:
-            return value
-        err, seen = err.__cause__ or err.__context__, seen + 1
-    return None
-
-
-async def _changed(obj: storage.Object, why: str) -> ObjectChangedError:
-    fs = storage.filesystem(obj.protocol, obj.options)
-    path = storage.strip(obj.protocol, obj.url)
-    try:
-        if hasattr(fs, "invalidate_cache"):
-            fs.invalidate_cache(path)
-        info = await fs._info(path)
-        current = f"it is now version {storage.version_of(obj.protocol, info) or '?'} of " + (
-            f"{info.get('size')} bytes"
-        )
-    except FileNotFoundError:
-        current = "it no longer exists"
-    except Exception as err:  # the look is only for the message
-        current = f"its current version is unknown ({type(err).__name__}: {err})"
-    msg = (
-        f"Object {obj} changed since the source was built: it was version "
-        f"{obj.version or '?'} of {obj.size} bytes, {current} ({why}). A changed object "
-        "is never read (its records would mix old and new bytes). Build the source again "
-        "to read the new data; a checkpoint of the old data is refused by the new source."
-    )
-    return ObjectChangedError(errno.ESTALE, msg)
-
-
-async def _get_once(obj: storage.Object, start: int, stop: int) -> bytes:
-    proto = obj.protocol
-    fs = storage.filesystem(proto, obj.options)
-    span = f"bytes={start}-{stop - 1}"
-    if proto == "s3":
-        bucket, _, key = obj.url.split("://", 1)[1].partition("/")
-        kw = {"Bucket": bucket, "Key": key, "Range": span}
-        if obj.version:
-            kw["IfMatch"] = obj.version
-        try:
-            response = await fs._call_s3("get_object", **kw)
-        except Exception as err:
-            if _status(err) == 412:
-                raise await _changed(obj, "If-Match failed") from err
-            raise
-        body = response["Body"]
-        try:
-            data = await body.read()
-        finally:
-            body.close()
-        got = response.get("ETag")
-        if obj.version and got and got != obj.version:
-            raise await _changed(obj, f"the answer is version {got}")
-        return bytes(data)
-    if proto == "gcs":
-        url = fs.url(obj.url.split("://", 1)[1], generation=obj.version or None)
-        request = getattr(type(fs)._request, "__wrapped__", None)  # one try: ours retry
-        try:
-            if request is not None:
-                _, headers, _, data = await request(fs, "GET", url, headers={"Range": span})
-            else:
-                _, headers, _, data = await fs._request("GET", url, headers={"Range": span})
-        except FileNotFoundError as err:
-            if obj.version:
-                raise await _changed(obj, f"generation {obj.version} is gone") from err
-            raise
-        got = headers.get("x-goog-generation")
-        if obj.version and got and got != obj.version:
-            raise await _changed(obj, f"the answer is generation {got}")
-        return bytes(data)
-    if proto == "http":
-        headers = {"If-Match": obj.version} if obj.version else {}
-        try:
-            return bytes(await fs._cat_file(obj.url, start=start, end=stop, headers=headers))
-        except Exception as err:
-            if _status(err) == 412:
-                raise await _changed(obj, "If-Match failed") from err
-            raise
-    info = fs.info(obj.url)  # memory://: in this process, synchronous
-    if (info["size"], storage.version_of(proto, info)) != (obj.size, obj.version):
-        raise await _changed(obj, "its size or creation time differs")
-    return bytes(fs.cat_file(obj.url, start=start, end=stop))
-
-
-def _retryable(err: BaseException) -> bool:
-    if isinstance(err, (ObjectChangedError, FileNotFoundError, PermissionError, ImportError)):
-        return False
-    status = _status(err)  # a 4xx is the request's fault (but for a timeout or throttling)
-    return status is None or not 400 <= status < 500 or status in (408, 429)
-
-
 _semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
 _counts: collections.Counter[str] = collections.Counter()
 
@@ -235,7 +126,7 @@ async def _get(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -
             async with gate:
                 _counts["gets"] += 1
                 left = max(0.001, min(reads.timeout, deadline - loop.time()))
-                data = await asyncio.wait_for(_get_once(obj, start, stop), left)
+                data = await asyncio.wait_for(protocols.get_once(obj, start, stop), left)
             if len(data) != stop - start:
                 raise _ShortBody(errno.EIO, f"short body: {len(data)} of {stop - start} bytes")
             _counts["bytes"] += len(data)
@@ -243,7 +134,7 @@ async def _get(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -
         except asyncio.CancelledError:
             raise
         except Exception as err:
-            if not _retryable(err):
+            if not protocols.retryable(err):
                 if isinstance(err, ObjectChangedError):
                     raise
                 last = err
@@ -271,67 +162,7 @@ def _submit(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -> A
     return asyncio.run_coroutine_threadsafe(_get(obj, start, stop, reads), loop)
 
 
-# -- the span cache -------------------------------------------------------------------
-class _Span:
-    __slots__ = ("ahead", "future", "start", "stop")
-
-    def __init__(self, start: int, stop: int, future: Any, ahead: bool) -> None:
-        self.start, self.stop, self.future, self.ahead = start, stop, future, ahead
-
-
-class _Cache:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.spans: dict[tuple[str, str, int], list[_Span]] = {}
-        self.order: collections.OrderedDict[int, tuple[tuple[str, str, int], _Span]] = (
-            collections.OrderedDict()
-        )
-        self.ahead = 0
-
-    def find(self, key: tuple[str, str, int], start: int, stop: int, limit: int) -> _Span | None:
-        spans = self.spans.get(key, [])
-        at = bisect.bisect_right([s.start for s in spans], start)
-        for span in reversed(spans[max(0, at - 64) : at]):
-            if span.stop >= stop and span.start <= start:
-                if span.future.done() and span.future.exception() is not None:
-                    self._drop(key, span)  # a failed prefetch is read again
-                    return None
-                self.order.move_to_end(id(span))
-                return span
-            if span.start < start - limit:
-                break
-        return None
-
-    def add(self, key: tuple[str, str, int], span: _Span) -> None:
-        spans = self.spans.setdefault(key, [])
-        bisect.insort(spans, span, key=lambda s: s.start)
-        self.order[id(span)] = (key, span)
-        if span.ahead:
-            self.ahead += span.stop - span.start
-
-    def used(self, span: _Span) -> None:
-        if span.ahead:
-            span.ahead = False
-            self.ahead -= span.stop - span.start
-
-    def _drop(self, key: tuple[str, str, int], span: _Span) -> None:
-        self.used(span)
-        self.spans[key].remove(span)
-        if not self.spans[key]:
-            del self.spans[key]
-        self.order.pop(id(span), None)
-
-    def shrink(self, limit: int) -> None:
-        total = sum(s.stop - s.start for _, s in self.order.values())
-        for key, span in list(self.order.values()):
-            if total <= limit:
-                return
-            if span.future.done() and not span.ahead:
-                self._drop(key, span)
-                total -= span.stop - span.start
-
-
-_CACHE = _Cache()
+_CACHE = spans.Cache()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _CACHE.__init__())  # type: ignore[misc]
 
@@ -348,10 +179,10 @@ def _plan(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None) ->
             start, stop = blocks(obj, start, stop)
         wanted.setdefault(_key(obj), (obj, []))[1].append((start, stop))
     gets: list[Range] = []
-    for obj, spans in wanted.values():
-        spans.sort()
-        begin, end = spans[0]
-        for start, stop in spans[1:]:
+    for obj, wanted_spans in wanted.values():
+        wanted_spans.sort()
+        begin, end = wanted_spans[0]
+        for start, stop in wanted_spans[1:]:
             if start - end <= reads.gap_bytes and max(end, stop) - begin <= reads.max_get_bytes:
                 end = max(end, stop)
             else:
@@ -362,7 +193,7 @@ def _plan(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None) ->
 
 
 def _spans(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None, *, ahead: bool,
-           budget: int | None = None) -> list[_Span | None]:
+           budget: int | None = None) -> list[spans.Span | None]:
     """The cached span of each range, the missing ones submitted (None where the
     read-ahead `budget` would be exceeded)."""
     with _CACHE.lock:
@@ -371,7 +202,7 @@ def _spans(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None, *
         for obj, start, stop in _plan(missing, reads, blocks) if missing else []:
             if budget is not None and _CACHE.ahead + (stop - start) > budget:
                 break
-            span = _Span(start, stop, _submit(obj, start, stop, reads), ahead)
+            span = spans.Span(start, stop, _submit(obj, start, stop, reads), ahead)
             _CACHE.add(_key(obj), span)
         out = [
             span or _CACHE.find(_key(o), a, b, reads.max_get_bytes)
@@ -397,12 +228,12 @@ def read(
         ObjectReadError: a GET still failed after its tries.
     """
     if cache:
-        spans = _spans(ranges, reads, blocks, ahead=False)
+        found = _spans(ranges, reads, blocks, ahead=False)
     else:
-        spans = [_Span(a, b, _submit(o, a, b, reads), False) for o, a, b in ranges]
+        found = [spans.Span(a, b, _submit(o, a, b, reads), False) for o, a, b in ranges]
     out = []
     wait = reads.deadline + reads.timeout + 5.0
-    for (_, start, stop), span in zip(ranges, spans, strict=True):
+    for (_, start, stop), span in zip(ranges, found, strict=True):
         assert span is not None
         try:
             data = span.future.result(timeout=wait)

@@ -16,9 +16,12 @@ another directory (another mount) are the same data. Reading goes through
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
+import json
 import os
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -154,3 +157,45 @@ def content_identity(parts: list[Any]) -> str:
 def describe(kind: str, paths: list[str]) -> str:
     """E.g. ``TFRecordSource(8 files)``."""
     return f"{kind}({len(paths)} file{'s' if len(paths) > 1 else ''})"
+
+
+# -- objects' versions, remembered to name what changed -----------------------------------
+def versions_digest(locations: list[Location]) -> str:
+    """The ``versions`` order field: a digest of each object's version (a local file: "")."""
+    return content_identity([getattr(loc, "version", "") for loc in locations])
+
+
+def remember_versions(folder: str, locations: list[Location]) -> None:
+    """Keeps the objects' URLs and versions in `folder`, under their `versions_digest`,
+    so that a later source can name the objects a checkpoint's versions differ in."""
+    path = os.path.join(folder, "versions", f"{versions_digest(locations)}.json")
+    if os.path.exists(path):
+        return
+    entries = {name_of(loc): getattr(loc, "version", "") for loc in locations}
+    with contextlib.suppress(OSError):  # only for a better message later
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(entries, f)
+        os.replace(tmp, path)
+
+
+def changed_versions(folder: str, saved: str, locations: list[Location]) -> str | None:
+    """The objects whose versions differ from those of `versions` digest `saved`, in
+    words, if this machine remembers that digest (`remember_versions`); else None."""
+    try:
+        with open(os.path.join(folder, "versions", f"{os.path.basename(saved)}.json")) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return None
+    now = {name_of(loc): getattr(loc, "version", "") for loc in locations}
+    changed = [
+        f"{name} (version {old[name] or '?'} in the checkpoint, {now[name] or '?'} now)"
+        for name in sorted(set(old) & set(now)) if old[name] != now[name]
+    ]
+    changed += [f"{name} (not in the checkpoint)" for name in sorted(set(now) - set(old))]
+    changed += [f"{name} (gone)" for name in sorted(set(old) - set(now))]
+    if not changed:
+        return None
+    shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+    return f"objects changed since the checkpoint: {shown}"

@@ -14,7 +14,6 @@ TensorFlow with `Pipeline.tf_map`.
 from __future__ import annotations
 
 import copy
-import functools
 import os
 import struct
 from concurrent import futures
@@ -26,6 +25,7 @@ from resumeloader.core import spec as spec_lib
 from resumeloader.sources import base, fetch, handles, remote_index, storage
 from resumeloader.sources import files as files_lib
 from resumeloader.sources import tfrecord_index as index_lib
+from resumeloader.sources import tfrecord_objects as objects_lib
 from resumeloader.sources.base import CorruptRecordError
 
 __all__ = ["CorruptRecordError", "TFRecordSource"]
@@ -116,6 +116,7 @@ class TFRecordSource(base.Source):
         self._remote = np.array([ix.obj is not None for ix in indexes])
         #: Records per block of aligned reads (`blocked`), or None.
         self.block_records: int | None = None
+        self._blocks: objects_lib.Blocks | None = None
         names = [files_lib.name_of(location) for location in locations]
         self.description = files_lib.describe("TFRecordSource", names)
         self._fields: dict[str, int | str] = {
@@ -123,9 +124,10 @@ class TFRecordSource(base.Source):
             **files_lib.identity(names, [f"{ix.size}:{ix.digest}" for ix in indexes]),
             "identity": files_lib.content_identity([ix.head for ix in indexes]),
         }
-        if self._remote.any():  # objects: each one's version (a local file: its size)
-            versions = [ix.obj.version if ix.obj else ix.size for ix in indexes]
-            self._fields["versions"] = files_lib.content_identity(versions)
+        self._locations, self._index_dir = locations, folder
+        if self._remote.any():  # objects: each one's version
+            self._fields["versions"] = files_lib.versions_digest(locations)
+            files_lib.remember_versions(folder, locations)
 
     def __len__(self) -> int:
         return int(self._ends[-1])
@@ -235,17 +237,12 @@ class TFRecordSource(base.Source):
         (`resumeloader.sources.fetch`), each record checked as a local one."""
         at = positions.tolist()
         ranges = [(self._indexes[files[p]].obj, int(starts[p]), int(stops[p])) for p in at]
-        blocks = self._block if self.block_records else None
         try:
-            views = fetch.read(ranges, self._reads, blocks=blocks)
+            views = fetch.read(ranges, self._reads, blocks=self._blocks)
         except (fetch.ObjectChangedError, fetch.ObjectReadError) as err:
-            url = getattr(err, "url", None)
-            failing = [
-                p for p in at
-                if self._indexes[files[p]].path == url
-                and starts[p] < getattr(err, "stop", 0) and stops[p] > getattr(err, "start", 0)
-            ] or [p for p in at if str(self._indexes[files[p]].obj) in str(err)] or at
-            index = int(self._starts[files[failing[0]]] + numbers[failing[0]])
+            paths = [self._indexes[files[p]].path for p in at]
+            p = objects_lib.failing(err, at, paths, starts, stops)
+            index = int(self._starts[files[p]] + numbers[p])
             msg = f"Record index {index}: {err}"
             if isinstance(err, fetch.ObjectChangedError):
                 raise CorruptRecordError(msg, record_index=index) from err
@@ -259,7 +256,7 @@ class TFRecordSource(base.Source):
                 msg = f"Record index {index}: {err}"
                 raise CorruptRecordError(msg, record_index=index) from None
 
-    # -- aligned reads (the block order) ----------------------------------------------
+    # -- object storage: the block order, read-ahead, what changed ----------------------
     def blocked(self, block_records: int | None) -> TFRecordSource:
         """This source reading objects a block at a time: a record's GET reads its whole
         block of `block_records` consecutive records (the block order's chunk), kept in
@@ -267,23 +264,15 @@ class TFRecordSource(base.Source):
         same; only how objects are read changes."""
         view = copy.copy(self)
         view.block_records = None if block_records is None else int(block_records)
+        view._blocks = None
+        if block_records is not None:
+            view._blocks = objects_lib.Blocks(self._indexes, self._starts, int(block_records))
         return view
 
-    def _block(self, obj: storage.Object, start: int, stop: int) -> tuple[int, int]:
-        """The byte range of the block that holds bytes [start, stop) of `obj`."""
-        file = self._file_of[obj.url]
-        ix, first = self._indexes[file], int(self._starts[file])
-        local = int(np.searchsorted(ix.offsets, start, side="right")) - 1
-        size = self.block_records or 1
-        begin = (first + local) // size * size - first
-        end = begin + size
-        begin, end = max(0, begin), min(len(ix.offsets), end)
-        stop_at = ix.size if end == len(ix.offsets) else int(ix.offsets[end])
-        return int(ix.offsets[begin]), max(stop, stop_at)
-
-    @functools.cached_property
-    def _file_of(self) -> dict[str, int]:
-        return {ix.path: file for file, ix in enumerate(self._indexes)}
+    def explain_field(self, field: str, saved: int | str) -> str | None:
+        if field != "versions":
+            return None
+        return files_lib.changed_versions(self._index_dir, str(saved), self._locations)
 
     def mean_record_bytes(self) -> float:
         """The files' bytes per record (framing included)."""
@@ -305,14 +294,8 @@ class TFRecordSource(base.Source):
         mine = self._remote[files]
         if not mine.any():
             return True
-        ranges = []
-        for index, file in zip(indices[mine].tolist(), files[mine].tolist(), strict=True):
-            ix = self._indexes[file]
-            number = index - int(self._starts[file])
-            stop = ix.size if number + 1 == len(ix.offsets) else int(ix.offsets[number + 1])
-            ranges.append((ix.obj, int(ix.offsets[number]), stop))
-        blocks = self._block if self.block_records else None
-        return fetch.prefetch(ranges, self._reads, blocks=blocks)
+        ranges = objects_lib.ranges(self._indexes, self._starts, files[mine], indices[mine])
+        return fetch.prefetch(ranges, self._reads, blocks=self._blocks)
 
     def _record(
         self, buffer: bytes, at: int, stop: int, file: int, number: int, begin: int
