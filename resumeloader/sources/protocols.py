@@ -14,34 +14,12 @@ import errno
 
 from resumeloader.sources import handles, storage
 
-__all__ = ["ObjectChangedError", "get_once", "retryable", "status"]
+__all__ = ["ObjectChangedError", "changed", "get_once", "retryable"]
 
 
 class ObjectChangedError(handles.StaleFileError):
     """An object is not the version the source was built from (it was rewritten or
     deleted): nothing of it is read. Build the source again to read the new data."""
-
-
-def status(err: BaseException | None) -> int | None:
-    """The HTTP status an error of s3fs, gcsfs or aiohttp carries, if any."""
-    seen = 0
-    while err is not None and seen < 8:
-        response = getattr(err, "response", None)
-        if isinstance(response, dict):
-            code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if isinstance(code, int):
-                return code
-        # gcsfs's HttpError (.code) and aiohttp's ClientResponseError (.status); not the
-        # codes of aiohttp's parse errors (a truncated body's ContentLengthError is "400")
-        value = None
-        if type(err).__module__.startswith("gcsfs"):
-            value = getattr(err, "code", None)
-        elif hasattr(err, "request_info") and hasattr(err, "history"):
-            value = getattr(err, "status", None)
-        if isinstance(value, int) and 100 <= value < 600:
-            return value
-        err, seen = err.__cause__ or err.__context__, seen + 1
-    return None
 
 
 async def changed(obj: storage.Object, why: str) -> ObjectChangedError:
@@ -79,7 +57,7 @@ async def get_once(obj: storage.Object, start: int, stop: int) -> bytes:
         try:
             response = await fs._call_s3("get_object", **kw)
         except Exception as err:
-            if status(err) == 412:
+            if storage.http_status(err) == 412:
                 raise await changed(obj, "If-Match failed") from err
             raise
         body = response["Body"]
@@ -112,7 +90,7 @@ async def get_once(obj: storage.Object, start: int, stop: int) -> bytes:
         try:
             return bytes(await fs._cat_file(obj.url, start=start, end=stop, headers=headers))
         except Exception as err:
-            if status(err) == 412:
+            if storage.http_status(err) == 412:
                 raise await changed(obj, "If-Match failed") from err
             raise
     info = fs.info(obj.url)  # memory://: in this process, synchronous
@@ -122,7 +100,6 @@ async def get_once(obj: storage.Object, start: int, stop: int) -> bytes:
 
 
 def retryable(err: BaseException) -> bool:
-    if isinstance(err, (ObjectChangedError, FileNotFoundError, PermissionError, ImportError)):
-        return False
-    code = status(err)  # a 4xx is the request's fault (but for a timeout or throttling)
-    return code is None or not 400 <= code < 500 or code in (408, 429)
+    """Whether a GET that failed with `err` is worth another try (`storage.transient`;
+    never a changed object)."""
+    return not isinstance(err, ObjectChangedError) and storage.transient(err)
