@@ -1,6 +1,6 @@
 """Fault injection: kills, stalls and Ctrl-Cs against a real training job, in subprocesses.
 
-    python benchmarks/faults.py [--cases NAME ...] [--json PATH]
+    python benchmarks/faults.py [--cases NAME ...] [--quick] [--json PATH]
 
 The job (tests/scripts/fault_job.py) is written the way worker processes must
 survive: no ``if __name__ == "__main__":`` guard, TensorFlow imported at the top, its
@@ -19,6 +19,24 @@ and measures until every process of the job (the parent and its workers) is gone
 
 The ``ctrl-c, plain TensorFlow`` row is a reference: a script that only imports
 TensorFlow and sleeps, interrupted the same way (TensorFlow's own exit time).
+
+Two more kinds of rows (issue 19):
+
+* a Keras fit as people write it (tests/_keras_phases.py: two outputs with compiled
+  metrics, validation data, EarlyStopping, ReduceLROnPlateau, ModelCheckpoint,
+  CSVLogger, ResumeCallback saving every 4 of 8 batches) SIGKILLed once in one phase of
+  an epoch by ``kill_and_restart`` and restarted: records lost or duplicated and
+  "resumed exactly" from the harness report (same batches, same final weights, same
+  stopping epoch) and the CSVLogger rows (one per epoch, equal to the uninterrupted
+  run's);
+* plain exits (tests/scripts/exit_job.py, forked by the tests' fork server 4 at a
+  time): a script consumes a loader through ``dataset()``, a ``for`` loop or ``fit``
+  with 0, thread or process workers, and ends; seconds from its last line to its end
+  (median and max), ``HUNG`` if one was still alive after 60 s; beside it the same
+  server's exit of a script that only runs a TensorFlow op, as the reference.
+
+``--quick`` runs the reference row, one fault case, one Keras phase and 18 exits, to
+check that everything works.
 """
 
 from __future__ import annotations
@@ -40,9 +58,13 @@ sys.path.insert(0, str(ROOT / "tests"))  # the job and its runner are shared wit
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _common  # noqa: E402
+import _exits  # noqa: E402
 import _faults  # noqa: E402
+import _keras_phases  # noqa: E402
 import _results  # noqa: E402
 from _results import Column, Report, Table  # noqa: E402
+
+from resumeloader.tools import harness  # noqa: E402
 
 # A private mount namespace whose /dev/shm is a 16 MiB tmpfs (Docker's default is 64).
 SMALL_SHM = (
@@ -177,11 +199,79 @@ def baseline() -> dict[str, object]:
             "lost": "-", "duplicated": "-", "exact": "-"}
 
 
-def run(cases: list[str] | None) -> Report:
-    """The table of every case whose name contains one of `cases` (all if None)."""
+# The phases of an epoch of the Keras job (8 steps per epoch) -> its kill point.
+KERAS_PHASES = {
+    "mid-epoch": "step:11",
+    "at its last batch (the save due there waits for the epoch end)": "step:15",
+    "during validation": "mark:validation:16",
+    "inside another callback's on_epoch_end": "mark:epoch_end:16",
+    "during the epoch-end checkpoint write": "save:16",
+}
+
+
+def keras_phase(phase: str, workdir: pathlib.Path) -> dict[str, object]:
+    """The Keras job SIGKILLed once at `phase` and restarted, against its reference."""
+    point = KERAS_PHASES[phase]
+    report = harness.kill_and_restart(
+        [sys.executable, _keras_phases.__file__, "outputs"], kill_points=[point],
+        workdir=workdir, timeout=600, env={"TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    rows = [_keras_phases.csv_rows(str(workdir / d)) for d in ("reference-ckpt", "resumed-ckpt")]
+    once: dict[str, dict[str, str]] = {}
+    same_rows = all(once.setdefault(r["epoch"], r) == r for r in rows[1])
+    same_rows = same_rows and list(once.values()) == rows[0]
+    exact = report.identical and same_rows
+    return {
+        "case": f"Keras fit (2 outputs, metrics, validation, 4 callbacks) SIGKILLed {phase} "
+                f"({point})",
+        "outcome": "killed, restarted", "seconds": "-", "processes": "-", "shm": "-",
+        "lost": report.records_lost, "duplicated": report.records_duplicated,
+        "exact": "yes" if exact else "NO",
+    }
+
+
+def exit_loop(count: int, workdir: pathlib.Path) -> list[dict[str, object]]:
+    """`count` exits of the exit job (every consumer and worker kind) and of a plain
+    TensorFlow script, through the fork server."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    plain = workdir / "plain.py"
+    plain.write_text("import tensorflow as tf\ntf.constant(1.0) + 1\nprint('done', flush=True)\n")
+    combos = [(c, w) for c in ("dataset", "loop", "fit") for w in ("0", "thread", "process")]
+    jobs = [{"script": str(_exits.SCRIPTS / "exit_job.py"),
+             "args": [*combos[n % len(combos)], str(workdir / f"ckpt-{n}")],
+             "log": str(workdir / f"{n}.log")} for n in range(count)]
+    jobs += [{"script": str(plain), "args": [], "log": str(workdir / f"plain-{n}.log")}
+             for n in range(max(3, count // 9))]
+    results = _exits.run_forked(jobs, workdir=workdir, parallel=4, limit=60.0, timeout=3600)
+    rows = []
+    for name, picked in (
+        (f"exit after dataset()/for loop/fit, 0/thread/process workers (x{count})",
+         [r for r in results if r["args"]]),
+        ("reference: exit of a TensorFlow script that ran one op (same fork server)",
+         [r for r in results if not r["args"]]),
+    ):
+        hung = sum(r["hung"] for r in picked)
+        times = sorted(r["seconds"] for r in picked if not r["hung"] and r["seconds"] is not None)
+        failed = sum(r["returncode"] not in (0, None) for r in picked)
+        outcome = f"{len(picked) - hung - failed} exited (status 0)"
+        outcome += f", {hung} HUNG" if hung else ""
+        outcome += f", {failed} failed" if failed else ""
+        seconds = f"{times[len(times) // 2]:.2f} median, {times[-1]:.2f} max" if times else "-"
+        rows.append({"case": name, "outcome": outcome, "seconds": seconds, "processes": hung,
+                     "shm": "-", "lost": "-", "duplicated": "-", "exact": "-"})
+    return rows
+
+
+def run(cases: list[str] | None, quick: bool = False) -> Report:
+    """The table of every case whose name contains one of `cases` (all if None); with
+    `quick`, one fault case, one Keras phase and 18 exits."""
     names = [n for n in CASES if not cases or any(c in n for c in cases)]
     if shutil.which("unshare") is None or os.geteuid() != 0:
         names = [n for n in names if not CASES[n][2]]  # needs root and unshare
+    phases = [p for p in KERAS_PHASES if not cases or any(c in p for c in cases)]
+    exits = not cases or any("exit" in c for c in cases)
+    if quick:
+        names, phases = names[:1], phases[:1]
     start = _results.load_average()
     table = Table(
         "faults", "Fault injection: what each fault leaves behind", "faults.py",
@@ -195,16 +285,24 @@ def run(cases: list[str] | None) -> Report:
         for index, name in enumerate(names):
             table.add(**run_case(name, pathlib.Path(tmp) / str(index)))
             print(" | ".join(map(str, table.rows[-1].values())), file=sys.stderr, flush=True)
+        for index, phase in enumerate(phases):
+            table.add(**keras_phase(phase, pathlib.Path(tmp) / f"keras-{index}"))
+            print(" | ".join(map(str, table.rows[-1].values())), file=sys.stderr, flush=True)
+        if exits:
+            for row in exit_loop(18 if quick else 100, pathlib.Path(tmp) / "exits"):
+                table.add(**row)
     return Report([table.finish(start)], [])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="*", help="substrings of the case names to run")
+    parser.add_argument("--quick", action="store_true",
+                        help="one fault case, one Keras phase, 18 exits: checks it all runs")
     _common.add_json_option(parser)
     args = parser.parse_args()
-    timer = _results.Timer(_results.command_line(), quick=False)
-    _common.finish(run(args.cases), timer, args.json)
+    timer = _results.Timer(_results.command_line(), quick=args.quick)
+    _common.finish(run(args.cases, args.quick), timer, args.json)
 
 
 if __name__ == "__main__":

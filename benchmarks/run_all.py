@@ -81,7 +81,7 @@ def _own_process(script: str, quick: bool, results: Path, run_command: str) -> _
     """`script` in a fresh process, writing its results file; the report read back from it."""
     path = results / f"{script}.json"
     command = [sys.executable, str(HERE / f"{script}.py"), "--json", str(path)]
-    if quick and script != "faults":
+    if quick:
         command.append("--quick")
     path.unlink(missing_ok=True)
     timeout = (1800 if quick else 5400) if script == "bench_workers" else (

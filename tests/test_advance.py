@@ -31,9 +31,15 @@ def _graph_advance(layout: positions.Layout, position: int, num_batches: int) ->
 def test_property_graph_advance_equals_layout_advance(
     per_epoch, batch, drop, num_epochs, position, num_batches
 ):
-    """The tensor-op advance lands where `Layout.advance` does, from any position."""
+    """The tensor-op advance lands where `Layout.advance` does, from any position, and
+    fails the step exactly when it would pass the end of a finite stream."""
     layout = positions.Layout(per_epoch, batch, drop, num_epochs)
     position = layout.normalise(position)  # the variable always holds a normalised position
+    left = layout.batches_to_end(position)
+    if left is not None and num_batches > left:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="past the end"):
+            _graph_advance(layout, position, num_batches)
+        return
     assert _graph_advance(layout, position, num_batches) == layout.advance(position, num_batches)
 
 

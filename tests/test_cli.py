@@ -177,3 +177,43 @@ def test_verify_timeout_not_positive_finite_exits_2(capsys, value):
     """--timeout nan (or inf, 0, negative) is a usage error, not a disabled timeout."""
     assert cli.main(["verify", "--timeout", value, "--", "true"]) == 2
     assert "--timeout must be a positive number of seconds" in capsys.readouterr().err
+
+
+def test_inspect_relative_directory_prints_state(tmp_path, capsys, monkeypatch):
+    """`inspect d` and `inspect ./d/` from d's parent read d's checkpoint (0.2.0 looked for
+    ``./d/./d/ckpt-1``)."""
+    loader = resumeloader.ResumableLoader(np.arange(100), batch_size=8, seed=5, num_epochs=2)
+    loader.advance(num_batches=2)
+    tf.train.CheckpointManager(tf.train.Checkpoint(loader=loader), str(tmp_path / "d"), 1).save()
+    monkeypatch.chdir(tmp_path)
+    for argument in ("d", "./d/"):
+        assert cli.main(["inspect", argument]) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+        assert re.search(r"offset in epoch\s+16 of 100 records", out)
+        assert "checkpoint number: 1" in out
+
+
+class _ForgedState(tf.train.experimental.PythonState):
+    """A loader state (fingerprint and all) whose order field holds terminal escapes."""
+
+    def serialize(self):
+        from resumeloader.core import state
+
+        evil = "\x1b]0;pwned\x07\x1b[2J"
+        order = {"pipeline.seed": 0, "source.num_records": 10, "evil.field": evil}
+        return state.to_json(state.make(order, epoch=0, offset=0, shard_count=1, batch_size=1))
+
+    def deserialize(self, string_value):
+        del string_value
+
+
+def test_inspect_escapes_terminal_sequences_of_a_forged_state(tmp_path, capsys):
+    """A state's strings (and the key it is under) are printed escaped, never raw to the
+    terminal: ``\x1b]0;...`` would retitle the window, ``\x1b[2J`` clear the screen."""
+    tf.train.Checkpoint(**{"loader\x1b[31m": _ForgedState()}).save(str(tmp_path / "ckpt"))
+    assert cli.main(["inspect", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;pwned\\x07\\x1b[2J" in out
+    assert "loader\\x1b[31m" in out
+

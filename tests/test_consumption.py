@@ -232,6 +232,66 @@ def test_dataset_advance_past_produced_batches_raises(make, advances):
     assert "sample_from_datasets" in str(info.value)
 
 
+def test_dataset_advance_past_end_of_finite_loader_raises():
+    """An advance past the last batch of a finite loader raises (0.2.0 clamped it to the
+    end, silently), even once the iteration produced every batch; the position stays."""
+    loader = _loader()  # 2 epochs of 5 batches
+    assert len(list(loader.dataset())) == 10
+
+    loader.advance(9)
+    with pytest.raises(resumeloader.StreamIntegrityError, match="past the end") as info:
+        loader.advance(2)
+
+    assert "Received: advance by 2 from position 36; 1 batch is left" in str(info.value)
+    assert loader.position == 36
+    loader.advance()
+    assert loader.exhausted
+    with pytest.raises(resumeloader.StreamIntegrityError, match="past the end"):
+        loader.advance()
+
+
+def test_dataset_advance_past_end_before_iterating_raises():
+    """Skipping more batches than a finite loader has raises too."""
+    loader = _loader(num_epochs=1)
+
+    with pytest.raises(resumeloader.StreamIntegrityError, match="past the end"):
+        loader.advance(6)
+
+    assert loader.position == 0
+
+
+def test_dataset_sample_from_datasets_wrong_loader_advanced_raises():
+    """sample_from_datasets over two finite loaders, the wrong one advanced for every batch:
+    an error once it passes its own end, not an epoch ended early (0.2.0 clamped: the
+    loader read as exhausted with half its records never trained)."""
+    first, second = _loader(num_epochs=1), _loader(num_epochs=1, seed=4, shuffle=True)
+    mixed = tf.data.Dataset.sample_from_datasets([first.dataset(), second.dataset()], seed=1)
+    batches = list(mixed)  # every batch of both produced (read-ahead as far as it goes)
+    assert len(batches) == 10
+
+    with pytest.raises(resumeloader.StreamIntegrityError, match="past the end"):
+        for _ in batches:
+            first.advance()
+
+    assert first.position == 20 and second.position == 0
+
+
+@pytest.mark.parametrize("num_batches", [1, 7], ids=["one-past", "several-past"])
+def test_graph_advance_past_end_of_finite_loader_fails_the_step(num_batches):
+    """Inside a tf.function an advance past the end fails the step (InvalidArgumentError
+    naming the cause); the position stays."""
+    loader = _loader(num_epochs=1)
+    loader.advance(4)
+    step = tf.function(lambda n: loader.advance(n), autograph=False)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="past the end of a finite loader"):
+        step(tf.constant(num_batches + 1, tf.int64))
+
+    assert loader.position == 16
+    step(tf.constant(1, tf.int64))
+    assert loader.exhausted
+
+
 def test_dataset_advance_before_iterating_skips_batches():
     """An advance with no iteration running skips batches on purpose, unchecked."""
     loader = _loader()

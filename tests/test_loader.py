@@ -324,7 +324,8 @@ def test_dataset_with_advance_in_tf_function_consumes_every_batch():
 @pytest.mark.parametrize("drop_remainder", [False, True], ids=["keep", "drop"])
 @pytest.mark.parametrize("num_batches", [1, 3, 7, 20], ids=lambda n: f"{n}batches")
 def test_advance_in_tf_function_matches_eager(drop_remainder, num_batches):
-    """advance(n) inside a tf.function lands where the eager advance(n) does."""
+    """advance(n) inside a tf.function lands where the eager advance(n) does; past the end
+    of the loader both refuse it, the position unchanged."""
     eager, graph = (
         ResumableLoader(
             np.arange(11), batch_size=4, seed=0, num_epochs=3, drop_remainder=drop_remainder
@@ -334,8 +335,14 @@ def test_advance_in_tf_function_matches_eager(drop_remainder, num_batches):
     eager.advance(1)
     graph.advance(1)
 
-    eager.advance(num_batches)
-    tf.function(lambda: graph.advance(num_batches))()
+    if num_batches > len(eager):
+        with pytest.raises(resumeloader.StreamIntegrityError, match="past the end"):
+            eager.advance(num_batches)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="past the end"):
+            tf.function(lambda: graph.advance(num_batches))()
+    else:
+        eager.advance(num_batches)
+        tf.function(lambda: graph.advance(num_batches))()
 
     assert graph.position == eager.position
 

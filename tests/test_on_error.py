@@ -134,6 +134,44 @@ def test_skip_quarantine_log_names_each_replacement(tmp_path):
     assert first["fingerprint"] == loader.get_state()["fingerprint"]
 
 
+def test_quarantine_log_nested_too_deeply_raises_naming_log_and_line(tmp_path):
+    """A 100k-deep JSON line in the log is a clear error naming the log and the line, not a
+    RecursionError; a hand-written note before it is still skipped."""
+    log = tmp_path / "q.jsonl"
+    log.write_text("a note\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    loader = _loader(log, {7}, num_epochs=1, prefetch=None)
+
+    with pytest.raises(ValueError, match="nested too deeply") as info:
+        _drain(loader)
+
+    assert f"{str(log)!r}, line 2" in str(info.value)
+    assert isinstance(info.value.__cause__, RecursionError)
+
+
+def test_quarantine_log_is_fsynced_before_the_state_is_taken(tmp_path, monkeypatch):
+    """get_state (what a checkpoint saves) first fsyncs the lines appended since the last
+    one, and the folder of a log it created; with nothing new it syncs nothing."""
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def spy(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    log = tmp_path / "q.jsonl"
+    loader = _loader(log, {7}, num_epochs=1, prefetch=None)
+    _drain(loader)
+    assert synced == [] and len(_lines(log)) == 1  # appended, not yet synced
+
+    state = loader.get_state()
+
+    assert synced == [str(log), str(tmp_path)]
+    loader.get_state()
+    assert len(synced) == 2
+    assert (state["epoch"], state["offset"]) == (1, 0)
+
+
 def test_skip_replacement_is_a_seeded_function_of_seed_epoch_and_index(tmp_path):
     """The replacement of a record differs between epochs and seeds, never between runs."""
     def replacements(seed):
@@ -470,6 +508,33 @@ def test_budget_counts_per_epoch(tmp_path):
 
     assert len(_drain(loader)) == 3 * 8
     assert [line["epoch"] for line in _lines(tmp_path / "q.jsonl")] == [0, 1, 2]
+
+
+def test_budget_of_decimal_fraction_is_exact(tmp_path):
+    """max_fraction=0.29 of 100 records allows 29 replacements (0.29 * 100 is 28.999... in
+    floating point), and the 30th raises."""
+    log = tmp_path / "q.jsonl"
+    pipeline = _pipeline(set(range(29)), num_records=100)
+    pipeline = pipeline.on_error("skip", max_fraction=0.29, quarantine=log).batch(10)
+
+    assert len(_drain(ResumableLoader.from_pipeline(pipeline, num_epochs=1))) == 10
+    assert len(_lines(log)) == 29
+    over = _pipeline(set(range(30)), num_records=100)
+    over = over.on_error("skip", max_fraction=0.29, quarantine=tmp_path / "over.jsonl")
+    with pytest.raises(ErrorBudgetError, match="of its 100 records allows 29"):
+        _drain(ResumableLoader.from_pipeline(over.batch(10), num_epochs=1))
+
+
+@pytest.mark.parametrize(
+    ("fraction", "num_records", "allowed"),
+    [(0.29, 100, 29), (0.07, 100, 7), (1 / 30, 30, 1), (0.05, 30, 1), (0.0, 10**12, 0),
+     (1.0, 7, 7), (0.1, 10**15, 10**14)],
+    ids=["0.29", "0.07", "one-thirtieth", "0.05-of-30", "zero", "one", "0.1-of-1e15"],
+)
+def test_budget_allowed_is_floor_of_the_written_fraction(fraction, num_records, allowed):
+    """The budget is floor(max_fraction * records) for the decimal or fraction written."""
+    policy = on_error.ErrorPolicy("skip", max_fraction=fraction, quarantine="q.jsonl")
+    assert policy.allowed(num_records) == allowed
 
 
 def test_dataset_budget_exceeded_raises_tf_error_with_the_budget_message(tmp_path):

@@ -237,18 +237,21 @@ def test_pack_state_order_fields_refuse_other_row_length():
     assert other.position == 0
 
 
-def test_pack_restore_between_batches_of_a_window_raises():
-    """A position that is not a batch boundary of its window (an edited state) raises."""
+def test_pack_restore_between_batches_of_a_window_raises_in_set_state():
+    """A position that is not a batch boundary of its window (an edited state) is refused by
+    set_state, before anything changes (0.2.0 accepted it and raised at the first batch)."""
     loader = ResumableLoader.from_pipeline(_pipeline(), num_epochs=1)
     iterator = iter(loader)
     next(iterator)
     state = loader.get_state()
     iterator.close()
     resumed = ResumableLoader.from_pipeline(_pipeline(), num_epochs=1)
-    resumed.set_state(dict(state, offset=state["offset"] - 1))
     with pytest.raises(ElasticResumeError, match="lies inside a batch") as info:
-        next(iter(resumed))
+        resumed.set_state(dict(state, offset=state["offset"] - 1))
     assert f"position {state['offset'] - 1}" in str(info.value)
+    assert resumed.position == 0
+    resumed.set_state(state)  # a batch boundary inside the window is accepted
+    assert resumed.position == state["offset"]
 
 
 def test_pack_other_shard_count_inside_window_raises():

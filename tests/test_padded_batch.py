@@ -97,6 +97,23 @@ def test_padded_batch_pad_value_per_key():
     assert batch["b"].numpy().tolist() == [[1.0, 1.0], [1.0, 0.5]]
 
 
+def test_padded_batch_nan_pad_value_fills_float_leaves():
+    """pad_value=nan pads float leaves with NaN (NaN equals no number, yet float32 holds it)."""
+    data = [np.ones(n, np.float32) for n in (1, 3)]
+    pipeline = Pipeline(data, seed=0).padded_batch(2, pad_value=float("nan"))
+    loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+    rows = next(iter(loader)).numpy()
+    assert np.isnan(rows[0, 1:]).all() and not np.isnan(rows[1]).any()
+    assert loader.get_state()["padded_batch.pad_value"] == "nan"
+
+
+def test_padded_batch_nan_pad_value_for_int_leaf_raises():
+    """NaN for an integer leaf is refused like any value the dtype cannot hold."""
+    with pytest.raises(ValueError, match="int64 holds exactly") as info:
+        ResumableLoader.from_pipeline(Pipeline(DATA, seed=0).padded_batch(4, pad_value=np.nan))
+    assert "pad_value=nan" in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

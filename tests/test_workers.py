@@ -386,6 +386,55 @@ def test_dataset_iterator_garbage_collected_stops_workers():
     del iterator, loader
 
 
+def _workers_gone(pids: list[int], seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not [p for p in pids if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("iterated", [False, True], ids=["dataset-built", "dataset-iterated"])
+def test_loader_dropped_after_dataset_stops_workers_without_gc(iterated):
+    """A loader and its dataset dropped: the workers stop at once, without the cyclic
+    garbage collector (0.2.0 kept them until it ran: the loader was in a reference cycle
+    through its dataset's generator)."""
+    loader = _loader(2, "process", num_epochs=None)
+    dataset = loader.dataset()
+    if iterated:
+        iterator = iter(dataset)
+        next(iterator)
+        loader.advance()
+        del iterator
+    pids = _children()
+    assert len(pids) == 2
+    gc.disable()
+    try:
+        del loader, dataset
+        assert _workers_gone(pids), f"workers {pids} still alive with the loader dropped"
+    finally:
+        gc.enable()
+
+
+def test_loader_dropped_iterator_kept_streams_then_stops_workers(reference):
+    """An iterator outliving its loader and dataset still streams; the workers stop when
+    the iterator goes, without the cyclic garbage collector."""
+    iterator = iter(_loader(2, "process").dataset())
+    pids = _children()
+    gc.disable()
+    try:
+        stream = [next(iterator).numpy() for _ in range(3)]
+        assert len(_children()) == 2
+        del iterator
+        assert _workers_gone(pids), f"workers {pids} still alive with the iterator dropped"
+    finally:
+        gc.enable()
+    for got, want in zip(stream, reference, strict=False):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_dataset_kept_loader_dropped_still_streams_exactly(reference):
     """A dataset outlives the loader it came from (it keeps what its generator needs)."""
     dataset = _loader(2, "process").dataset()

@@ -104,6 +104,17 @@ class Layout:
             raise ValueError(msg)
         return advanced
 
+    def batches_to_end(self, position: int) -> int | None:
+        """Batches from normalised `position` to the end of a finite stream; None if endless."""
+        self._check_counts("batches_to_end")
+        end = self.end
+        if end is None:
+            return None
+        if position >= end:
+            return 0
+        epochs_after = self.num_epochs - position // self.records_per_epoch - 1  # type: ignore[operator]
+        return self.batches_left_in_epoch(position) + epochs_after * self.batches_per_epoch
+
     def batches_left_in_epoch(self, position: int) -> int:
         """Batches from normalised `position` to the end of its epoch (0 past the end)."""
         self._check_counts("batches_left_in_epoch")

@@ -8,14 +8,19 @@ the interrupted epoch. `FitState` is checkpointed with them (a `PythonState`: a 
 JSON text) and holds:
 
 * the fields of every stateful callback of the ``fit`` (`STATEFUL`), in list order;
-* the training metrics' variables (mid-epoch, so a resumed epoch's logs average all
-  its batches) — applied after Keras resets them at the start of the resumed epoch;
+* the training metrics' variables, by path (mid-epoch, so a resumed epoch's logs
+  average all its batches) — applied after Keras resets them at the start of the
+  resumed epoch. Keras builds compiled metrics (``compile(metrics=...)``,
+  ``weighted_metrics``) at the first training step, so a fresh process has only the
+  loss tracker when it resumes: `build_metrics` builds them first, from the spec of
+  the data ``fit`` was given, as Keras itself does under a distribution strategy;
 * whether the ``fit`` was stopped by a callback (a resumed stopped ``fit`` trains no
   more).
 
 `EarlyStopping`'s ``best_weights`` (a copy of the model's weights) are stored in
 `BestWeights`, a module of variables shaped like the model's weights. `fit_callbacks`
-finds the stateful callbacks of the fit a `ResumeCallback` belongs to.
+finds the stateful callbacks of the fit a `ResumeCallback` belongs to, `fit_data_spec`
+the spec of its data.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["STATEFUL", "BestWeights", "FitState", "fit_callbacks", "stateful"]
+__all__ = ["STATEFUL", "BestWeights", "FitState", "fit_callbacks", "fit_data_spec", "stateful"]
 
-VERSION = 1
+# 2: metrics saved by path ([path, value] pairs); 1 (0.2) saved their values only.
+VERSION = 2
 # The callbacks whose state decides what a fit does next, and the fields that hold it.
 STATEFUL: dict[type, tuple[str, ...]] = {
     keras.callbacks.EarlyStopping: ("wait", "stopped_epoch", "best", "best_epoch"),
@@ -123,7 +129,7 @@ class FitState(tf.train.experimental.PythonState):
                         variable.assign(value)
                 keeper += 1
             entries.append(entry)
-        metrics = [np.asarray(v).tolist() for v in self.model.metrics_variables]
+        metrics = [[v.path, np.asarray(v).tolist()] for v in self.model.metrics_variables]
         state = {"version": VERSION, "callbacks": entries, "metrics": metrics}
         state["stopped"] = self.stopped
         return json.dumps(state)
@@ -164,8 +170,11 @@ class FitState(tf.train.experimental.PythonState):
                     callback.best_weights = [v.numpy() for v in self.best_weights.sets[keeper]]
                 keeper += 1
 
-    def apply_metrics(self) -> None:
+    def apply_metrics(self, data_spec: Any = None) -> None:
         """Sets the training metrics to their restored values (once, then forgets them).
+
+        Compiled metrics not built yet (a fresh process) are built first, from
+        `data_spec` (see `build_metrics`).
 
         Raises:
             ValueError: the model's metrics differ from the saved ones.
@@ -173,16 +182,76 @@ class FitState(tf.train.experimental.PythonState):
         if self.restored is None or "metrics" not in self.restored:
             return
         saved = self.restored.pop("metrics")
+        build_metrics(self.model, data_spec)
         variables = self.model.metrics_variables
-        if len(saved) != len(variables):
+        named = self.restored.get("version", 1) >= 2
+        values = [entry[1] for entry in saved] if named else saved
+        names = [entry[0] for entry in saved] if named else None
+        shapes = [np.shape(value) for value in values]
+        if shapes != [tuple(v.shape) for v in variables]:
+            here = [f"{v.path}{list(v.shape)}" for v in variables]
+            there = (
+                [f"{n}{list(shape)}" for n, shape in zip(names, shapes, strict=True)]
+                if names is not None else [str(list(shape)) for shape in shapes]
+            )
             msg = (
-                "The checkpoint holds other training metrics than this model has. "
-                f"Received: {len(saved)} saved metric variables, the model has "
-                f"{len(variables)}."
+                "The checkpoint holds other training metrics than this model has, so the "
+                "resumed epoch's logs would not be those of the interrupted one. Compile "
+                "with the same loss, metrics and weighted_metrics, or start from a new "
+                f"checkpoint directory. Received: checkpoint has {there}, the model has "
+                f"{here}."
             )
             raise ValueError(msg)
-        for variable, value in zip(variables, saved, strict=True):
+        for variable, value in zip(variables, values, strict=True):
             variable.assign(np.asarray(value, dtype=np.dtype(variable.dtype)))
+
+
+def build_metrics(model: Any, data_spec: Any) -> None:
+    """Builds `model`'s compiled metrics and losses if Keras has not yet, from the
+    `tf.TypeSpec` structure of the batches ``fit`` reads (`fit_data_spec`).
+
+    Keras builds them at the first training step from that step's data, which a
+    resumed epoch's metrics must be restored before: this is the symbolic build Keras
+    runs before training under a distribution strategy (``Trainer._symbolic_build``).
+
+    Raises:
+        RuntimeError: they are not built and cannot be (no data spec, or a Keras
+            without the symbolic build).
+    """
+    unbuilt = [
+        part for part in (getattr(model, "_compile_metrics", None),
+                          getattr(model, "_compile_loss", None))
+        if part is not None and not part.built
+    ]
+    if not unbuilt:
+        return
+    symbolic_build = getattr(model, "_symbolic_build", None)
+    if data_spec is None or symbolic_build is None:
+        msg = (
+            "ResumeCallback cannot restore the compiled metrics of the interrupted epoch: "
+            "Keras builds them at the first training step, and the spec of the data fit "
+            "reads was not found to build them first. Feed fit a tf.data.Dataset (e.g. "
+            f"epoch_dataset(loader)). Received: data spec {data_spec!r}, keras "
+            f"{keras.__version__}."
+        )
+        raise RuntimeError(msg)
+    strategy = getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
+    with strategy.scope():
+        symbolic_build(data_batch=data_spec)
+
+
+def fit_data_spec(model: Any) -> Any:
+    """The element spec of the dataset the running ``model.fit`` reads, or None.
+
+    Read from the ``fit`` frame of `model` (its ``x`` argument), found a few frames up
+    from a callback's ``on_train_begin``, as `fit_callbacks` finds the callbacks.
+    """
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return getattr(frame.f_locals.get("x"), "element_spec", None)
+        frame = frame.f_back
+    return None
 
 
 def fit_callbacks(resume: Any) -> list[Any]:

@@ -88,8 +88,10 @@ class ResumeCallback(keras.callbacks.Callback):
 
     Guarantees: a ``fit`` interrupted at any point (an exception, SIGKILL) and
     resumed from a checkpoint of this callback consumes exactly the batches the
-    uninterrupted run would have, in the same Keras epochs, stops at the same epoch,
-    so with deterministic ops its weights are bit-identical. Keras epoch ``e`` is
+    uninterrupted run would have, in the same Keras epochs, runs every epoch's
+    validation and ``on_epoch_end`` once, stops at the same epoch, so with
+    deterministic ops its weights and logs are bit-identical. Compiled metrics
+    (``metrics=``, ``weighted_metrics=``, per output) resume with the epoch. Keras epoch ``e`` is
     always the loader's epoch ``e`` (a mismatch raises), and ``epochs`` counts epochs
     from the start of the loader: calling ``fit(epochs=4)`` after ``fit(epochs=2)``
     trains epochs 2 and 3. ``fit`` stops when a finite loader is exhausted.
@@ -109,7 +111,11 @@ class ResumeCallback(keras.callbacks.Callback):
             ``tf.train.CheckpointManager`` whose checkpoint tracks the loader (the
             callback adds the callbacks' state to its checkpoint).
         save_every: save after every this many batches; None saves only at epoch
-            ends (if `save_at_epoch_end`) and when ``fit`` returns.
+            ends (if `save_at_epoch_end`) and when ``fit`` returns. A save due at an
+            epoch's last batch is made at that epoch's end instead (after its
+            validation and the ``on_epoch_end`` of the callbacks before this one), so a
+            fit killed in between resumes before the last batch and runs that epoch's
+            end once.
         save_at_epoch_end: save after every epoch.
         max_to_keep: checkpoints kept in `checkpoint` when it is a directory.
     """
@@ -155,6 +161,7 @@ class ResumeCallback(keras.callbacks.Callback):
         self._since_save = 0
         self._saved_position: int | None = None
         self._resumed_mid_epoch = False
+        self._data_spec: Any = None  # of the data fit reads (to build compiled metrics)
 
     @property
     def manager(self) -> tf.train.CheckpointManager | None:
@@ -190,6 +197,7 @@ class ResumeCallback(keras.callbacks.Callback):
         self._saved_position = self._loader.position
         self._since_save = 0
         self._resumed_mid_epoch = self._loader.position % self._loader.plan.records_per_epoch > 0
+        self._data_spec = callback_state.fit_data_spec(self.model)
         self._check_fit_arguments()
         # Read by fit right after on_train_begin, as for BackupAndRestore (0 reads as
         # unset); cleared again in on_epoch_begin so that it cannot leak to later fits.
@@ -255,7 +263,7 @@ class ResumeCallback(keras.callbacks.Callback):
         # Stopped by another callback (not by the end of the loader): saved, so that a
         # resumed fit stops too, with the weights that callback left (best weights).
         stopped = bool(stop) and stop is not _BOUNDARY and not self._loader.exhausted
-        if stopped and not self._fit_state.stopped:
+        if stopped:  # saved again: on_train_end of EarlyStopping may restore best weights
             self._fit_state.stopped = True
             self._save()
         elif self._loader.position != self._saved_position:
@@ -276,7 +284,7 @@ class ResumeCallback(keras.callbacks.Callback):
             # Keras reset the metrics before this call: continue those of the
             # interrupted epoch, so its logs average all its batches.
             assert self._fit_state is not None
-            self._fit_state.apply_metrics()
+            self._fit_state.apply_metrics(self._data_spec)
             self._resumed_mid_epoch = False
         self._epoch = epoch
         self._left = self._loader.batches_left_in_epoch if self._known else 0
@@ -301,7 +309,10 @@ class ResumeCallback(keras.callbacks.Callback):
                 self._since_save += 1
                 self._counted += 1
             ended = self._loader.epoch != self._epoch or self._loader.exhausted
-        if self._save_every is not None and self._since_save >= self._save_every:
+        # The save due at an epoch's last batch waits for the epoch's end (validation and
+        # the other callbacks' on_epoch_end): saved before them, a resumed fit would start
+        # at the next epoch and they would never run for this one.
+        if not ended and self._save_every is not None and self._since_save >= self._save_every:
             self._save()
         if ended and not self.model.stop_training:
             # Ends the epoch exactly at the loader's epoch boundary (before Keras runs out
@@ -309,9 +320,16 @@ class ResumeCallback(keras.callbacks.Callback):
             self.model.stop_training = _BOUNDARY
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        if self.model.stop_training is _BOUNDARY and not self._loader.exhausted:
+        assert self._fit_state is not None
+        stop = self.model.stop_training
+        if stop is _BOUNDARY and not self._loader.exhausted:
             self.model.stop_training = False
-        if self._save_at_epoch_end:
+        elif stop and stop is not _BOUNDARY and not self._loader.exhausted:
+            # Stopped by a callback before this one (EarlyStopping): saved as stopped now,
+            # so that a fit killed before on_train_end does not train another epoch.
+            self._fit_state.stopped = True
+        due = self._save_every is not None and self._since_save >= self._save_every
+        if self._save_at_epoch_end or due:
             self._save()
 
     def _save(self) -> None:

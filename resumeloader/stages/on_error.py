@@ -28,6 +28,8 @@ quarantine log, and more than ``max_fraction`` of an epoch's records replaced ra
 
 from __future__ import annotations
 
+import fractions
+import math
 import numbers
 import os
 from collections.abc import Callable
@@ -93,6 +95,7 @@ class ErrorPolicy:
             )
             raise TypeError(msg)
         self.max_fraction = _fraction(max_fraction)
+        self._budget = _exact(max_fraction)
         self.quarantine = None if quarantine is None else _log_path(quarantine)
         if self.replaces and self.quarantine is None:
             msg = (
@@ -121,6 +124,13 @@ class ErrorPolicy:
             f"on_error({self.describe_mode()}, max_fraction={self.max_fraction}, "
             f"quarantine={self.quarantine!r})"
         )
+
+    def allowed(self, num_records: int) -> int:
+        """The most replacements an epoch of `num_records` records allows: the floor of
+        `max_fraction` times `num_records`, computed exactly for the decimal or fraction
+        written (0.29 of 100 allows 29, although ``0.29 * 100`` is 28.999... in
+        floating point)."""
+        return min(num_records, math.floor(self._budget * num_records))
 
     def order_fields(self) -> base.Fields:
         """The fields that define what replaces a failing record; none for ``"raise"``.
@@ -230,6 +240,22 @@ def _fraction(value: Any) -> float:
         msg = f"`max_fraction` must be a number in [0, 1]. Received: max_fraction={value!r}."
         raise ValueError(msg)
     return float(value)
+
+
+def _exact(value: Any) -> fractions.Fraction:
+    """The upper end of the values a `max_fraction` may stand for, as an exact fraction.
+
+    A float stands for every number that rounds to it (``0.29`` for 0.28999999999999998):
+    the upper end of its rounding interval lets the floor of a product reach the
+    integer the written decimal gives. Integers, fractions and decimals are exact.
+    """
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return fractions.Fraction(value) + fractions.Fraction(math.ulp(value)) / 2
+    try:
+        return fractions.Fraction(value)  # int, Fraction, Decimal
+    except TypeError:  # another Real: as the float it converts to
+        return _exact(float(value))
 
 
 def _log_path(value: Any) -> str:

@@ -44,14 +44,18 @@ def per_leaf(name: str, value: Any, spec: spec_lib.RecordSpec, default: Any) -> 
 
 
 def cast_pad_value(value: Any, leaf: spec_lib.LeafSpec, path: str) -> Any:
-    """`value` as a scalar of the leaf's dtype.
+    """`value` as a scalar of the leaf's dtype (NaN for a float leaf: NaN equals nothing,
+    yet every float dtype holds it).
 
     Raises:
         ValueError: the dtype cannot hold `value` exactly.
     """
     try:
         cast = np.array(value, dtype=leaf.dtype)
-        exact = cast.shape == () and bool(cast == np.array(value))
+        given = np.array(value)
+        exact = cast.shape == () and bool(cast == given)
+        if not exact and cast.dtype.kind == "f" and given.dtype.kind == "f":
+            exact = bool(np.isnan(cast) and np.isnan(given))
     except (TypeError, ValueError, OverflowError):
         exact = False
     if not exact:

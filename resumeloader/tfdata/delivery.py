@@ -308,9 +308,33 @@ class Delivery:
                 tensors = tf.nest.map_structure(tf.convert_to_tensor, item)
                 yield self.finisher.eager(tensors, self.batch_dim)
 
+    def check_restore(self, position: int) -> None:
+        """Raises unless normalised `position` ends a batch of its window, for a batch stage
+        whose batches count the records they hold: only the window's data tells, so the
+        window is made (in the calling thread) before a restore changes anything.
+
+        Raises:
+            ElasticResumeError: `position` lies inside a batch of its window.
+        """
+        layout = self.plan.layout
+        if layout.known_counts or (layout.end is not None and position >= layout.end):
+            return
+        if layout.window_bounds(position)[0] == position:
+            return
+        task = next(self.plan.tasks(position))
+        made = self.producer.batch(task)
+        self.producer.skips.take(task)  # made for this check only, never handed out
+        next(stream.batches(iter([(task, made)]), layout, position, seed=None), None)
+
+    def sync(self) -> None:
+        """Makes the quarantine log's lines durable (see `Quarantine.sync`), if any."""
+        if self.quarantine is not None:
+            self.quarantine.sync()
+
     def close(self) -> None:
-        """Stops the process workers (a later iteration starts new ones)."""
+        """Stops the process workers (a later iteration starts new ones); syncs the log."""
         self.workers.close()
+        self.sync()
 
     def describe(self) -> list[tuple[str, str, str, str]]:
         """Rows (stage, what, element, state) of the delivery, for ``describe()``."""

@@ -25,6 +25,7 @@ import optree
 import tensorflow as tf
 
 from resumeloader.core import spec as spec_lib
+from resumeloader.tfdata import generator
 
 __all__ = ["Gatherer"]
 
@@ -104,7 +105,7 @@ class Gatherer:
             lambda s: tf.TensorSpec((None, *s.shape[1:]), s.dtype), signature
         )
         ds = tf.data.Dataset.from_generator(
-            lambda: _chunks(indices(), with_metadata=with_metadata),
+            lambda: generator.guarded(lambda: _chunks(indices(), with_metadata=with_metadata)),
             output_signature=(chunk_spec, tf.TensorSpec((None,), tf.int64)),
         ).flat_map(rows)
         if with_metadata:

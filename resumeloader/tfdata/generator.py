@@ -12,6 +12,10 @@ collected and its workers stop.
 
 Inside a ``tf.function`` the dataset object only lives while tracing, yet the traced
 graph calls the generator later: there the callable is passed on as is.
+
+Every step of the generator runs `exiting.busy` and ends its iteration once the
+interpreter exits (`resumeloader.core.exiting`): TensorFlow's threads call it inside a
+``py_func``, and one still in Python when CPython finalizes hangs the exit.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["from_generator"]
+from resumeloader.core import exiting
+
+__all__ = ["from_generator", "guarded"]
 
 _ATTRIBUTE = "_resumeloader_generator"
 
@@ -37,8 +43,11 @@ def from_generator(
         output_signature: the element spec.
         keep: a list owned by the loader; `make` is appended to it.
     """
+    exiting.install()
     if tf.inside_function():
-        return tf.data.Dataset.from_generator(make, output_signature=output_signature)
+        return tf.data.Dataset.from_generator(
+            lambda: guarded(make), output_signature=output_signature
+        )
     ref = weakref.ref(make)
 
     def generate() -> Iterator[Any]:
@@ -46,10 +55,34 @@ def from_generator(
         if target is None:  # only reachable through TensorFlow's leaked reference
             msg = "This dataset's loader was garbage collected; keep the dataset referenced."
             raise RuntimeError(msg)
-        return target()
+        return guarded(target)
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=output_signature)
     # Not a tracked attribute: the dataset must not gain checkpoint dependencies.
     object.__setattr__(ds, _ATTRIBUTE, make)
     keep.append(make)
     return ds
+
+
+def guarded(make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+    """The elements of ``make()``, each step `exiting.busy`; it raises once the
+    interpreter exits (see the module docstring) and closes ``make()``'s generator."""
+    exiting.install()
+    exiting.check("dataset() batches")
+    with exiting.busy():
+        elements = make()
+    try:
+        while True:
+            with exiting.busy():
+                exiting.check("dataset() batches")
+                try:
+                    element = next(elements)
+                except StopIteration:
+                    return
+            yield element
+    finally:
+        close = getattr(elements, "close", None)
+        if close is not None:
+            with exiting.busy():
+                close()
+

@@ -117,8 +117,9 @@ def advance(variable: tf.Variable, layout: positions.Layout, num_batches: Any) -
     """Advances the position `variable` by `num_batches` batches with O(1) tensor ops.
 
     The same arithmetic as `positions.Layout.advance` (no loop over batches). A
-    negative `num_batches`, or an endless stream passing 2**63 - 1 records, fails the
-    step with ``InvalidArgumentError`` instead of storing a wrong position.
+    negative `num_batches`, an advance past the end of a finite stream, or an endless
+    stream passing 2**63 - 1 records, fails the step with ``InvalidArgumentError``
+    instead of storing a wrong position.
     """
     per_epoch = tf.constant(layout.records_per_epoch, tf.int64)
     size = tf.constant(layout.batch_size, tf.int64)
@@ -137,6 +138,25 @@ def advance(variable: tf.Variable, layout: positions.Layout, num_batches: Any) -
         offset = position % per_epoch
     full, rest = (per_epoch - offset) // size, (per_epoch - offset) % size
     left = full + (0 if layout.drop_remainder else tf.cast(rest > 0, tf.int64))
+    if layout.end is not None:
+        epochs_after = layout.num_epochs - position // per_epoch - 1
+        to_end = tf.where(
+            position >= layout.end,
+            tf.zeros_like(left),
+            left + epochs_after * layout.batches_per_epoch,
+        )
+        checks.append(
+            tf.debugging.Assert(
+                count <= to_end,
+                [
+                    "loader.advance(num_batches) past the end of a finite loader: it counted "
+                    "batches that do not exist (StreamIntegrityError eagerly). num_batches:",
+                    count,
+                    "batches left:",
+                    to_end,
+                ],
+            )
+        )
     left = tf.maximum(left, 1)  # a normalised position before the end starts a batch
     within = position + tf.minimum(count, left) * size
     epochs = tf.maximum(count - left, 0) // layout.batches_per_epoch

@@ -15,6 +15,8 @@ the two.
 from __future__ import annotations
 
 import contextlib
+import functools
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -226,6 +228,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
         self._layout = self._plan.layout
         self._position = position_lib.Position(self._layout)
         self._dataset: tf.data.Dataset | None = None
+        # Gone (nothing holds it: it is in no cycle), the loader releases its worker
+        # processes; an iteration still running keeps them until it ends.
+        weakref.finalize(self, self._delivery.workers.release)
 
     def close(self) -> None:
         """Stops the loader's worker processes, if any; iterating again restarts them.
@@ -435,7 +440,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
         validate.boolean("rest_of_epoch", rest_of_epoch)
         if input_context is not None:
             ds = distribute.dataset(
-                self._plan, self._delivery, input_context, self._start_distributed
+                self._plan, self._delivery, input_context,
+                functools.partial(_start_distributed, self._position),
             )
             return guard.GuardedDataset(ds, finite=self.num_epochs is not None, count=None)
         # Building a from_generator dataset costs ~15 ms; it reads the position only when
@@ -443,8 +449,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
         reusable = not rest_of_epoch and tf.executing_eagerly()
         if reusable and self._dataset is not None:
             return self._dataset
+        # What the dataset calls holds the position, not the loader: the loader keeps the
+        # dataset, and a dataset holding it back would make a cycle that only the cyclic
+        # garbage collector frees, its worker processes with it.
         ds = self._delivery.dataset(
-            lambda: self.position,
+            self._position.read,
             rest_of_epoch=rest_of_epoch,
             element_spec=self.element_spec,
             watch=self._position.ledger.watch,
@@ -454,19 +463,16 @@ class ResumableLoader(tf.train.experimental.PythonState):
         # unknown.
         count: Callable[[], int] | None = None
         if not rest_of_epoch and self._layout.known_counts:
-            count = self.__len__ if self.num_epochs is not None else _infinite
+            count = (
+                functools.partial(_batches_to_end, self._layout, self._position)
+                if self.num_epochs is not None
+                else _infinite
+            )
         finite = rest_of_epoch or self.num_epochs is not None
         guarded = guard.GuardedDataset(ds, finite=finite, count=count)
         if reusable:
             self._dataset = guarded
         return guarded
-
-    def _start_distributed(self) -> int:
-        """The position an input pipeline starts from (no eager loop may be live)."""
-        position = self.position
-        what = "an iteration of dataset(input_context=...)"
-        self._position.ledger.check_no_loop_under(what, position)
-        return position
 
     def __iter__(self) -> Iterator[Any]:
         """Yields batches from the current position, advancing it as each is handed out.
@@ -560,8 +566,12 @@ class ResumableLoader(tf.train.experimental.PythonState):
         It holds a version, every stage's order fields (``"<stage>.<field>"``) with
         their fingerprint, and the position as (``epoch``, global ``offset``,
         ``row``). The fingerprint covers the order fields only. Eager only.
+
+        With a bad-record policy that replaces, the quarantine log's lines written so
+        far are made durable first (fsync), so no checkpoint outlives them.
         """
         position_lib.eager_only("loader.get_state()")
+        self._delivery.sync()
         epoch, offset = divmod(self.position, self._layout.records_per_epoch)
         return state_lib.make(
             self._plan.order_fields(),
@@ -580,7 +590,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
             StateError: the state is malformed or corrupted.
             StateMismatchError: it was saved by a pipeline with another record order;
                 the message names each differing ``stage.field``.
-            ElasticResumeError: the new shard count cannot continue it exactly.
+            ElasticResumeError: the new shard count cannot continue it exactly, or the
+                position lies inside a batch of a windowed stage (an edited state).
             StreamIntegrityError: a ``for batch in loader`` is live.
         """
         self._position.ledger.check_position_change("set_state")
@@ -598,6 +609,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             raise errors.StateError(msg)
         same = saved["shard_count"] == self._plan.shard_count
         self._plan.check_restore(self._layout.normalise(position), same_layout=same)
+        self._delivery.check_restore(self._layout.normalise(position))
         self._position.set(position)
 
     def serialize(self) -> str:
@@ -623,6 +635,21 @@ class ResumableLoader(tf.train.experimental.PythonState):
         if isinstance(string_value, bytes):
             string_value = string_value.decode()
         self.set_state(string_value)
+
+
+def _start_distributed(position: position_lib.Position) -> int:
+    """The position an input pipeline starts from (no eager loop may be live)."""
+    start = position.read()
+    what = "an iteration of dataset(input_context=...)"
+    position.ledger.check_no_loop_under(what, start)
+    return start
+
+
+def _batches_to_end(layout: Any, position: position_lib.Position) -> int:
+    """`len(loader)` of a finite loader whose batches count `batch_size` positions."""
+    left = layout.batches_to_end(position.read())
+    assert left is not None
+    return left
 
 
 def _infinite() -> int:

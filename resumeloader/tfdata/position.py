@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from resumeloader import errors
 from resumeloader.core import positions, validate
 from resumeloader.tfdata import consumption, graph, ordering
 
@@ -128,6 +129,26 @@ def eager_only(what: str) -> None:
         raise TypeError(msg)
 
 
+def _check_end(layout: positions.Layout, start: int, num_batches: int) -> None:
+    """Raises if advancing by `num_batches` from `start` passes the end of a finite stream.
+
+    Raises:
+        StreamIntegrityError: fewer batches than `num_batches` are left.
+    """
+    left = layout.batches_to_end(start)
+    if left is None or num_batches <= left:
+        return
+    msg = (
+        "The consumer advanced past the end of this finite loader: it counted batches "
+        "that do not exist (other data mixed in: `sample_from_datasets`, "
+        "`choose_from_datasets`, `concatenate`; the wrong loader advanced; `advance()` "
+        "called more than once per batch). Nothing was advanced. Received: advance by "
+        f"{num_batches} from position {start}; {left} batch{'' if left == 1 else 'es'} "
+        f"{'is' if left == 1 else 'are'} left (num_epochs={layout.num_epochs})."
+    )
+    raise errors.StreamIntegrityError(msg)
+
+
 def _python_int(value: Any) -> Any:
     """An integer scalar tensor or NumPy value as an int (eagerly); anything else as is."""
     if isinstance(value, (tf.Tensor, np.ndarray, np.generic)):
@@ -199,6 +220,7 @@ class Position:
         num_batches = validate.integer("num_batches", _python_int(num_batches), low=0)
         start = self.read()
         if self._layout.known_counts:
+            _check_end(self._layout, start, num_batches)
             end = self._layout.advance(start, num_batches)
         else:
             end = self.ledger.advanced(start, num_batches) if num_batches else start

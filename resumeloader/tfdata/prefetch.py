@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from resumeloader.core import handoff
+from resumeloader.core import exiting, handoff
 
 __all__ = ["prefetched", "to_tensors"]
 
@@ -100,17 +100,25 @@ def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterato
         return False
 
     def produce() -> None:
+        # Busy while handing a batch over (the queue's lock): at interpreter exit it is
+        # stopped and waited for before CPython finalizes - a daemon thread killed holding
+        # that lock would hang the main thread draining the queue. Not while the batch is
+        # made: a source stalled in user code must not hold up the exit.
         batches = make_batches()
         try:
             for batch in batches:
-                if not offer(to_tensors(batch)) or stop.is_set():
-                    return
-            offer(_End())
+                with exiting.busy():
+                    if not offer(to_tensors(batch)) or stop.is_set():
+                        return
+            with exiting.busy():
+                offer(_End())
         except BaseException as err:  # handed to the consumer, never swallowed
-            offer(_Failure(err))
+            with exiting.busy():
+                offer(_Failure(err))
         finally:
             batches.close()  # type: ignore[attr-defined]
 
+    exiting.on_exit(stop.set)
     thread = threading.Thread(target=produce, name="resumeloader-prefetch", daemon=True)
     thread.start()
     try:

@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         "--kill-at",
         action="append",
         metavar="POINT",
-        help="kill at step:N, commit:N or save:N instead (repeatable)",
+        help="kill at step:N, commit:N, save:N or mark:NAME:N instead (repeatable)",
     )
     verify.add_argument(
         "--no-pause",

@@ -212,9 +212,11 @@ def kill_and_restart(
     Args:
         command: the training command, e.g. ``[sys.executable, "train.py"]``.
         kill_points: where to kill, in order: ``"step:k"`` (right after step k),
-            ``"commit:k"`` (right after the checkpoint of steps 0..k-1 was saved)
-            or ``"save:k"`` (inside that save, before the manager records it); an
-            int k means ``"step:k"``. Points must lie at distinct steps. When None,
+            ``"commit:k"`` (right after the checkpoint of steps 0..k-1 was saved),
+            ``"save:k"`` (inside that save, before the manager records it) or
+            ``"mark:NAME:k"`` (at the script's ``recorder.mark(NAME)`` once k steps
+            ran, e.g. during validation); an int k means ``"step:k"``. Points must lie
+            at distinct steps. When None,
             `kills` random steps are chosen once the reference run's length is known
             (the reference then runs first instead of alongside).
         kills: the number of random kill points when `kill_points` is None.

@@ -20,7 +20,7 @@ from rich.console import Console
 from resumeloader import errors
 from resumeloader.core import state as state_lib
 
-__all__ = ["find_states", "main"]
+__all__ = ["find_states", "main", "printable"]
 
 _SUFFIX = "/.ATTRIBUTES/py_state"
 _GLOB_CHARACTERS = re.compile(r"[\[\]*?]")
@@ -50,9 +50,8 @@ def _resolve(path: str) -> str:
             f"(e.g. {os.path.join(path, 'ckpt-1')!r})."
         )
         raise ValueError(msg) from cause
+    # A relative name in the index is already joined to `path` by TensorFlow.
     prefix = str(state.model_checkpoint_path)
-    if not os.path.isabs(prefix):
-        prefix = os.path.join(path, prefix)
     if not os.path.isfile(prefix + ".index"):
         msg = (
             f"The checkpoint index file {index!r} names the checkpoint {prefix!r}, but "
@@ -146,21 +145,33 @@ def describe(state: dict[str, Any]) -> list[tuple[str, str]]:
     return lines
 
 
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on escaped (``\\x1b`` for ESC).
+
+    A checkpoint is data from elsewhere: a forged state's strings printed raw could
+    retitle the terminal, clear it or hide lines.
+    """
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+
+
 def main(path: str, out: Console) -> int:
     """Prints every loader state in the checkpoint at `path`; returns the exit status."""
     try:
         prefix, states = find_states(path)
     except errors.StateError as err:
-        out.print(f"checkpoint holds a corrupted loader state: {err}")
+        text = "\n".join(map(printable, str(err).split("\n")))
+        out.print(f"checkpoint holds a corrupted loader state: {text}")
         return 1
     number = re.search(r"-(\d+)$", prefix)
-    out.print(f"checkpoint: {prefix}")
+    out.print(f"checkpoint: {printable(prefix)}")
     out.print(f"checkpoint number: {number.group(1) if number else '-'}")
     if not states:
         out.print("no resumeloader state found in this checkpoint")
         return 1
     for key, state in states.items():
-        out.print(f"loader: {key}")
+        out.print(f"loader: {printable(key)}")
         for field, value in describe(state):
-            out.print(f"  {field:<20} {value}")
+            out.print(f"  {printable(field):<20} {printable(value)}")
     return 0

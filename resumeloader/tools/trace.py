@@ -74,11 +74,15 @@ def digest(tree: Any) -> str:
 
 
 def parse_point(point: str) -> tuple[str, int]:
-    """Splits a kill point ``"kind:step"`` (kind in step, commit, save) into its parts."""
-    kind, _, number = point.partition(":")
-    if kind not in POINT_KINDS or not number.isdigit():
+    """Splits a kill point ``"kind:step"`` into its parts: kind is step, commit, save, or
+    ``mark:NAME`` for a point the script marks with `TraceRecorder.mark`."""
+    kind, _, number = point.rpartition(":")
+    name = kind[len("mark:") :] if kind.startswith("mark:") else None
+    named = name is not None and name.isidentifier() and name.isascii()
+    if (kind not in POINT_KINDS and not named) or not number.isdigit():
         msg = (
-            f"A kill point must be 'step:N', 'commit:N' or 'save:N' with N >= 0. "
+            f"A kill point must be 'step:N', 'commit:N' or 'save:N', or 'mark:NAME:N' for a "
+            f"point the script marks with TraceRecorder.mark(NAME), with N >= 0. "
             f"Received: {point!r}."
         )
         raise ValueError(msg)
@@ -96,7 +100,8 @@ class TraceRecorder:
     ``save:k``, the recorder stops the process (sleeps until killed) right after
     recording step k, right after ``commit(k)``, or inside the save of the
     checkpoint after step k-1 (its files written, the manager's ``checkpoint``
-    index not yet updated; needs `checkpoint_options`).
+    index not yet updated; needs `checkpoint_options`); at ``mark:NAME:k``, in
+    ``mark(NAME)`` once k steps were recorded.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None, *, pause_at: str | None = None):
@@ -149,6 +154,16 @@ class TraceRecorder:
         """Records that a checkpoint of steps ``0..step-1`` is durable (after the save)."""
         self._write({"event": "commit", "step": int(step)})
         self._maybe_pause("commit", int(step))
+
+    def mark(self, name: str) -> None:
+        """A named point of the training script, where the harness may kill it.
+
+        The kill point ``mark:NAME:k`` stops the process here once k steps were
+        recorded: e.g. ``recorder.mark("validation")`` in a callback's
+        ``on_test_begin`` is ``mark:validation:16`` during the validation after
+        step 15. Records nothing; a no-op outside the harness.
+        """
+        self._maybe_pause(f"mark:{name}", self._steps_done)
 
     def checkpoint_options(self) -> Any:
         """`tf.train.CheckpointOptions` whose write callback is the ``save:k`` pause point.

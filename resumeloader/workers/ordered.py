@@ -17,12 +17,14 @@ Like the batch producer it drives, this module imports no TensorFlow: keep it so
 
 from __future__ import annotations
 
+import contextlib
 import math
 import pickle
 import queue
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterator
 from concurrent import futures
@@ -31,6 +33,7 @@ from typing import Any
 import cloudpickle
 
 from resumeloader import errors
+from resumeloader.core import exiting
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import processes, produce
@@ -133,6 +136,8 @@ class WorkerSettings:
                 _check_picklable("on_error policy", pipeline.error_policy.fn)
         self._pool: processes.ProcessPool | None = None
         self._lock = threading.Lock()
+        self._runs = 0  # iterations running on the process pool
+        self._released = False  # the loader is gone: the pool lives only for those runs
 
     @property
     def in_flight(self) -> int:
@@ -171,6 +176,16 @@ class WorkerSettings:
         if pool is not None:
             pool.close()
 
+    def release(self) -> None:
+        """The loader is gone: stops the process workers now, or when the iterations still
+        running on them end (then after every later iteration, e.g. of a dataset that
+        outlived its loader)."""
+        with self._lock:
+            self._released = True
+            idle = not self._runs
+        if idle:
+            self.close()
+
     def produce(
         self, producer: produce.BatchProducer, tasks: Iterator[Task]
     ) -> Iterator[tuple[Task, produce.Produced]]:
@@ -180,9 +195,18 @@ class WorkerSettings:
                 yield task, producer.batch(task)
             return
         if self.worker_type == "process":
-            pool = self.start(producer)
-            assert pool is not None
-            yield from pool.run(tasks)
+            with self._lock:
+                self._runs += 1
+            try:
+                pool = self.start(producer)
+                assert pool is not None
+                yield from pool.run(tasks)
+            finally:
+                with self._lock:
+                    self._runs -= 1
+                    idle = self._released and not self._runs
+                if idle:
+                    self.close()
             return
         threads = _ThreadPool(producer, self.num_workers, self.timeout)
         pending: deque[tuple[Task, futures.Future[Any]]] = deque()
@@ -219,21 +243,48 @@ class _ThreadPool:
             threading.Thread(target=self._serve, name=f"resumeloader-worker-{i}", daemon=True)
             for i in range(num_workers)
         ]
+        self._submitted: weakref.WeakSet[futures.Future[Any]] = weakref.WeakSet()
+        exiting.on_exit(self._exit)
         for thread in self._threads:
             thread.start()
 
     def _serve(self) -> None:
-        while (item := self._inbox.get()) is not None:
-            future, task = item
-            if not future.set_running_or_notify_cancel():
-                continue
+        # Busy in the pool's own code (where it holds a future's lock), not in user code:
+        # at interpreter exit the threads leave the pool's code before CPython finalizes,
+        # and one stalled in a map_fn does not hold up the exit (`resumeloader.core.exiting`).
+        while True:
+            item = self._inbox.get()
+            with exiting.busy():
+                if item is None:
+                    return
+                future, task = item
+                if exiting.EXITING.is_set() or not future.set_running_or_notify_cancel():
+                    continue
+            error: BaseException | None = None
             try:
-                future.set_result(self._producer.batch(task))
+                batch = self._producer.batch(task)
             except BaseException as err:  # handed to the consumer
-                future.set_exception(err)
+                error = err
+            with exiting.busy(), contextlib.suppress(futures.InvalidStateError):
+                # (failed by `_exit` meanwhile: the interpreter is exiting)
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(batch)
+
+    def _exit(self) -> None:
+        """At interpreter exit: the batches not made fail (the consumer waiting for one
+        leaves), and the threads stop."""
+        error = RuntimeError("The interpreter is exiting: no more batches are made.")
+        for future in list(self._submitted):
+            with contextlib.suppress(futures.InvalidStateError):
+                if not future.cancel():
+                    future.set_exception(error)
+        self.close()
 
     def submit(self, task: Task) -> futures.Future[Any]:
         future: futures.Future[Any] = futures.Future()
+        self._submitted.add(future)
         self._inbox.put((future, task))
         return future
 

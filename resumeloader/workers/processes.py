@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from resumeloader import errors
+from resumeloader.core import exiting
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import child, failures, produce, worker_process
@@ -104,6 +105,7 @@ class ProcessPool:
         waiting_since: float | None = None
         try:
             while True:
+                exiting.check("batches of the worker processes")
                 with self._lock:
                     if self._closed:
                         msg = "The loader's worker processes were shut down during an iteration."
