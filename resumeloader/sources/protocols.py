@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import errno
 
-from resumeloader.sources import handles, storage
+from resumeloader.sources import handles, retry, storage
 
 __all__ = ["ObjectChangedError", "changed", "get_once", "retryable"]
 
@@ -57,7 +57,7 @@ async def get_once(obj: storage.Object, start: int, stop: int) -> bytes:
         try:
             response = await fs._call_s3("get_object", **kw)
         except Exception as err:
-            if storage.http_status(err) == 412:
+            if retry.http_status(err) == 412:
                 raise await changed(obj, "If-Match failed") from err
             raise
         body = response["Body"]
@@ -90,7 +90,7 @@ async def get_once(obj: storage.Object, start: int, stop: int) -> bytes:
         try:
             return bytes(await fs._cat_file(obj.url, start=start, end=stop, headers=headers))
         except Exception as err:
-            if storage.http_status(err) == 412:
+            if retry.http_status(err) == 412:
                 raise await changed(obj, "If-Match failed") from err
             raise
     info = fs.info(obj.url)  # memory://: in this process, synchronous
@@ -100,6 +100,6 @@ async def get_once(obj: storage.Object, start: int, stop: int) -> bytes:
 
 
 def retryable(err: BaseException) -> bool:
-    """Whether a GET that failed with `err` is worth another try (`storage.transient`;
+    """Whether a GET that failed with `err` is worth another try (`retry.transient`;
     never a changed object)."""
-    return not isinstance(err, ObjectChangedError) and storage.transient(err)
+    return not isinstance(err, ObjectChangedError) and retry.transient(err)

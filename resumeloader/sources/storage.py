@@ -26,8 +26,9 @@ serve (every GET 404), and it has no ``memory://`` or ``http://`` filesystems. W
 the block order a batch costs far less than one GET, so the per-GET overhead is not
 what limits throughput; one library for every protocol is. The libraries' own retry
 loops are turned off (s3fs ``retries=1``, botocore ``max_attempts=1``, gcsfs's
-request called once), so that retries are `fetch`'s: bounded in count and time and
-the same for every protocol.
+request called once), so that retries are ours, bounded in count and time and the
+same for every protocol: `resumeloader.sources.fetch` retries GETs,
+`resumeloader.sources.retry` listings and stats.
 
 The packages are optional extras: ``pip install 'resumeloader[s3]'`` (s3fs),
 ``'resumeloader[gcs]'`` (gcsfs) or ``'resumeloader[http]'`` (fsspec with aiohttp);
@@ -38,11 +39,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import random
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
+
+from resumeloader.sources import retry
 
 __all__ = [
     "Object",
@@ -50,12 +51,10 @@ __all__ = [
     "display_url",
     "expand",
     "filesystem",
-    "http_status",
     "is_url",
     "local_path",
     "protocol",
     "stat",
-    "transient",
 ]
 
 Options = Mapping[str, Any]
@@ -217,63 +216,6 @@ def _with_scheme(url: str, found: str) -> str:
     return found if "://" in found else f"{scheme}://{found}"
 
 
-def http_status(err: BaseException | None) -> int | None:
-    """The HTTP status an error of s3fs, gcsfs or aiohttp carries, if any."""
-    seen = 0
-    while err is not None and seen < 8:
-        response = getattr(err, "response", None)
-        if isinstance(response, dict):
-            code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if isinstance(code, int):
-                return code
-        # gcsfs's HttpError (.code) and aiohttp's ClientResponseError (.status); not the
-        # codes of aiohttp's parse errors (a truncated body's ContentLengthError is "400")
-        value = None
-        if type(err).__module__.startswith("gcsfs"):
-            value = getattr(err, "code", None)
-        elif hasattr(err, "request_info") and hasattr(err, "history"):
-            value = getattr(err, "status", None)
-        if isinstance(value, int) and 100 <= value < 600:
-            return value
-        err, seen = err.__cause__ or err.__context__, seen + 1
-    return None
-
-
-def transient(err: BaseException) -> bool:
-    """Whether a failed storage call is worth another try: a 5xx, 408 or 429 answer, a
-    reset or refused connection, a timeout, a short body; not a 4xx, a missing object
-    (fsspec's HTTP filesystem says FileNotFoundError for any failed request: one caused
-    by a connection error is transient) or a permission."""
-    if isinstance(err, (PermissionError, ImportError, NotImplementedError, TypeError)):
-        return False
-    code = http_status(err)
-    if code is not None:
-        return code >= 500 or code in (408, 429)
-    if isinstance(err, FileNotFoundError):
-        cause = err.__cause__
-        return cause is not None and not isinstance(cause, FileNotFoundError)
-    return True
-
-
-_ATTEMPTS = 5
-
-
-def _retried(call: Any) -> Any:
-    """`call()`, tried again after a jittered backoff (0.1 s doubled, at most 2 s) while it
-    fails transiently, at most `_ATTEMPTS` times (listings and stats: the libraries' own
-    retries are off)."""
-    wait = 0.1
-    for attempt in range(1, _ATTEMPTS + 1):
-        try:
-            return call()
-        except Exception as err:
-            if attempt == _ATTEMPTS or not transient(err):
-                raise
-        time.sleep(wait * (0.5 + random.random() / 2))
-        wait = min(2.0, wait * 2)
-    raise AssertionError("unreachable")
-
-
 def stat(url: str, options: Options | None = None) -> Object:
     """The object at `url` as it is now.
 
@@ -285,7 +227,7 @@ def stat(url: str, options: Options | None = None) -> Object:
     frozen = _frozen(options)
     fs = filesystem(proto, frozen)
     try:
-        info = _retried(lambda: fs.info(strip(proto, url)))
+        info = retry.retried(lambda: fs.info(strip(proto, url)))
     except FileNotFoundError:
         info = None
     if info is None or info.get("type") == "directory":
@@ -311,7 +253,7 @@ def expand(pattern: str, options: Options | None = None) -> list[Object]:
         fs.invalidate_cache()
     if proto == "http" or not any(c in pattern.split("://", 1)[1] for c in "*?["):
         return [stat(pattern, options)]
-    found = _retried(lambda: fs.glob(strip(proto, pattern), detail=True))
+    found = retry.retried(lambda: fs.glob(strip(proto, pattern), detail=True))
     objects = [
         Object(_with_scheme(pattern, name), int(info["size"]), version_of(proto, info), frozen)
         for name, info in sorted(found.items())
