@@ -158,6 +158,9 @@ def test_object_changed_between_save_and_restore_is_refused(s3_store, tmp_path):
     with pytest.raises(StateMismatchError) as info:
         fresh.set_state(state)
     assert "source.versions" in str(info.value)
+    changed = url.replace("*", "0")  # named, with its two versions, by this machine's record
+    assert f"objects changed since the checkpoint: {changed} (version" in str(info.value)
+    assert url.replace("*", "1") not in str(info.value)
 
 
 def test_index_is_kept_by_version_so_a_second_build_reads_no_object(s3_store, tmp_path):

@@ -322,6 +322,13 @@ class Pipeline(batching.BatchingMethods):
         fields.update({f"on_error.{k}": v for k, v in self._on_error.order_fields().items()})
         return fields
 
+    def explain_field(self, key: str, saved: int | str) -> str | None:
+        """Why order field `key` (``"source.versions"``...) was `saved` in a checkpoint and
+        differs now, in words, when the source can tell; else None."""
+        if key.startswith("source."):
+            return self._source.explain_field(key.removeprefix("source."), saved)
+        return None
+
     def __repr__(self) -> str:
         stages = " -> ".join(stage.describe() for stage in self.stages)
         if self._on_error.replaces:
