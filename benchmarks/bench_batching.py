@@ -243,8 +243,8 @@ def restore_times(rounds: int) -> dict[str, list[float]]:
     }
     work: dict[str, Callable[[], Any]] = {}
     for name, stage in stages.items():
-        pipeline = stage(Pipeline(source, seed=SEED).shuffle())
-        loader = ResumableLoader.from_pipeline(pipeline, output_signature=signature)
+        pipeline = stage(Pipeline(source, seed=SEED, output_signature=signature).shuffle())
+        loader = ResumableLoader.from_pipeline(pipeline)
         # A state inside a window: its start at epoch 50, then two batches.
         loader.set_state(dict(loader.get_state(), epoch=50, offset=500 * 1024))
         iterator = iter(loader)

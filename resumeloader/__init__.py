@@ -20,6 +20,7 @@ from resumeloader import errors
 from resumeloader._version import __version__
 from resumeloader.core.rng import record_rng
 from resumeloader.core.sampler import IndexSampler
+from resumeloader.core.shard import Shard
 from resumeloader.errors import (
     ElasticResumeError,
     ErrorBudgetError,
@@ -35,6 +36,7 @@ from resumeloader.errors import (
 )
 from resumeloader.sources import RandomAccessSource
 from resumeloader.stages import Pipeline
+from resumeloader.workers.options import Workers
 
 if TYPE_CHECKING:
     from resumeloader.tfdata.loader import AUTOTUNE, ResumableLoader
@@ -60,10 +62,12 @@ __all__ = [
     "ResumableLoader",
     "ResumeLoaderError",
     "ResumeMismatchError",
+    "Shard",
     "StateError",
     "StateMismatchError",
     "StreamIntegrityError",
     "WorkerError",
+    "Workers",
     "__version__",
     "errors",
     "record_rng",

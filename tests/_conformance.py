@@ -22,7 +22,7 @@ import _objstore_fixtures
 import _worker_fns
 import numpy as np
 
-from resumeloader import Pipeline, ResumableLoader
+from resumeloader import Pipeline, ResumableLoader, Shard, Workers
 from resumeloader.sources import ArrayRecordSource, HuggingFaceSource, TFRecordSource
 
 REGISTRY: dict[str, Case] = {}
@@ -476,3 +476,33 @@ def _ragged_spec():
     import tensorflow as tf
 
     return tf.TensorSpec((None,), tf.int64)
+
+
+# The option values of 0.3 (`Workers`, `Shard`, the record spec where the stream is
+# defined): one entry per worker backend (test_conformance.py asks for every kind in
+# resumeloader.workers.registry).
+@register("workers-inline-shard-1-of-2-output_signature-on-map", num_steps=5)
+def _inline_values() -> ResumableLoader:
+    pipeline = (
+        Pipeline(ListSource(_TOKENS), seed=30).shuffle()
+        .map(_worker_fns.augment, output_signature=_ragged_spec()).batch(4)
+    )
+    return ResumableLoader.from_pipeline(
+        pipeline, num_epochs=2, shard=Shard(1, 2), workers=Workers()
+    )
+
+
+@register("workers-thread-window-3-pack", num_steps=5)
+def _thread_values() -> ResumableLoader:
+    pipeline = Pipeline(_SEQUENCES, seed=31).shuffle().pack(20, window=8, batch_size=2)
+    return ResumableLoader.from_pipeline(
+        pipeline, num_epochs=2, workers=Workers(2, kind="thread", window=3)
+    )
+
+
+@register("workers-process-window-6-mix-shard-0-of-2", num_steps=7, break_points=(3, 7))
+def _process_values() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _mixture(32).map(_worker_fns.augment).batch(3), num_epochs=2, shard=Shard(0, 2),
+        workers=Workers(2, kind="process", window=6),
+    )

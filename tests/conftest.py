@@ -1,51 +1,10 @@
-"""Shared test setup: quiet TensorFlow, two logical CPUs for tf.distribute tests, and
-clean Keras/TensorFlow global state between tests (they share one process)."""
+"""Setup shared by every tier: the order of the tests. No TensorFlow here: the unit tier
+(tests/unit) runs without it; the TensorFlow tier's setup is tests/tf/conftest.py."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import os
-import sys
-
 import pytest
 from _objstore_fixtures import gcs_store, s3_store, store  # noqa: F401 (session fixtures)
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import tensorflow as tf
-
-_cpus = tf.config.list_physical_devices("CPU")
-# Not list_logical_devices: it initialises the runtime, after which the split fails.
-if _cpus and tf.config.get_logical_device_configuration(_cpus[0]) is None:
-    # RuntimeError: the runtime was initialised already (e.g. by a plugin).
-    with contextlib.suppress(RuntimeError):
-        tf.config.set_logical_device_configuration(
-            _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
-        )
-
-
-@pytest.fixture(autouse=True)
-def _no_strategy_left():
-    """Every test leaves no tf.distribute strategy scope open (checked, it costs nothing)."""
-    yield
-    assert not tf.distribute.has_strategy(), "a test left a tf.distribute strategy scope open"
-
-
-@pytest.fixture
-def clean_keras():
-    """Clears Keras' session (graph, name counters) and collects the garbage of strategies
-    and iterators (they hold threads and devices) after the test. It costs ~0.15 s, so
-    the modules that build models or strategies use it: ``pytestmark =
-    pytest.mark.usefixtures("clean_keras")``."""
-    yield
-    if "keras" in sys.modules:
-        import keras
-
-        keras.backend.clear_session(free_memory=True)
-    else:
-        gc.collect()
-
 
 # Modules whose every test starts TensorFlow subprocesses; with the tests marked
 # `slow`, they run first.
@@ -61,3 +20,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return item.get_closest_marker("slow") is not None or item.path.name in _SLOW_MODULES
 
     items.sort(key=lambda item: not slow(item))
+
+
+def pytest_ignore_collect(collection_path, config):
+    """conftest.py files hold no tests: they are not collected as doctest modules, which
+    would import each as the one module name `conftest` that the tiers' conftests share
+    (pytest then refuses the second as an import-file mismatch)."""
+    return True if collection_path.name == "conftest.py" else None

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from resumeloader.core import shard as shard_lib
 from resumeloader.core import validate
 
 __all__ = ["ALGORITHM", "IndexSampler", "epoch_hash", "permute"]
@@ -218,14 +219,8 @@ class IndexSampler:
             None if num_epochs is None else validate.integer("num_epochs", num_epochs, low=1)
         )
         self._shard_index, self._shard_count = validate.shard(shard_index, shard_count)
-        if self._shard_count > self._num_records:
-            msg = (
-                "`shard_count` must not exceed `num_records`: every shard needs a record "
-                f"per epoch. Received: shard_count={self._shard_count}, "
-                f"num_records={self._num_records}."
-            )
-            raise ValueError(msg)
-        self._records_per_epoch = self._num_records // self._shard_count
+        shard = shard_lib.Shard(self._shard_index, self._shard_count)
+        self._records_per_epoch = shard.records_per_epoch(self._num_records)
         self._end_position = self._end()
         self._last_epoch = -1
         self._last_epoch_allowed = (

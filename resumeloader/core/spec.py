@@ -94,6 +94,38 @@ class RecordSpec:
         leaves, treespec = flatten(record)
         return cls(treespec, tuple(LeafSpec(a.shape, a.dtype) for a in leaves))
 
+    @classmethod
+    def from_signature(cls, output_signature: Any) -> RecordSpec:
+        """The per-record spec described by a structure of `tf.TensorSpec` (``None`` for
+        a dimension that varies, ``tf.string`` for bytes or str) or `tf.RaggedTensorSpec`,
+        read without importing TensorFlow.
+
+        Raises:
+            TypeError: `output_signature` is not such a structure.
+            ValueError: a leaf has no rank.
+        """
+        leaves, treespec = optree.tree_flatten(
+            output_signature, is_leaf=_is_tensor_spec, none_is_leaf=True
+        )
+        if not leaves or not all(_is_tensor_spec(leaf) for leaf in leaves):
+            msg = (
+                "`output_signature` must be a structure of tf.TensorSpec (or "
+                "tf.RaggedTensorSpec) describing one record, without the batch dimension. "
+                f"Received: output_signature={output_signature!r}."
+            )
+            raise TypeError(msg)
+        specs = []
+        for leaf in leaves:
+            if leaf.shape.rank is None:
+                msg = (
+                    "`output_signature` needs the rank of every leaf (use None for a dimension "
+                    f"that varies, e.g. tf.TensorSpec((None,), tf.int64)). Received: {leaf!r}."
+                )
+                raise ValueError(msg)
+            dtype = STRING if leaf.dtype.name == "string" else np.dtype(leaf.dtype.as_numpy_dtype)
+            specs.append(LeafSpec(tuple(leaf.shape.as_list()), dtype))
+        return cls(treespec, tuple(specs))
+
     @property
     def variable(self) -> bool:
         """Whether any leaf is variable (a string or of varying shape)."""
@@ -186,3 +218,13 @@ def flatten(record: Any) -> tuple[list[np.ndarray], Any]:
 
 # The structure of a record that is a single leaf (an array, a number, a string).
 _ONE_LEAF = flatten(np.zeros(()))[1]
+
+
+def _is_tensor_spec(value: Any) -> bool:
+    """Whether `value` is a `tf.TensorSpec` or `tf.RaggedTensorSpec` (told by its classes'
+    names: this layer does not import TensorFlow)."""
+    return any(
+        kind.__name__ in ("TensorSpec", "RaggedTensorSpec")
+        and kind.__module__.startswith("tensorflow.")
+        for kind in type(value).__mro__
+    )

@@ -125,14 +125,17 @@ def boolean(name: str, value: Any) -> bool:
     return bool(value)
 
 
-def shard(shard_index: Any, shard_count: Any) -> tuple[int, int]:
-    """Checks `0 <= shard_index < shard_count`."""
-    shard_count = integer("shard_count", shard_count, low=1, high=MAX_COUNT)
-    shard_index = integer("shard_index", shard_index, low=0)
+def shard(
+    shard_index: Any, shard_count: Any, *, names: tuple[str, str] = ("shard_index", "shard_count")
+) -> tuple[int, int]:
+    """Checks `0 <= shard_index < shard_count` (named `names` in the errors)."""
+    index_name, count_name = names
+    shard_count = integer(count_name, shard_count, low=1, high=MAX_COUNT)
+    shard_index = integer(index_name, shard_index, low=0)
     if shard_index >= shard_count:
         msg = (
-            "`shard_index` must be in [0, shard_count). "
-            f"Received: shard_index={shard_index}, shard_count={shard_count}."
+            f"`{index_name}` must be in [0, {count_name}). "
+            f"Received: {index_name}={shard_index}, {count_name}={shard_count}."
         )
         raise ValueError(msg)
     return shard_index, shard_count

@@ -1,32 +1,38 @@
 """Stages: the pure functions of (seed, epoch, position) that define a loader's stream.
 
-`Pipeline` composes them; `Plan` binds a pipeline to epochs and a shard. See
-`resumeloader.stages.base` for the contract every stage keeps. No TensorFlow here.
+`Pipeline` composes them; `Plan` binds a pipeline to epochs and a shard. The contract
+every stage keeps is in ARCHITECTURE.md ("The stage contract"). No TensorFlow here.
 """
 
 from resumeloader.stages.base import (
+    Batches,
     BatchStage,
     Group,
     GroupError,
     IndexStage,
+    PlainBatchStage,
     RecordStage,
     Stage,
     TensorStage,
+    WindowedBatchStage,
 )
-from resumeloader.stages.batch import FixedBatchStage
-from resumeloader.stages.bucket import BucketStage
+from resumeloader.stages.batching import (
+    BucketStage,
+    FixedBatchStage,
+    PackStage,
+    PaddedBatchStage,
+    TokenBudgetStage,
+)
 from resumeloader.stages.map import MapStage
 from resumeloader.stages.mix import MixStage
-from resumeloader.stages.pack import PackStage
-from resumeloader.stages.padded import PaddedBatchStage
 from resumeloader.stages.pipeline import Pipeline
 from resumeloader.stages.plan import Plan, Task
 from resumeloader.stages.sampler import SamplerStage
 from resumeloader.stages.tf_map import TFMapStage
-from resumeloader.stages.tokens import TokenBudgetStage
 
 __all__ = [
     "BatchStage",
+    "Batches",
     "BucketStage",
     "FixedBatchStage",
     "Group",
@@ -37,6 +43,7 @@ __all__ = [
     "PackStage",
     "PaddedBatchStage",
     "Pipeline",
+    "PlainBatchStage",
     "Plan",
     "RecordStage",
     "SamplerStage",
@@ -45,4 +52,5 @@ __all__ = [
     "Task",
     "TensorStage",
     "TokenBudgetStage",
+    "WindowedBatchStage",
 ]

@@ -1,36 +1,18 @@
-"""The stage contract: every stage is a pure function of (seed, epoch, position).
+"""The stage kinds: index, record, batch (plain or windowed) and tensor stages.
 
-A pipeline is a chain of stages, in three kinds:
-
-* an **index stage** (exactly one) decides which record comes at each global offset
-  of each epoch: `IndexStage.indices`;
-* **record stages** (any number) transform one record at a time in Python, keyed by
-  (seed, epoch, record index): `RecordStage.apply`;
-* a **batch stage** (exactly one) groups the records of consecutive positions
-  into batches: `BatchStage.assemble`, or, for a *windowed* stage, the records of a
-  window of consecutive positions: `BatchStage.group` and `BatchStage.assemble_group`;
-* **tensor stages** (any number, after the batch stage) transform whole batches as
-  tensors inside TensorFlow: `TensorStage.fn` (defined here, run by the TensorFlow
-  layer).
-
-Contract every stage keeps, checked for each registered pipeline by the
-resume-conformance suite (``tests/test_conformance.py``):
-
-1. Its output depends only on its configuration, the pipeline's seed, the epoch and
-   the positions or records it is given, never on history, time, threads or workers.
-2. `order_fields` returns every configuration value that changes which bytes land
-   at which position; they enter the state as ``"<name>.<field>"`` and its
-   fingerprint, so a state saved by a different pipeline is refused, naming them.
-3. It holds no state that a restore would have to save: the position is the only
-   state, advanced by the consumer.
-4. It is picklable (process workers receive the pipeline pickled once).
+The contract every stage keeps — a pure function of (seed, epoch, position), its
+order fields, no state, picklable — is written once, in ARCHITECTURE.md ("The stage
+contract"), and checked for each registered pipeline by the resume-conformance suite
+(``tests/_conformance.py``). The library's stages are frozen dataclasses whose fields
+carry `resumeloader.stages.fields.meta`: checked on construction, order fields
+declared once per field.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -38,12 +20,15 @@ from resumeloader.core import spec as spec_lib
 
 __all__ = [
     "BatchStage",
+    "Batches",
     "Group",
     "GroupError",
     "IndexStage",
+    "PlainBatchStage",
     "RecordStage",
     "Stage",
     "TensorStage",
+    "WindowedBatchStage",
 ]
 
 Fields = dict[str, int | str]
@@ -53,16 +38,41 @@ Column = Sequence[Any]
 
 
 class Stage:
-    """Base of every stage."""
+    """Base of every stage (ARCHITECTURE.md, "The stage contract")."""
 
     #: "index", "record", "batch" or "tensor".
     kind: ClassVar[str] = ""
     #: Prefix of the stage's fields in the state, e.g. "sampler".
     name: ClassVar[str] = ""
+    #: The version of the stage's algorithm, an order field when set: bump it when the
+    #: bytes it produces for a configuration change.
+    algorithm: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        """Runs each declared field's check (dataclass stages), then `check`."""
+        for item in dataclasses.fields(self):  # type: ignore[arg-type]
+            check = item.metadata.get("check")
+            if check is not None and item.init:
+                object.__setattr__(self, item.name, check(item.name, getattr(self, item.name)))
+        self.check()
+
+    def check(self) -> None:
+        """Checks that concern several fields (called once the fields are checked).
+
+        Raises:
+            ValueError: the fields do not fit together.
+        """
 
     def order_fields(self) -> Fields:
-        """Fields that define the order or content this stage produces (may be empty)."""
-        return {}
+        """Fields that define the order or content this stage produces (may be empty):
+        its `algorithm` and every field declared with ``order``."""
+        fields: Fields = {"algorithm": self.algorithm} if self.algorithm else {}
+        if dataclasses.is_dataclass(self):
+            for item in dataclasses.fields(self):
+                encode = item.metadata.get("order")
+                if encode is not None:
+                    fields[item.name] = encode(getattr(self, item.name))
+        return fields
 
     def describe(self) -> str:
         """One line for ``describe()``."""
@@ -70,14 +80,14 @@ class Stage:
 
 
 class IndexStage(Stage):
-    """Decides the record at each global offset of each epoch."""
+    """Decides the record at each global offset of each epoch.
+
+    Subclasses give ``num_records`` (records in one epoch of the global order) and
+    `indices`.
+    """
 
     kind = "index"
-
-    @property
-    def num_records(self) -> int:
-        """Records in one epoch of the global order."""
-        raise NotImplementedError
+    num_records: int
 
     def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
         """The record indices (int64) at global `offsets` (int64) of epoch `epoch`."""
@@ -136,48 +146,36 @@ class GroupError(ValueError):
         self.slot = slot
 
 
-class BatchStage(Stage):
-    """Groups records into batches: consecutive positions, or windows of them.
+class Batches(NamedTuple):
+    """The batches a batch stage made of one task's records, in order."""
 
-    A plain stage (`window` None) makes one batch of each run of `batch_size`
-    consecutive positions (`assemble`). A *windowed* stage groups the records of each
-    window of `window` consecutive positions, aligned to the epoch's start, into
-    batches (`group`, then `assemble_group` for each): the batches of a window hold
-    each of its records exactly once, in an order that is a pure function of the
-    records, the seed, the epoch and the window. With `known_counts` every batch but
-    an epoch's last holds `batch_size` records, so position arithmetic stays O(1);
-    without, the number of batches of a window depends on its records, and the
-    consumer advances by the records each batch holds.
+    #: Each batch's leaves (of the stage's `output_spec`).
+    leaves: list[list[Any]]
+    #: The positions each batch counts.
+    counts: list[int]
+    #: Per batch, the slot of each row's (first) record (-1: an empty row); None when
+    #: each batch's rows are its task's records in order.
+    rows: list[np.ndarray] | None
+
+
+class BatchStage(Stage):
+    """Groups records into batches; subclass `PlainBatchStage` or `WindowedBatchStage`.
+
+    Subclasses give ``batch_size``: records per batch (an epoch's last batch may be
+    shorter); for a stage without `known_counts`, the most records a batch holds.
     """
 
     kind = "batch"
-
-    @property
-    def batch_size(self) -> int:
-        """Records per batch (the last batch of an epoch may be shorter); for a stage
-        without `known_counts`, the most records a batch holds."""
-        raise NotImplementedError
-
-    @property
-    def drop_remainder(self) -> bool:
-        """Whether an epoch's short last batch is dropped."""
-        raise NotImplementedError
-
-    @property
-    def window(self) -> int | None:
-        """Positions per window of a windowed stage, or None for a plain one."""
-        return None
-
-    @property
-    def known_counts(self) -> bool:
-        """Whether every batch counts `batch_size` positions (an epoch's last the rest)."""
-        return True
-
-    @property
-    def stacks(self) -> bool:
-        """Whether a batch is just its records' leaves stacked (ragged ones as lists), so
-        that a source's ``read_batch`` result is the batch as it is."""
-        return False
+    batch_size: int
+    #: Whether an epoch's short last batch is dropped.
+    drop_remainder: bool = False
+    #: Positions per window of a windowed stage; None for a plain one.
+    window: int | None = None
+    #: Whether every batch counts `batch_size` positions (an epoch's last the rest).
+    known_counts: ClassVar[bool] = True
+    #: Whether a batch is just its records' leaves stacked (ragged ones as lists), so
+    #: that a source's ``read_batch`` result is the batch as it is.
+    stacks: ClassVar[bool] = False
 
     @property
     def batch_dim(self) -> int | None:
@@ -192,21 +190,52 @@ class BatchStage(Stage):
         """
         return spec
 
-    def assemble(self, columns: list[Column], spec: spec_lib.RecordSpec) -> list[Any]:
-        """One batch's leaves (of `output_spec`) from the records' leaves, column by column
-        (plain stages).
+    def batches(
+        self, columns: list[Column], spec: spec_lib.RecordSpec, *, seed: int, epoch: int,
+        window: int,
+    ) -> Batches:
+        """The batches of one task's records (`columns`, in position order).
 
         Raises:
             GroupError: a record does not fit (its slot is its place in `columns`).
         """
         raise NotImplementedError
 
+    def resized(self, batch_size: int) -> BatchStage:
+        """The same stage with another batch size (elastic resume, distributed input)."""
+        return dataclasses.replace(self, batch_size=batch_size)  # type: ignore[type-var]
+
+
+class PlainBatchStage(BatchStage):
+    """Each batch is `batch_size` consecutive positions, never across an epoch."""
+
+    def assemble(self, columns: list[Column], spec: spec_lib.RecordSpec) -> list[Any]:
+        """One batch's leaves (of `output_spec`) from its records' leaves, column by column.
+
+        Raises:
+            GroupError: a record does not fit (its slot is its place in `columns`).
+        """
+        raise NotImplementedError
+
+    def batches(
+        self, columns: list[Column], spec: spec_lib.RecordSpec, *, seed: int, epoch: int,
+        window: int,
+    ) -> Batches:
+        return Batches([self.assemble(columns, spec)], [len(columns[0])], None)
+
+
+class WindowedBatchStage(BatchStage):
+    """The records of each window of `window` consecutive positions, aligned to the
+    epoch's start, grouped into batches that hold each of them once (`group`), in an
+    order that is a pure function of the records, the seed, the epoch and the window."""
+
+    window: int
+
     def group(
         self, columns: list[Column], spec: spec_lib.RecordSpec, *, seed: int, epoch: int,
         window: int,
     ) -> list[Group]:
-        """The batches of window number `window` of epoch `epoch`, in order (windowed
-        stages). `columns` hold the window's records in position order.
+        """The batches of window number `window` of epoch `epoch`, in order.
 
         Raises:
             GroupError: a record does not fit.
@@ -219,24 +248,24 @@ class BatchStage(Stage):
         """The leaves (of `output_spec`) of the batch `group` of the window's `columns`."""
         raise NotImplementedError
 
-    def resized(self, batch_size: int) -> BatchStage:
-        """The same stage with another batch size (elastic resume, distributed input)."""
-        raise NotImplementedError
+    def batches(
+        self, columns: list[Column], spec: spec_lib.RecordSpec, *, seed: int, epoch: int,
+        window: int,
+    ) -> Batches:
+        groups = self.group(columns, spec, seed=seed, epoch=epoch, window=window)
+        leaves = [self.assemble_group(columns, spec, group) for group in groups]
+        return Batches(leaves, [g.count for g in groups], [g.first_slots() for g in groups])
 
 
 class TensorStage(Stage):
     """Transforms each batch with TensorFlow ops, inside the loader's tf.data graph.
 
-    The TensorFlow layer calls ``fn(batch, seeds)`` on every batch (a structure of
-    tensors, ``tf.string`` and ``tf.RaggedTensor`` included); ``seeds`` is an int64
-    tensor ``[batch, 2]``: each record's stateless seed pair, keyed by (seed, epoch,
-    record index) like ``record_rng``, for ``tf.random.stateless_*`` and
-    ``tf.image.stateless_random_*`` ops. Randomness must come only from ``seeds``.
+    Subclasses give ``fn(batch, seeds) -> batch`` of TensorFlow ops, which the
+    TensorFlow layer calls on every batch (a structure of tensors, ``tf.string`` and
+    ``tf.RaggedTensor`` included); ``seeds`` is an int64 tensor ``[batch, 2]``: each
+    record's stateless seed pair, keyed by (seed, epoch, record index) like
+    ``record_rng``. Randomness must come only from ``seeds``.
     """
 
     kind = "tensor"
-
-    @property
-    def fn(self) -> Any:
-        """``fn(batch, seeds) -> batch`` of TensorFlow ops."""
-        raise NotImplementedError
+    fn: Callable[[Any, Any], Any]

@@ -19,13 +19,15 @@ records per chunk is the same order).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 from typing import Any
 
 import numpy as np
 
 from resumeloader.core import blocks, validate
-from resumeloader.stages import base
+from resumeloader.stages import base, fields
 
 __all__ = ["BlockStage", "build", "parse_bytes", "resolve_chunk"]
 
@@ -71,46 +73,47 @@ def resolve_chunk(target_bytes: int, mean_bytes: float, per_file: list[int] | No
     return aligned if chunk / 2 <= aligned <= chunk * 2 else chunk
 
 
+@dataclasses.dataclass(frozen=True)
 class BlockStage(base.IndexStage):
     """Record `BlockOrder` ``(num_records, chunk_records, window_chunks, seed)`` at each offset.
 
     Each epoch is a permutation of ``[0, num_records)``, computed offset by offset in
-    O(1); the positions of window ``w`` hold exactly the records of its chunks.
+    O(1); the positions of window ``w`` hold exactly the records of its chunks. The
+    resolved `chunk_records` and `window_chunks` are the order fields (with the
+    algorithm's version).
     """
 
     name = "blocks"
+    algorithm = blocks.ALGORITHM
 
-    def __init__(
-        self, num_records: int, *, seed: int, chunk_records: int, window_chunks: int
-    ) -> None:
-        self._order = blocks.BlockOrder(
-            num_records, chunk_records=chunk_records, window_chunks=window_chunks, seed=seed
-        )
+    num_records: int = dataclasses.field(metadata=fields.meta(check=fields.count))
+    seed: int = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=lambda _, value: validate.seed(value))
+    )
+    #: Consecutive records per chunk.
+    chunk_records: int = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=fields.count, order=True)
+    )
+    #: Chunks per window (records move within a window).
+    window_chunks: int = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=fields.count, order=True)
+    )
 
-    @property
-    def num_records(self) -> int:
-        return self._order.num_records
-
-    @property
+    @functools.cached_property
     def order(self) -> blocks.BlockOrder:
         """The block order."""
-        return self._order
+        return blocks.BlockOrder(
+            self.num_records, chunk_records=self.chunk_records,
+            window_chunks=self.window_chunks, seed=self.seed,
+        )
 
     def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
-        return self._order.indices(epoch, offsets)
-
-    def order_fields(self) -> base.Fields:
-        return {
-            "algorithm": blocks.ALGORITHM,
-            "chunk_records": self._order.chunk_records,
-            "window_chunks": self._order.window_chunks,
-        }
+        return self.order.indices(epoch, offsets)
 
     def describe(self) -> str:
-        order = self._order
         return (
-            f"BlockOrder: chunks of {order.chunk_records} records shuffled, records shuffled "
-            f"within windows of {order.window_chunks} chunks, seed {order.seed}"
+            f"BlockOrder: chunks of {self.chunk_records} records shuffled, records shuffled "
+            f"within windows of {self.window_chunks} chunks, seed {self.seed}"
         )
 
 
@@ -123,8 +126,8 @@ def build(
     window_chunks: validate.Int,
     chunk_records: validate.Int | None,
 ) -> BlockStage:
-    """The `BlockStage` of ``Pipeline.shuffle(block=..., ...)`` for `source` (its
-    arguments checked, the chunk resolved)."""
+    """The `BlockStage` of ``Pipeline.shuffle(block=..., ...)`` for `source`: the
+    chunk resolved from `block` bytes (or `chunk_records`), the arguments checked."""
     if not enabled:
         msg = (
             "`block` and `chunk_records` shape a shuffle: they need enabled=True. "
@@ -137,7 +140,6 @@ def build(
             f"block={block!r}, chunk_records={chunk_records!r}."
         )
         raise ValueError(msg)
-    window = validate.integer("window_chunks", window_chunks, low=1, high=validate.MAX_COUNT)
     if chunk_records is None:
         assert block is not None
         target = parse_bytes(block)
@@ -152,6 +154,9 @@ def build(
         chunk = resolve_chunk(target, mean, source.records_per_file())
     else:
         chunk = validate.integer("chunk_records", chunk_records, low=1, high=validate.MAX_COUNT)
+    # At most the source's records (one chunk); the stage checks the rest, as it would
+    # for `Pipeline.apply(BlockStage(...))`.
     return BlockStage(
-        len(source), seed=seed, chunk_records=min(chunk, len(source)), window_chunks=window
+        len(source), seed=seed, chunk_records=min(chunk, len(source)),
+        window_chunks=window_chunks,
     )

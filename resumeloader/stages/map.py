@@ -2,28 +2,44 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from resumeloader.core import rng
-from resumeloader.stages import base
+from resumeloader.core import rng, validate
+from resumeloader.stages import base, fields
 
-__all__ = ["MapStage"]
+__all__ = ["MapStage", "function"]
 
 
+def function(name: str, value: Any) -> Any:
+    """Checks that `value` is callable."""
+    if not callable(value):
+        msg = (
+            f"`{name}` must be callable. "
+            f"Received: {name}={value!r} of type {type(value).__name__}."
+        )
+        raise TypeError(msg)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
 class MapStage(base.RecordStage):
     """Applies ``fn(record, rng)``; ``rng`` is `record_rng(seed, epoch, record index)`."""
 
     name = "map"
 
-    def __init__(self, fn: Callable[[Any, np.random.Generator], Any], *, seed: int) -> None:
-        self.fn = fn
-        self._seed = seed
+    fn: Callable[[Any, np.random.Generator], Any] = dataclasses.field(
+        metadata=fields.meta(check=function)
+    )
+    seed: int = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=lambda _, value: validate.seed(value))
+    )
 
     def apply(self, record: Any, *, epoch: int, index: int) -> Any:
-        return self.fn(record, rng.record_rng(self._seed, epoch, index))
+        return self.fn(record, rng.record_rng(self.seed, epoch, index))
 
     def describe(self) -> str:
         name = getattr(self.fn, "__qualname__", type(self.fn).__name__)

@@ -73,6 +73,7 @@ class MixStage(base.IndexStage):
     """
 
     name = "mix"
+    algorithm = ALGORITHM
 
     def __init__(
         self,
@@ -93,14 +94,16 @@ class MixStage(base.IndexStage):
             )
             raise ValueError(msg)
         self._seed = validate.seed(seed)
-        self._shuffle = validate.boolean("shuffle", shuffle)
+        #: Whether each source walks a new seeded permutation every time through.
+        self.shuffle = validate.boolean("shuffle", shuffle)
         self._quota = quota.QuotaSequence(list(weights))
         self.weights = self._quota.weights
         self._total = sum(self.lengths)
         self._starts = tuple(int(s) for s in np.cumsum((0, *self.lengths[:-1])))
         self._seeds = tuple(source_seed(self._seed, name) for name in self.names)
         self._rule = records_per_epoch if isinstance(records_per_epoch, str) else "fixed"
-        self._num_records = self._epoch_length(records_per_epoch)
+        #: Positions in one epoch of the mixture (`records_per_epoch`).
+        self.num_records = self._epoch_length(records_per_epoch)
 
     def _epoch_length(self, rule: Any) -> int:
         if isinstance(rule, str):
@@ -119,28 +122,18 @@ class MixStage(base.IndexStage):
             )
         return validate.integer("records_per_epoch", rule, low=1, high=validate.MAX_COUNT)
 
-    @property
-    def num_records(self) -> int:
-        """Positions in one epoch of the mixture (`records_per_epoch`)."""
-        return self._num_records
-
-    @property
-    def shuffle(self) -> bool:
-        """Whether each source walks a new seeded permutation every time through."""
-        return self._shuffle
-
     def counts(self, num_positions: int) -> dict[str, int]:
         """How many of the first `num_positions` positions each source supplies."""
         num_positions = validate.integer("num_positions", num_positions, low=0)
         return dict(zip(self.names, self._quota.counts(num_positions), strict=True))
 
     def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
-        if epoch > (_MAX_INT64 - self._num_records) // self._num_records:
+        if epoch > (_MAX_INT64 - self.num_records) // self.num_records:
             msg = (
-                f"Mixture epoch {epoch} of {self._num_records} positions lies past 2**63 positions."
+                f"Mixture epoch {epoch} of {self.num_records} positions lies past 2**63 positions."
             )
             raise ValueError(msg)
-        positions = offsets + epoch * self._num_records
+        positions = offsets + epoch * self.num_records
         source, count = self._quota.locate(positions)
         keys = np.empty_like(positions)
         for part in np.unique(source).tolist():
@@ -152,7 +145,7 @@ class MixStage(base.IndexStage):
         """The keys of source `part`'s records number `count` of its walk."""
         length = self.lengths[part]
         lap, record = np.divmod(count, length)
-        if self._shuffle and length > 1:
+        if self.shuffle and length > 1:
             order = np.argsort(lap, kind="stable")
             laps = lap[order]
             bounds = [0, *(np.flatnonzero(laps[1:] != laps[:-1]) + 1).tolist(), len(order)]
@@ -171,19 +164,19 @@ class MixStage(base.IndexStage):
     def order_fields(self) -> base.Fields:
         weights = ",".join(f"{n}:{w}" for n, w in zip(self.names, self.weights, strict=True))
         return {
-            "algorithm": ALGORITHM,
+            "algorithm": self.algorithm,
             "permutation": sampler.ALGORITHM,
             "weights": weights,
-            "shuffle": int(self._shuffle),
-            "records_per_epoch": self._num_records,
+            "shuffle": int(self.shuffle),
+            "records_per_epoch": self.num_records,
         }
 
     def describe(self) -> str:
         weights = ", ".join(f"{n} {w}" for n, w in zip(self.names, self.weights, strict=True))
-        order = "shuffled" if self._shuffle else "in order"
+        order = "shuffled" if self.shuffle else "in order"
         return (
             f"mix({weights}; each source {order}), seed {self._seed}, "
-            f"{self._num_records:,} records per epoch ({self._rule})"
+            f"{self.num_records:,} records per epoch ({self._rule})"
         )
 
 

@@ -21,7 +21,7 @@ record that fails always fails (a transient error, e.g. a network timeout, would
 make the stream depend on when it happened: retry those inside the source).
 
 What is replaced is counted and logged by the process that hands batches out
-(`resumeloader.workers.quarantine`): every replacement is a line of the JSON-lines
+(`resumeloader.handout.quarantine`): every replacement is a line of the JSON-lines
 quarantine log, and more than ``max_fraction`` of an epoch's records replaced raises
 `ErrorBudgetError`. Pure Python and NumPy.
 """
@@ -52,7 +52,24 @@ _TAG = 0x0BAD_2EC0_2D5_5EED
 
 
 class ErrorPolicy:
-    """A pipeline's bad-record policy (see the module docstring).
+    """A pipeline's bad-record policy (`Pipeline.on_error`; see the module docstring).
+
+    A record fails when reading it, a record stage (``map_fn``) or its check against
+    the element spec raises (README, "Bad records"). ``"raise"``: the stream ends with
+    a `RecordError` naming the record index, epoch and position. ``"skip"``: the record
+    is replaced by the first of a seeded sequence of other records of its epoch, keyed
+    by (seed, epoch, record index), that does not fail (16 tries, then `RecordError`);
+    batch shapes and counts do not change, and the stream after a restore is the
+    uninterrupted one, provided a record that fails always fails. A callable's return
+    value replaces the record as it is (no record stage runs on it); raising ends the
+    stream.
+
+    Every replacement is appended to the JSON-lines `quarantine` log by the process
+    that hands batches out (whatever the workers), once per position. The error
+    budget: when the replacements in an epoch exceed ``max_fraction`` of its records
+    (of this shard; counted over the stream's positions up to the failing one, the
+    log's earlier lines included, so a restore counts the same), `ErrorBudgetError`
+    names the budget, the count and the log.
 
     Args:
         policy: ``"raise"``, ``"skip"`` or ``fn(record_index, epoch, error) -> record``.

@@ -9,23 +9,26 @@ from typing import Any
 import numpy as np
 
 from resumeloader import sources
+from resumeloader.core import spec as spec_lib
 from resumeloader.core import validate
-from resumeloader.stages import base, batch, batching, blocks, mix, on_error, sampler, tf_map
+from resumeloader.stages import base, blocks, mix, on_error, sampler, tf_map
 from resumeloader.stages import map as map_stage
+from resumeloader.stages.batching import bucket, fixed, pack, padded, tokens
 
 __all__ = ["Pipeline"]
 
 _KINDS = ("index", "record", "batch", "tensor")
 
 
-class Pipeline(batching.BatchingMethods):
+class Pipeline:
     """An immutable chain of stages that defines which bytes land in which batch.
 
     A pipeline reads a source in an index order (natural, or shuffled per epoch),
     runs record stages on each record, groups records into batches (`batch`, or for
     records of varying length `padded_batch`, `bucket_by_length`, `pack`,
     `batch_by_tokens`) and runs tensor stages (TensorFlow ops) on each batch. Each
-    method returns a new pipeline. How the batches are delivered (workers, prefetch,
+    method returns a new pipeline; each stage checks its own arguments (a stage of
+    your own is added with `apply`). How the batches are delivered (workers, prefetch,
     the tf.data graph, distribution) is not part of it: pass the pipeline to
     `ResumableLoader.from_pipeline` with those options.
 
@@ -40,6 +43,10 @@ class Pipeline(batching.BatchingMethods):
             (e.g. `TFRecordSource`), or any object with ``len()`` and
             ``__getitem__(int)`` (a list is a sequence of records).
         seed: integer in [0, 2**64); keys the shuffle and every record's ``rng``.
+        output_signature: the structure of `tf.TensorSpec` of one source record (no
+            batch dimension; ``None`` for a dimension that varies, ``tf.string`` for
+            bytes or str); read from the source, or from record 0, when None. After a
+            record stage, give it to `map` instead.
 
     Examples:
         >>> import numpy as np
@@ -51,7 +58,7 @@ class Pipeline(batching.BatchingMethods):
          'source.num_records']
     """
 
-    def __init__(self, source: Any, *, seed: validate.Int) -> None:
+    def __init__(self, source: Any, *, seed: validate.Int, output_signature: Any = None) -> None:
         self._source = sources.adapt(source)
         self._seed = validate.seed(seed)
         self._index: base.IndexStage = sampler.SamplerStage(
@@ -61,6 +68,7 @@ class Pipeline(batching.BatchingMethods):
         self._batch: base.BatchStage | None = None
         self._tensors: tuple[base.TensorStage, ...] = ()
         self._on_error = on_error.ErrorPolicy()
+        self._spec = _spec(output_signature)
 
     @classmethod
     @validate.typechecked
@@ -119,8 +127,8 @@ class Pipeline(batching.BatchingMethods):
         stage runs after the others, a batch stage groups the records, a tensor stage
         (after the batch stage) runs after the other tensor stages.
 
-        The methods below are shorthands for it; a stage of your own (see
-        `resumeloader.stages.base` for the contract) is added the same way.
+        The methods below are shorthands for it; a stage of your own (the contract is in
+        ARCHITECTURE.md, "The stage contract") is added the same way.
         """
         if not isinstance(stage, base.Stage) or stage.kind not in _KINDS:
             msg = (
@@ -139,8 +147,8 @@ class Pipeline(batching.BatchingMethods):
                 raise ValueError(msg)
             return self._with(tensors=(*self._tensors, stage))
         self._check_unbatched(f"{stage.kind} stage `{stage.name}`")
-        if stage.kind == "record":
-            return self._with(records=(*self._records, stage))
+        if stage.kind == "record":  # what it returns is described anew (or inferred)
+            return self._with(records=(*self._records, stage), spec=None)
         return self._with(batch=stage)
 
     @validate.typechecked
@@ -197,83 +205,87 @@ class Pipeline(batching.BatchingMethods):
         chunk = ordered.order.chunk_records
         return self.apply(ordered)._with(source=source.blocked(chunk))
 
-    def map(self, fn: Callable[[Any, np.random.Generator], Any]) -> Pipeline:
+    def map(
+        self, fn: Callable[[Any, np.random.Generator], Any], *, output_signature: Any = None
+    ) -> Pipeline:
         """Runs ``fn(record, rng)`` on every record, in Python, before batching.
 
         ``rng`` is a `numpy.random.Generator` keyed by (seed, epoch, record index):
         the same for a record however, wherever and after whatever restore it runs.
+        `output_signature` describes what ``fn`` returns (see `Pipeline`); inferred
+        from record 0 when None.
         """
-        if not callable(fn):
-            msg = f"`fn` must be callable. Received: fn={fn!r} of type {type(fn).__name__}."
-            raise TypeError(msg)
-        return self.apply(map_stage.MapStage(fn, seed=self._seed))
+        stage = map_stage.MapStage(fn, seed=self._seed)
+        return self.apply(stage)._with(spec=_spec(output_signature))
 
-    @validate.typechecked
-    def batch(self, batch_size: validate.Int, *, drop_remainder: bool = False) -> Pipeline:
-        """Groups `batch_size` records of consecutive positions into each batch.
+    def with_output_signature(self, output_signature: Any) -> Pipeline:
+        """The same pipeline, its records (as the batch stage receives them) described
+        by `output_signature` (see `Pipeline`; None: inferred from record 0)."""
+        return self._with(spec=_spec(output_signature))
 
-        A batch never crosses an epoch boundary; an epoch's short last batch is
-        dropped when `drop_remainder`.
-        """
-        batch_size = validate.integer("batch_size", batch_size, low=1, high=validate.MAX_COUNT)
-        return self.apply(batch.FixedBatchStage(batch_size, drop_remainder=bool(drop_remainder)))
+    def batch(self, batch_size: int, *, drop_remainder: bool = False) -> Pipeline:
+        """Groups `batch_size` records of consecutive positions into each batch
+        (`FixedBatchStage`: never across an epoch; an epoch's short last batch dropped
+        when `drop_remainder`)."""
+        return self.apply(fixed.FixedBatchStage(batch_size, drop_remainder=drop_remainder))
+
+    def padded_batch(
+        self, batch_size: int, *, pad_to: Any = None, pad_value: Any = 0, mask: bool = False,
+        truncate: bool = False, drop_remainder: bool = False,
+    ) -> Pipeline:
+        """Like `batch`, every numeric leaf whose length varies padded into a dense array
+        (`PaddedBatchStage`: the arguments and an example)."""
+        stage = padded.PaddedBatchStage(
+            batch_size, pad_to=pad_to, pad_value=pad_value, mask=mask, truncate=truncate,
+            drop_remainder=drop_remainder,
+        )
+        return self.apply(stage)
+
+    def bucket_by_length(
+        self, batch_size: int, *, window: int, pad_to: Any = None, pad_value: Any = 0,
+        mask: bool = False, truncate: bool = False, drop_remainder: bool = False,
+    ) -> Pipeline:
+        """Batches of records of similar length, each counting `batch_size` positions,
+        cut from windows of `window` positions and padded (`BucketStage`)."""
+        stage = bucket.BucketStage(
+            batch_size, window=window, pad_to=pad_to, pad_value=pad_value, mask=mask,
+            truncate=truncate, drop_remainder=drop_remainder,
+        )
+        return self.apply(stage)
+
+    def pack(self, length: Any, *, window: int, batch_size: int, pad_value: Any = 0) -> Pipeline:
+        """Packs the sequences of each window of `window` positions into rows of `length`
+        tokens, `batch_size` rows per batch (`PackStage`)."""
+        stage = pack.PackStage(length, window=window, batch_size=batch_size, pad_value=pad_value)
+        return self.apply(stage)
+
+    def batch_by_tokens(
+        self, max_tokens: int, *, window: int,
+        boundaries: tuple[int, ...] | list[int] | None = None, max_batch_size: int | None = None,
+        pad_value: Any = 0, mask: bool = False,
+    ) -> Pipeline:
+        """Batches of as many records of each window of `window` positions as fit
+        `max_tokens` padded tokens (`TokenBudgetStage`)."""
+        stage = tokens.TokenBudgetStage(
+            max_tokens, window=window, boundaries=boundaries, max_batch_size=max_batch_size,
+            pad_value=pad_value, mask=mask,
+        )
+        return self.apply(stage)
 
     def tf_map(self, fn: Callable[[Any, Any], Any]) -> Pipeline:
-        """Runs ``fn(batch, seeds)``, a function of TensorFlow ops, on every batch.
-
-        It runs inside the loader's tf.data graph (``map(num_parallel_calls=AUTOTUNE,
-        deterministic=True)``: batches in parallel, in order) for ``dataset()``, and
-        as a ``tf.function`` on the same batches for ``for batch in loader``, with the
-        same bytes. ``batch`` is the batch as tensors (``tf.string``,
-        ``tf.RaggedTensor`` included); ``seeds`` is an int64 ``[batch, 2]`` tensor of
-        per-record stateless seeds keyed by (seed, epoch, record index): random ops
-        seeded from it (``tf.random.stateless_*``, ``tf.image.stateless_random_*``) give
-        the same result after any restore. With ``dataset(input_context=...)`` it runs
-        on each replica's batch. Must follow `batch`. An error of the source or a
-        ``map_fn`` of such a pipeline reaches ``for batch in loader`` as tf.data raises
-        it (a ``tf.errors.OpError`` carrying the `RecordError` message), as it reaches
-        ``dataset()``.
-        """
-        if not callable(fn):
-            msg = f"`fn` must be callable. Received: fn={fn!r} of type {type(fn).__name__}."
-            raise TypeError(msg)
+        """Runs ``fn(batch, seeds)``, a function of TensorFlow ops, on every batch, inside
+        the loader's tf.data graph (`TFMapStage`: seeds, bytes, errors). Must follow the
+        batch stage."""
         return self.apply(tf_map.TFMapStage(fn))
 
     def on_error(
-        self,
-        policy: str | Callable[[int, int, Exception], Any] = "raise",
-        *,
-        max_fraction: float = 0.01,
-        quarantine: str | os.PathLike[str] | None = None,
+        self, policy: str | Callable[[int, int, Exception], Any] = "raise", *,
+        max_fraction: float = 0.01, quarantine: str | os.PathLike[str] | None = None,
     ) -> Pipeline:
-        """What a failing record becomes: an error, a seeded replacement, or your record.
-
-        A record fails when reading it, a record stage (``map_fn``) or its check
-        against the element spec raises (docs/guides/bad-records.md).
-
-        * ``"raise"`` (default): the stream ends with a `RecordError` naming the
-          record index, epoch and position.
-        * ``"skip"``: the record is replaced by the first of a seeded sequence of
-          other records of its epoch, keyed by (seed, epoch, record index), that does
-          not fail (16 tries, then `RecordError`). Batch shapes and counts do not
-          change; the stream after a restore is the uninterrupted one, provided a
-          record that fails always fails.
-        * ``fn(record_index, epoch, error) -> record``: its return value replaces
-          the record as it is (no record stage runs on it); raising ends the stream.
-
-        Every replacement is appended to the JSON-lines `quarantine` log by the
-        process that hands batches out (whatever the workers), once per position.
-        The error budget: when the replacements in an epoch exceed ``max_fraction``
-        of its records (of this shard; counted over the stream's positions up to the
-        failing one, the log's earlier lines included, so a restore counts the same),
-        `ErrorBudgetError` names the budget, the count and the log.
-
-        Args:
-            policy: ``"raise"``, ``"skip"`` or ``fn(record_index, epoch, error)``.
-            max_fraction: the error budget, in [0, 1].
-            quarantine: the log's path (its folder must exist); required unless
-                `policy` is ``"raise"``.
-        """
+        """What a failing record becomes: an error (``"raise"``, the default), a seeded
+        replacement (``"skip"``) or ``fn(record_index, epoch, error)``'s record; every
+        replacement logged to `quarantine`, within the error budget `max_fraction`
+        (`ErrorPolicy`: each policy, the log and the budget)."""
         return self._with(
             on_error=on_error.ErrorPolicy(policy, max_fraction=max_fraction, quarantine=quarantine)
         )
@@ -282,8 +294,7 @@ class Pipeline(batching.BatchingMethods):
         """The same pipeline with another batch size (the record order is unchanged)."""
         if self._batch is None:
             return self.batch(batch_size)
-        size = validate.integer("batch_size", batch_size, low=1, high=validate.MAX_COUNT)
-        return self._with(batch=self._batch.resized(size))
+        return self._with(batch=self._batch.resized(batch_size))  # the stage checks it
 
     def _check_unbatched(self, what: str) -> None:
         if self._batch is not None:
@@ -299,6 +310,7 @@ class Pipeline(batching.BatchingMethods):
     index_stage = property(lambda self: self._index, doc="The index stage.")
     record_stages = property(lambda self: self._records, doc="The record stages, in order.")
     batch_stage = property(lambda self: self._batch, doc="The batch stage, or None.")
+    record_spec = property(lambda self: self._spec, doc="The records' `RecordSpec`, or None.")
     tensor_stages = property(lambda self: self._tensors, doc="The tensor stages, in order.")
     error_policy = property(lambda self: self._on_error, doc="The bad-record `ErrorPolicy`.")
 
@@ -334,3 +346,9 @@ class Pipeline(batching.BatchingMethods):
         if self._on_error.replaces:
             stages += f", {self._on_error.describe()}"
         return f"Pipeline({self._source.description}: {stages}, seed={self._seed})"
+
+
+def _spec(output_signature: Any) -> spec_lib.RecordSpec | None:
+    if output_signature is None or isinstance(output_signature, spec_lib.RecordSpec):
+        return output_signature
+    return spec_lib.RecordSpec.from_signature(output_signature)

@@ -20,6 +20,7 @@ import numpy as np
 
 from resumeloader import errors
 from resumeloader.core import positions, sampler, validate
+from resumeloader.core import shard as shard_lib
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import sampler as sampler_stage
 
@@ -73,15 +74,10 @@ class Plan:
             None if num_epochs is None else validate.integer("num_epochs", num_epochs, low=1)
         )
         self.shard_index, self.shard_count = validate.shard(shard_index, shard_count)
+        #: This plan's `Shard` of each epoch.
+        self.shard = shard_lib.Shard(self.shard_index, self.shard_count)
         self.num_records = pipeline.index_stage.num_records
-        if self.shard_count > self.num_records:
-            msg = (
-                "`shard_count` must not exceed `num_records`: every shard needs a record "
-                f"per epoch. Received: shard_count={self.shard_count}, "
-                f"num_records={self.num_records}."
-            )
-            raise ValueError(msg)
-        self.records_per_epoch = self.num_records // self.shard_count
+        self.records_per_epoch = self.shard.records_per_epoch(self.num_records)
         stage = pipeline.batch_stage
         if stage.drop_remainder and stage.batch_size > self.records_per_epoch:
             msg = (

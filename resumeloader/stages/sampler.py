@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from resumeloader.core import sampler
-from resumeloader.stages import base
+from resumeloader.core import sampler, validate
+from resumeloader.stages import base, fields
 
 __all__ = ["SamplerStage"]
 
 
+@dataclasses.dataclass(frozen=True)
 class SamplerStage(base.IndexStage):
     """Record ``permute(num_records, seed, epoch, offset)`` at each offset, or ``offset`` itself.
 
@@ -18,29 +21,22 @@ class SamplerStage(base.IndexStage):
     """
 
     name = "sampler"
+    algorithm = sampler.ALGORITHM
 
-    def __init__(self, num_records: int, *, seed: int, shuffle: bool) -> None:
-        self._num_records = num_records
-        self._seed = seed
-        self._shuffle = shuffle
-
-    @property
-    def num_records(self) -> int:
-        return self._num_records
-
-    @property
-    def shuffle(self) -> bool:
-        """Whether epochs are shuffled."""
-        return self._shuffle
+    num_records: int = dataclasses.field(metadata=fields.meta(check=fields.count))
+    seed: int = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=lambda _, value: validate.seed(value))
+    )
+    #: Whether epochs are shuffled.
+    shuffle: bool = dataclasses.field(
+        kw_only=True, metadata=fields.meta(check=fields.flag, order=True)
+    )
 
     def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
-        if not self._shuffle:
+        if not self.shuffle:
             return offsets
-        return sampler.permute(self._num_records, self._seed, epoch, offsets)
-
-    def order_fields(self) -> base.Fields:
-        return {"algorithm": sampler.ALGORITHM, "shuffle": int(self._shuffle)}
+        return sampler.permute(self.num_records, self.seed, epoch, offsets)
 
     def describe(self) -> str:
-        order = "shuffled" if self._shuffle else "in order"
-        return f"IndexSampler: {order}, seed {self._seed}"
+        order = "shuffled" if self.shuffle else "in order"
+        return f"IndexSampler: {order}, seed {self.seed}"

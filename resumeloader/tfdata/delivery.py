@@ -9,14 +9,15 @@ it is produced and handed to TensorFlow, and never changes it:
 * ``read_batch``: a source with batched reads and no record stage: one call per batch.
 * ``records``: each record read and run through the record stages, then assembled.
 
-``read_batch`` and ``records`` run in the calling thread or in thread or process
-workers (`WorkerSettings`), in order. Their batches hold variable leaves (strings,
-ragged arrays) in the batch wire format; the generator decodes them (`graph.decode`)
-and a `Finisher` turns them into ``tf.string`` and ``tf.RaggedTensor`` leaves and runs
-the tensor stages (`Pipeline.tf_map`), inside tf.data. ``for batch in loader`` takes
-the same steps eagerly in its prefetch thread, or iterates the tf.data pipeline when
-there are tensor stages, so that their ops run in the same runtime as ``dataset()``.
-Every path hands over the batches of `resumeloader.tfdata.stream` (a window's batches
+``read_batch`` and ``records`` run on the loader's worker backend (`Workers`: the
+calling thread, threads, processes; `resumeloader.workers.backend`), in order. Their
+batches hold variable leaves (strings, ragged arrays) in the batch wire format; the
+generator decodes them (`graph.decode`) and a `Finisher` turns them into ``tf.string``
+and ``tf.RaggedTensor`` leaves and runs the tensor stages (`Pipeline.tf_map`), inside
+tf.data. ``for batch in loader`` takes the same steps eagerly in its prefetch thread,
+or iterates the tf.data pipeline when there are tensor stages, so that their ops run
+in the same runtime as ``dataset()``.
+Every path hands over the batches of `resumeloader.handout.stream` (a window's batches
 one by one, each with the position after it).
 """
 
@@ -31,10 +32,10 @@ from typing import Any
 import tensorflow as tf
 
 from resumeloader.core import positions
-from resumeloader.core import spec as spec_lib
+from resumeloader.handout import quarantine, stream
 from resumeloader.stages import plan as plan_lib
-from resumeloader.tfdata import gather, generator, graph, prefetch, stream, tf_map
-from resumeloader.workers import ordered, produce, quarantine, readahead
+from resumeloader.tfdata import gather, generator, graph, prefetch, tf_map
+from resumeloader.workers import options, produce, readahead
 
 __all__ = ["Delivery"]
 
@@ -46,33 +47,28 @@ class Delivery:
     """The production and hand-over of a plan's batches (see the module docstring).
 
     Args:
-        plan: the plan whose batches are delivered.
-        spec: the per-record spec, or None to infer it from record 0.
+        plan: the plan whose batches are delivered (its pipeline's `record_spec`, or
+            record 0's, is the per-record spec).
+        workers: where batches are made.
         prefetch: batches prepared ahead of the consumer; None or 0 for none.
         with_metadata: deliver ``(batch, metadata)``.
-        num_workers: workers preparing batches in parallel (0: none).
-        worker_type: "thread" or "process".
-        worker_timeout: seconds to wait for one batch from a worker, or None.
     """
 
     def __init__(
         self,
         plan: plan_lib.Plan,
         *,
-        spec: spec_lib.RecordSpec | None,
+        workers: options.Workers,
         prefetch: int | None,
         with_metadata: bool,
-        num_workers: int,
-        worker_type: str,
-        worker_timeout: float | None = None,
     ) -> None:
         self.plan = plan
         self.prefetch = prefetch
         self.with_metadata = with_metadata
-        self.workers = ordered.WorkerSettings(
-            num_workers, worker_type, pipeline=plan.pipeline, timeout=worker_timeout
-        )
-        self.producer = produce.BatchProducer(plan.pipeline, spec)
+        self.workers = workers
+        self.producer = produce.BatchProducer(plan.pipeline)
+        #: The worker backend making the batches (`resumeloader.workers.backend`).
+        self.backend = workers.backend(self.producer)
         policy = plan.pipeline.error_policy
         #: Logs the bad-record policy's replacements as batches are handed out.
         self.quarantine = (
@@ -90,7 +86,8 @@ class Delivery:
         columns = plan.pipeline.source.columns()
         self.gatherer: gather.Gatherer | None = None
         fixed = not self.spec.variable and stage.stacks
-        if self.producer.reads_batches and not num_workers and columns is not None and fixed:
+        inline = workers.kind == "inline"  # the gather path has no workers
+        if self.producer.reads_batches and inline and columns is not None and fixed:
             leaves, treespec = columns
             if gather.Gatherer.supports(leaves, treespec, self.spec):
                 self.gatherer = gather.Gatherer(leaves, treespec)
@@ -130,26 +127,17 @@ class Delivery:
         self, plan: plan_lib.Plan, layout: positions.Layout, position: int, watch: Watch | None
     ) -> Generator[tuple[Any, int], None, None]:
         tasks = plan.tasks(position, layout)
-        in_process = self.workers.worker_type != "process" or not self.workers.num_workers
+        in_process = self.workers.kind in ("inline", "thread")  # where the source is read
         if in_process and plan.pipeline.source.prefetches:
             tasks = readahead.hinted(tasks, plan.pipeline.source)
         on_batch = None
         if watch is not None:
             tasks, on_batch = watch(position, tasks)
         seed = self.plan.pipeline.seed if self.finisher.seeded else None
-        produced = self.workers.produce(self.producer, tasks)
+        produced = self.backend.run(tasks)
         if self.quarantine is not None:
-            produced = self._handed_out(plan, produced)
+            produced = quarantine.handed_out(self.quarantine, plan, self.producer, produced)
         return stream.batches(produced, layout, position, seed=seed, on_batch=on_batch)
-
-    def _handed_out(
-        self, plan: plan_lib.Plan, produced: Iterator[tuple[plan_lib.Task, produce.Produced]]
-    ) -> Iterator[tuple[plan_lib.Task, produce.Produced]]:
-        """`produced`, each task's replaced records logged to the quarantine (its budget
-        checked) as it is handed out, the task's indices naming the replacements."""
-        assert self.quarantine is not None
-        for task, out in produced:
-            yield self.quarantine.hand_out(plan, task, self.producer.skips.take(task)), out
 
     def _index_arrays(
         self, layout: positions.Layout, position: int, watch: Watch | None = None
@@ -201,7 +189,7 @@ class Delivery:
                 replica), after assembling and before the tensor stages.
         """
         produced = batch_dim if rebatch is None else None
-        self.workers.start(self.producer)
+        self.backend.start()
         ds = generator.from_generator(
             lambda: self._decoded(make_batches()),
             self.finisher.input_spec(produced),
@@ -266,7 +254,7 @@ class Delivery:
         plan = self.plan
         ends: deque[int] = deque()
         watch: Watch = lambda _, tasks: (tasks, ends.append)  # noqa: E731
-        self.workers.start(self.producer)
+        self.backend.start()
         tensors = prefetch.prefetched(
             lambda: self._tensors(self.batches(plan, plan.layout, position, watch)), depth
         )
@@ -333,7 +321,7 @@ class Delivery:
 
     def close(self) -> None:
         """Stops the process workers (a later iteration starts new ones); syncs the log."""
-        self.workers.close()
+        self.backend.close()
         self.sync()
 
     def describe(self) -> list[tuple[str, str, str, str]]:
@@ -346,14 +334,7 @@ class Delivery:
             )
             rows.append(("map", "tf.gather(source, indices)", batch, "recomputed"))
         else:
-            workers = self.workers.num_workers
-            if workers:
-                kind = self.workers.worker_type
-                plan = f"{workers} {kind} worker{'s' if workers != 1 else ''}, "
-                plan += f"<= {self.workers.in_flight} in flight, in order"
-                plan += ", shared memory" if kind == "process" else ""
-            else:
-                plan = "in the generator thread (num_workers=0)"
+            plan = self.backend.describe()
             rows.append(("workers", plan, batch, "recomputed"))
             rows.append(("from_generator", "Dataset.from_generator", batch, "recomputed"))
         for stage in self.finisher.stages:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import optree
 import tensorflow as tf
 
@@ -23,7 +22,6 @@ __all__ = [
     "element_spec",
     "leaf_spec",
     "metadata_spec",
-    "record_spec",
     "spec_text",
     "wire_spec",
 ]
@@ -180,34 +178,6 @@ def advance(variable: tf.Variable, layout: positions.Layout, num_batches: Any) -
         advanced = tf.minimum(advanced, layout.end)
     with tf.control_dependencies(checks):
         variable.assign(advanced)
-
-
-def _is_spec(x: Any) -> bool:
-    return isinstance(x, (tf.TensorSpec, tf.RaggedTensorSpec))
-
-
-def record_spec(output_signature: Any) -> spec_lib.RecordSpec:
-    """The per-record spec described by a structure of `tf.TensorSpec` (``None`` for a
-    dimension that varies, ``tf.string`` for bytes or str) or `tf.RaggedTensorSpec`."""
-    leaves, treespec = optree.tree_flatten(output_signature, is_leaf=_is_spec, none_is_leaf=True)
-    if not leaves or not all(_is_spec(leaf) for leaf in leaves):
-        msg = (
-            "`output_signature` must be a structure of tf.TensorSpec (or tf.RaggedTensorSpec) "
-            "describing one record, without the batch dimension. "
-            f"Received: output_signature={output_signature!r}."
-        )
-        raise TypeError(msg)
-    specs = []
-    for leaf in leaves:
-        if leaf.shape.rank is None:
-            msg = (
-                "`output_signature` needs the rank of every leaf (use None for a dimension "
-                f"that varies, e.g. tf.TensorSpec((None,), tf.int64)). Received: {leaf!r}."
-            )
-            raise ValueError(msg)
-        dtype = spec_lib.STRING if leaf.dtype == tf.string else np.dtype(leaf.dtype.as_numpy_dtype)
-        specs.append(spec_lib.LeafSpec(tuple(leaf.shape.as_list()), dtype))
-    return spec_lib.RecordSpec(treespec, tuple(specs))
 
 
 def spec_text(spec: Any) -> str:

@@ -13,7 +13,7 @@ shares its variant tensor, like tf.data's own unchanged-structure datasets) and:
   iteration started now yields), so ``len()`` and Keras see it.
 
 Static combinators (``Dataset.zip``, ``sample_from_datasets``, ...) do not call
-methods of their inputs; the loader's ledger (`resumeloader.tfdata.consumption`)
+methods of their inputs; the loader's ledger (`resumeloader.handout.consumption`)
 catches their misuse at run time instead. So does the graph of a ``tf.function``
 that receives the dataset as an argument (TensorFlow rebuilds a plain dataset
 inside it): transform outside the function.

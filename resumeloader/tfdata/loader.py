@@ -24,14 +24,17 @@ import numpy as np
 import tensorflow as tf
 
 from resumeloader import errors
+from resumeloader.core import shard as shard_lib
 from resumeloader.core import state as state_lib
 from resumeloader.core import validate
+from resumeloader.handout import consumption
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.tfdata import consumption, distribute, graph, guard
+from resumeloader.tfdata import arguments, distribute, guard
 from resumeloader.tfdata import delivery as delivery_lib
 from resumeloader.tfdata import describe as describe_lib
 from resumeloader.tfdata import position as position_lib
+from resumeloader.workers import options
 
 __all__ = ["AUTOTUNE", "ResumableLoader"]
 
@@ -73,7 +76,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         map_fn: ``map_fn(record, rng) -> element``, run in Python for every record;
             ``rng`` is a `numpy.random.Generator` keyed by (seed, epoch, record index).
         drop_remainder: drop each epoch's last batch when it is short.
-        shard_index: this shard, in [0, shard_count).
+        shard_index: this shard, in [0, shard_count) (or give `shard`).
         shard_count: shards splitting each epoch's global order (strided).
         prefetch: batches prepared ahead of the consumer (by `dataset`'s
             ``prefetch``, or a thread for ``for batch in loader``); None or 0 for none.
@@ -82,17 +85,15 @@ class ResumableLoader(tf.train.experimental.PythonState):
         with_metadata: yield ``(batch, metadata)`` where metadata holds, per record,
             ``index``, ``epoch``, ``position`` and a stateless TF ``seed`` pair.
         num_workers: workers preparing batches in parallel (0: in the generator's
-            thread). Batches are handed out strictly in order whatever the workers, so
-            the stream does not depend on `num_workers` or `worker_type`.
-        worker_type: "thread", or "process" (spawned processes that receive the
-            pipeline pickled once and return batches through shared memory; use it for
-            GIL-bound ``map_fn``). A dead worker raises `WorkerError`. Process workers
-            start once and serve every iteration and epoch until `close` (or garbage
-            collection, or exit); they never import ``__main__`` nor TensorFlow.
-        worker_timeout: seconds to wait for one batch from a worker before raising a
-            `WorkerError` naming it (a stalled process worker is stopped and replaced
-            by the next iteration; a process's start-up is not counted); None (default)
-            waits as long as the worker lives. Needs ``num_workers >= 1``.
+            thread); with `worker_type` and `worker_timeout` the short form of
+            ``workers=Workers(num_workers, kind=worker_type, timeout=worker_timeout)``
+            (see `Workers`). Batches are handed out strictly in order whatever the
+            workers, so the stream does not depend on them.
+        worker_type: "thread" or "process".
+        worker_timeout: seconds to wait for one batch from a worker, or None.
+        shard: a `Shard` (instead of `shard_index` and `shard_count`).
+        workers: a `Workers` (instead of `num_workers`, `worker_type` and
+            `worker_timeout`).
 
     Examples:
         >>> import numpy as np
@@ -123,28 +124,26 @@ class ResumableLoader(tf.train.experimental.PythonState):
         num_workers: int = 0,
         worker_type: str = "thread",
         worker_timeout: float | None = None,
+        shard: shard_lib.Shard | None = None,
+        workers: options.Workers | None = None,
     ) -> None:
         if map_fn is not None and not callable(map_fn):
             msg = f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}."
             raise TypeError(msg)
-        pipeline = pipeline_lib.Pipeline(source, seed=seed)
+        described = {"output_signature": output_signature}
+        pipeline = pipeline_lib.Pipeline(source, seed=seed, **({} if map_fn else described))
         pipeline = pipeline.shuffle(validate.boolean("shuffle", shuffle))
         if map_fn is not None:
-            pipeline = pipeline.map(map_fn)
-        pipeline = pipeline.batch(
-            batch_size, drop_remainder=validate.boolean("drop_remainder", drop_remainder)
-        )
+            pipeline = pipeline.map(map_fn, **described)
+        pipeline = pipeline.batch(batch_size, drop_remainder=drop_remainder)
+        legacy = {
+            "shard_index": shard_index, "shard_count": shard_count, "num_workers": num_workers,
+            "worker_type": worker_type, "worker_timeout": worker_timeout,
+        }
+        shard, workers = arguments.options(shard, workers, arguments.given(legacy))
         self._setup(
-            pipeline,
-            num_epochs=num_epochs,
-            shard_index=shard_index,
-            shard_count=shard_count,
-            prefetch=prefetch,
-            output_signature=output_signature,
+            pipeline, num_epochs=num_epochs, shard=shard, workers=workers, prefetch=prefetch,
             with_metadata=with_metadata,
-            num_workers=num_workers,
-            worker_type=worker_type,
-            worker_timeout=worker_timeout,
         )
 
     @classmethod
@@ -153,28 +152,30 @@ class ResumableLoader(tf.train.experimental.PythonState):
         pipeline: pipeline_lib.Pipeline,
         *,
         num_epochs: int | None = None,
-        shard_index: int = 0,
-        shard_count: int = 1,
+        shard: shard_lib.Shard | None = None,
+        workers: options.Workers | None = None,
         prefetch: int | None = AUTOTUNE,
-        output_signature: Any = None,
         with_metadata: bool = False,
-        num_workers: int = 0,
-        worker_type: str = "thread",
-        worker_timeout: float | None = None,
+        **deprecated: Any,
     ) -> ResumableLoader:
         """A loader delivering the batches of `pipeline` (which must end in a batch stage).
 
-        The pipeline defines the stream; the other arguments (see the class) define
-        how many epochs there are, which shard this loader reads and how batches are
-        delivered — none of which changes which records a batch holds.
+        The pipeline defines the stream (the record spec included: `Pipeline`'s and
+        `Pipeline.map`'s ``output_signature``); the other arguments (see the class)
+        define how many epochs there are, which `Shard` this loader reads and how
+        batches are delivered (`Workers`, prefetch, metadata) — none of which changes
+        which records a batch holds. The keywords of 0.2 (``shard_index``,
+        ``shard_count``, ``output_signature``, ``num_workers``, ``worker_type``,
+        ``worker_timeout``) still work, with a `DeprecationWarning` naming the new form.
 
         Examples:
             >>> import numpy as np
-            >>> from resumeloader import Pipeline
-            >>> pipeline = Pipeline(np.arange(6), seed=0).batch(4)
-            >>> loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+            >>> from resumeloader import Pipeline, Shard, Workers
+            >>> pipeline = Pipeline(np.arange(6), seed=0).batch(2)
+            >>> loader = ResumableLoader.from_pipeline(
+            ...     pipeline, num_epochs=1, shard=Shard(1, 2), workers=Workers(2))
             >>> [b.numpy().tolist() for b in loader]
-            [[0, 1, 2, 3], [4, 5]]
+            [[1, 3], [5]]
         """
         if not isinstance(pipeline, pipeline_lib.Pipeline):
             msg = (
@@ -182,18 +183,13 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 f"Received: pipeline={pipeline!r:.80} of type {type(pipeline).__name__}."
             )
             raise TypeError(msg)
+        if deprecated:
+            pipeline = arguments.deprecated(pipeline, deprecated)
+        shard, workers = arguments.options(shard, workers, deprecated)
         loader = cls.__new__(cls)
         loader._setup(
-            pipeline,
-            num_epochs=num_epochs,
-            shard_index=shard_index,
-            shard_count=shard_count,
-            prefetch=prefetch,
-            output_signature=output_signature,
+            pipeline, num_epochs=num_epochs, shard=shard, workers=workers, prefetch=prefetch,
             with_metadata=with_metadata,
-            num_workers=num_workers,
-            worker_type=worker_type,
-            worker_timeout=worker_timeout,
         )
         return loader
 
@@ -202,35 +198,28 @@ class ResumableLoader(tf.train.experimental.PythonState):
         pipeline: pipeline_lib.Pipeline,
         *,
         num_epochs: int | None,
-        shard_index: int,
-        shard_count: int,
+        shard: shard_lib.Shard,
+        workers: options.Workers,
         prefetch: int | None,
-        output_signature: Any,
         with_metadata: bool,
-        num_workers: int,
-        worker_type: str,
-        worker_timeout: float | None,
     ) -> None:
         if prefetch is not None and prefetch != AUTOTUNE:
             validate.integer("prefetch", prefetch, low=0)
         self._plan = plan_lib.Plan(
-            pipeline, num_epochs=num_epochs, shard_index=shard_index, shard_count=shard_count
+            pipeline, num_epochs=num_epochs, shard_index=shard.index, shard_count=shard.count
         )
         self._delivery = delivery_lib.Delivery(
             self._plan,
-            spec=None if output_signature is None else graph.record_spec(output_signature),
+            workers=workers,
             prefetch=prefetch,
             with_metadata=validate.boolean("with_metadata", with_metadata),
-            num_workers=validate.integer("num_workers", num_workers, low=0, high=1024),
-            worker_type=worker_type,
-            worker_timeout=worker_timeout,
         )
         self._layout = self._plan.layout
         self._position = position_lib.Position(self._layout)
         self._dataset: tf.data.Dataset | None = None
         # Gone (nothing holds it: it is in no cycle), the loader releases its worker
         # processes; an iteration still running keeps them until it ends.
-        weakref.finalize(self, self._delivery.workers.release)
+        weakref.finalize(self, self._delivery.backend.release)
 
     def close(self) -> None:
         """Stops the loader's worker processes, if any; iterating again restarts them.
@@ -262,11 +251,15 @@ class ResumableLoader(tf.train.experimental.PythonState):
     with_metadata = property(
         lambda self: self._delivery.with_metadata, doc="Batches are (data, per-record metadata)."
     )
+    workers = property(
+        lambda self: self._delivery.workers, doc="The `Workers` that make the batches."
+    )
+    shard = property(lambda self: self._plan.shard, doc="The `Shard` of each epoch it reads.")
     num_workers = property(
-        lambda self: self._delivery.workers.num_workers, doc="Workers preparing batches (0: none)."
+        lambda self: self.workers.num_workers, doc="``workers.num_workers`` (0: none)."
     )
     worker_type = property(
-        lambda self: self._delivery.workers.worker_type, doc='"thread" or "process".'
+        lambda self: self.workers.kind, doc='``workers.kind``: "inline", "thread" or "process".'
     )
 
     @property

@@ -9,8 +9,8 @@ loop's count; graph code cannot run beside a live loop (a ``dataset()`` iteratio
 raises, an eager `advance` raises, and a graph advance is overwritten when the loop
 ends: the loop already counted its batches).
 
-`Position` also keeps the loader's `consumption.Ledger`, through which every move is
-checked.
+`Position` also keeps the loader's `resumeloader.handout.consumption.Ledger`, through
+which every move is checked, and starts the live loop (`resumeloader.handout.loop`).
 """
 
 from __future__ import annotations
@@ -24,98 +24,11 @@ import tensorflow as tf
 
 from resumeloader import errors
 from resumeloader.core import positions, validate
-from resumeloader.tfdata import consumption, graph, ordering
+from resumeloader.handout import consumption
+from resumeloader.handout import loop as loop_lib
+from resumeloader.tfdata import graph, ordering
 
-__all__ = ["EagerLoop", "Position", "eager_only"]
-
-
-class EagerLoop:
-    """A live ``for batch in loader``: hands out batches and counts each as consumed.
-
-    A batch counts as consumed when it is handed out (a checkpoint saved in the loop
-    body, after the training step, resumes with the next batch). Until the loop asks
-    for the next batch it is also *in flight* (`in_flight` is the position before it),
-    for an emergency save during the step that consumed it.
-
-    Args:
-        batches: ``(batch, position after it)`` from `position` on (closed with the loop).
-        position: the normalised position the loop starts at.
-        origin: where the loop was started (``file:line``), for error messages.
-        on_close: called once with the loop when it ends, however it ends.
-    """
-
-    __slots__ = (
-        "__weakref__",
-        "_batches",
-        "_on_close",
-        "handed_out",
-        "in_flight",
-        "live",
-        "origin",
-        "position",
-    )
-
-    def __init__(
-        self,
-        batches: Iterator[tuple[Any, int]],
-        position: int,
-        *,
-        origin: str,
-        on_close: Callable[[EagerLoop], None],
-    ) -> None:
-        self._batches = batches
-        self._on_close = on_close
-        self.position = position
-        self.in_flight: int | None = None  # the position before the batch in flight
-        self.handed_out = 0
-        self.origin = origin
-        self.live = True
-
-    def __iter__(self) -> EagerLoop:
-        return self
-
-    def __next__(self) -> Any:
-        # Asking for the next batch means the step of the previous one is over.
-        self.in_flight = None
-        if not self.live:
-            raise StopIteration
-        try:
-            batch, end = next(self._batches)
-        except BaseException:
-            self.close()
-            raise
-        start = self.position
-        # Both stores together, no call between: a signal handler sees either state.
-        self.position, self.in_flight = end, start
-        self.handed_out += 1
-        return batch
-
-    def close(self) -> None:
-        """Ends the loop: stops its producer and hands the position back to the loader.
-
-        A batch in flight stays recorded in `in_flight` (the loop may end because its
-        step raised).
-        """
-        if not self.live:
-            return
-        self.live = False
-        try:
-            self._batches.close()  # type: ignore[attr-defined]
-        finally:
-            self._on_close(self)
-
-    def describe(self) -> str:
-        return (
-            f"`for batch in loader` started at {self.origin}, {self.handed_out} batches "
-            f"handed out, position {self.position}"
-        )
-
-    def __del__(self, suppress: Any = contextlib.suppress) -> None:
-        # An abandoned loop (dropped without finishing) ends when it is collected; at
-        # interpreter shutdown there may be nothing left to hand the position to (nor
-        # module globals: `suppress` is bound when the class is made).
-        with suppress(Exception):
-            self.close()
+__all__ = ["Position", "eager_only"]
 
 
 def eager_only(what: str) -> None:
@@ -241,7 +154,7 @@ class Position:
         end = tf.py_function(advanced, [self.variable.read_value(), count], tf.int64)
         self.variable.assign(tf.reshape(end, ()))
 
-    def loop(self, batches: Callable[[int], Iterator[Any]], origin: str) -> EagerLoop:
+    def loop(self, batches: Callable[[int], Iterator[Any]], origin: str) -> loop_lib.EagerLoop:
         """A new live loop over ``batches(position)`` (pairs of a batch and the position
         after it), started at `origin`.
 
@@ -250,7 +163,7 @@ class Position:
         """
         self.ledger.check_no_loop(origin)
         position = self.read()
-        loop = EagerLoop(batches(position), position, origin=origin, on_close=self._ended)
+        loop = loop_lib.EagerLoop(batches(position), position, origin=origin, on_close=self._ended)
         try:
             self.ledger.open_loop(loop)
         except BaseException:
@@ -258,7 +171,7 @@ class Position:
             raise
         return loop
 
-    def _ended(self, loop: EagerLoop) -> None:
+    def _ended(self, loop: loop_lib.EagerLoop) -> None:
         self.ledger.close_loop(loop)
         self.variable.assign(loop.position, read_value=False)
 

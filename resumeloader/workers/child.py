@@ -6,17 +6,7 @@ without an ``if __name__ == "__main__":`` guard, or one that imports TensorFlow 
 top, costs nothing here) and imports no TensorFlow. User functions defined in
 ``__main__`` arrive pickled by value (cloudpickle).
 
-Protocol on the socket (pickled messages, `multiprocessing.connection.Connection`):
-
-* parent -> worker: the payload (pickled pipeline and spec) once, then
-  ``("task", seq, session, task)`` (a `plan.Task`), ``("session", id)`` (every task
-  of an older session is stale) and ``None`` (stop);
-* worker -> parent: ``(-1, 0, "ready", None)`` once set up, then
-  ``(seq, session, kind, body)`` for every task, where kind is ``"ok"`` (body: slot,
-  block size, array layout, whether a new block's descriptor follows on the socket,
-  the `produce.Produced` header (the task's batches are its arrays, flattened), and
-  the task's replaced records as `resumeloader.workers.quarantine` describes them),
-  ``"error"``, ``"setup_error"`` or ``"skipped"`` (stale).
+The messages on the socket are those of `resumeloader.workers.messages`.
 
 A worker writes its batches into `SLOTS` blocks that it reuses; the parent copies a
 batch out when it receives the reply and never lets a worker hold more than `SLOTS`
@@ -45,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from resumeloader.workers import failures, produce, shm
+from resumeloader.workers import failures, messages, produce, shm
 
 __all__ = ["SLOTS", "main"]
 
@@ -80,8 +70,8 @@ class _Writer:
         self._blocks: list[shm.Block | None] = [None] * SLOTS
         self._count = 0
 
-    def write(self, leaves: list[np.ndarray]) -> tuple[Any, shm.Block | None]:
-        """Writes `leaves`; returns the reply body and the new block whose fd must follow."""
+    def write(self, leaves: list[np.ndarray]) -> tuple[messages.Placement, shm.Block | None]:
+        """Writes `leaves`; returns where, and the new block whose fd must follow."""
         slot, self._count = self._count % SLOTS, self._count + 1
         layout = []
         size = 0
@@ -100,7 +90,7 @@ class _Writer:
             target = np.ndarray(shape, dtype=leaf.dtype, buffer=block.buf, offset=offset)
             target[...] = leaf
             del target
-        return (slot, block.size, layout, new is not None), new
+        return messages.Placement(slot, block.size, layout, new is not None), new
 
     def close(self) -> None:
         for block in self._blocks:
@@ -116,19 +106,19 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
         producer = produce.BatchProducer(pipeline, spec)
     except Exception as err:
         setup_error = failures.describe(err)
-    conn.send((-1, 0, "ready", None))  # start-up is over: from now on a batch can be timed
+    conn.send(messages.Reply(-1, 0, messages.READY, None))
     writer = _Writer()
-    inbox: deque[Any] = deque()
+    inbox: deque[messages.TaskMessage] = deque()
     latest, stop = 0, False
 
     def take(message: Any) -> None:
         nonlocal latest, stop
         if message is None:
             stop = True
-        elif message[0] == "session":
-            latest = max(latest, message[1])
+        elif isinstance(message, messages.SessionMessage):
+            latest = max(latest, message.session)
         else:
-            latest = max(latest, message[2])
+            latest = max(latest, message.session)
             inbox.append(message)
 
     try:
@@ -141,21 +131,21 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
                 return
             if not inbox:
                 continue
-            _, seq, session, task = inbox.popleft()
+            seq, session, task = inbox.popleft()
             new = None
             if session < latest:
-                reply: tuple[Any, ...] = (seq, session, "skipped", None)
+                reply = messages.Reply(seq, session, messages.SKIPPED, None)
             elif setup_error is not None:
-                reply = (seq, session, "setup_error", setup_error)
+                reply = messages.Reply(seq, session, messages.SETUP_ERROR, setup_error)
             else:
                 try:
                     produced = producer.batch(task)
                     arrays, header = produced.flatten(producer.output_spec.treespec)
-                    body, new = writer.write([np.ascontiguousarray(a) for a in arrays])
-                    # The task's replaced records travel with it (the parent logs them).
-                    reply = (seq, session, "ok", (*body, header, producer.skips.take(task)))
+                    placement, new = writer.write([np.ascontiguousarray(a) for a in arrays])
+                    done = messages.Done(placement, header, producer.skips.take(task))
+                    reply = messages.Reply(seq, session, messages.OK, done)
                 except Exception as err:
-                    reply = (seq, session, "error", failures.describe(err))
+                    reply = messages.Reply(seq, session, messages.ERROR, failures.describe(err))
             conn.send(reply)
             if new is not None:
                 assert new.fd is not None

@@ -35,7 +35,7 @@ from resumeloader import errors
 from resumeloader.core import exiting
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import child, failures, produce, worker_process
+from resumeloader.workers import backend, child, failures, messages, produce, worker_process
 
 Task = plan_lib.Task
 
@@ -43,6 +43,7 @@ __all__ = ["SLOTS", "ProcessPool"]
 
 SLOTS = child.SLOTS
 _POLL_SECONDS = 0.05
+_DIED = "died"  # a worker died holding the task (the pool's own kind)
 
 
 @dataclasses.dataclass
@@ -63,6 +64,8 @@ class ProcessPool:
             stopped and a `WorkerError` raised; None waits as long as the worker lives.
         on_skips: ``on_skips(task, skips)`` receives the replaced records of a
             batch (the error policy's), before the batch is yielded.
+        window: the most tasks taken ahead of the consumer (at most `SLOTS` of them
+            sent to each worker at a time); `SLOTS` per worker when None.
     """
 
     def __init__(
@@ -73,8 +76,10 @@ class ProcessPool:
         *,
         timeout: float | None,
         on_skips: Callable[[Task, list[Any]], None] | None = None,
+        window: int | None = None,
     ) -> None:
         self._payload = payload
+        self._window = window or SLOTS * num_workers
         self._on_skips = on_skips
         self._spec = spec
         self._timeout = timeout
@@ -101,7 +106,6 @@ class ProcessPool:
         """Yields ``(task, its batches)`` for each task, in task order (one session)."""
         queue: deque[_Item] = deque()
         session = -1
-        capacity = SLOTS * len(self._workers)
         waiting_since: float | None = None
         try:
             while True:
@@ -114,7 +118,7 @@ class ProcessPool:
                         session = self._open()
                         for item in queue:
                             item.seq = item.worker = None
-                    while len(queue) < capacity:
+                    while len(queue) < self._window:
                         task = next(tasks, None)
                         if task is None:
                             break
@@ -174,7 +178,7 @@ class ProcessPool:
         for worker in self._workers:
             if not worker.dead and worker.outstanding:
                 try:
-                    worker.conn.send(("session", self._session))
+                    worker.conn.send(messages.SessionMessage(self._session))
                 except OSError:
                     self._bury(worker)
 
@@ -192,7 +196,7 @@ class ProcessPool:
                 seq = next(self._seqs)
                 task = item.task
                 try:
-                    worker.conn.send(("task", seq, session, task))
+                    worker.conn.send(messages.TaskMessage(seq, session, task))
                 except OSError:
                     self._bury(worker)
                     continue
@@ -214,17 +218,19 @@ class ProcessPool:
         for conn in ready:
             worker = busy[conn]  # type: ignore[index]
             try:
-                seq, session, kind, body = worker.receive()
+                reply = worker.receive()
             except (EOFError, OSError):
                 self._bury(worker)
                 continue
-            if kind == "ready":
+            if reply.kind == messages.READY:
                 worker.ready = True
                 continue
             worker.outstanding.popleft()
-            if session == self._session and kind != "skipped":
-                value = (self._copy(worker, body), body[5]) if kind == "ok" else body
-                self._results[seq] = (kind, value)
+            if reply.session == self._session and reply.kind != messages.SKIPPED:
+                body = reply.body
+                if reply.kind == messages.OK:
+                    body = (self._copy(worker, body), body.skips)
+                self._results[reply.seq] = (reply.kind, body)
         if not ready:  # a dead worker whose socket a grandchild keeps open
             for worker in busy.values():
                 if worker.popen.poll() is not None:
@@ -234,17 +240,16 @@ class ProcessPool:
         """Marks `worker` dead; its unanswered tasks fail when the consumer reaches them."""
         worker.stop()
         for seq in worker.outstanding:
-            self._results[seq] = ("died", (worker.index, worker.pid, worker.how_it_died()))
+            self._results[seq] = (_DIED, (worker.index, worker.pid, worker.how_it_died()))
         worker.outstanding.clear()
 
-    def _copy(self, worker: worker_process.WorkerProcess, body: Any) -> produce.Produced:
-        slot, _, layout, _, header = body[:5]
-        buffer = worker.blocks[slot].buf
+    def _copy(self, worker: worker_process.WorkerProcess, done: messages.Done) -> produce.Produced:
+        buffer = worker.blocks[done.placement.slot].buf
         arrays = [
             np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset).copy()
-            for dtype, shape, offset in layout
+            for dtype, shape, offset in done.placement.layout
         ]
-        return produce.Produced.unflatten(self._spec.treespec, arrays, header)
+        return produce.Produced.unflatten(self._spec.treespec, arrays, done.header)
 
     def _take(self, item: _Item) -> tuple[str, Any] | None:
         return None if item.seq is None else self._results.pop(item.seq, None)
@@ -259,27 +264,22 @@ class ProcessPool:
                 worker.stop(kill=True)
                 self._bury(worker)
         names = ", ".join(f"{w.index} (pid {w.pid})" for w in stuck) or "-"
-        task = item.task
-        msg = (
-            f"No batch arrived within worker_timeout={self._timeout} s for the batch of "
-            f"{len(task.indices)} records at position {task.position} (epoch {task.epoch}, "
-            f"first record index {int(task.indices[0])}): worker process {names} was alive "
-            "but did not finish it (a stalled map_fn or source?) and was stopped. The "
-            "position was not advanced; the next iteration starts a new worker and retries."
+        assert self._timeout is not None
+        what = (
+            f"worker process {names} was alive but did not finish it (a stalled map_fn or "
+            "source?) and was stopped; the next iteration starts a new worker and retries."
         )
-        return errors.WorkerError(
-            msg, record_index=int(task.indices[0]), epoch=task.epoch, position=task.position
-        )
+        return backend.timed_out(item.task, self._timeout, what)
 
     def _unpack(self, item: _Item, kind: str, body: Any) -> Any:
-        if kind == "ok":
+        if kind == messages.OK:
             batch, skips = body
             if skips and self._on_skips is not None:
                 self._on_skips(item.task, skips)
             return batch
         task = item.task
         first = int(task.indices[0])
-        if kind == "died":
+        if kind == _DIED:
             index, pid, how = body
             msg = (
                 f"Worker process {index} (pid {pid}) died with {how} while preparing the "

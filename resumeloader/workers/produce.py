@@ -25,14 +25,9 @@ from resumeloader.core import wire
 from resumeloader.stages import base as stages_base
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import quarantine
+from resumeloader.workers import checks, skips
 
 __all__ = ["BatchProducer", "Produced"]
-
-_READ_ONLY_HINT = (
-    " Records are read-only views of the source, so that a map_fn cannot change the "
-    "data: copy before changing one in place (e.g. `record = record.copy()`)."
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +74,9 @@ class BatchProducer:
         pipeline: the pipeline whose source, record stages and batch stage run (its
             tensor stages run in TensorFlow, not here).
         spec: the per-record spec batches are checked against. When None it is the
-            source's own (`Source.record_spec`) if there is no record stage, else that
-            of record 0 (epoch 0) read and run through the record stages.
+            pipeline's (`Pipeline.record_spec`), else the source's own
+            (`Source.record_spec`) if there is no record stage, else that of record 0
+            (epoch 0) read and run through the record stages.
     """
 
     def __init__(
@@ -96,7 +92,9 @@ class BatchProducer:
         policy = pipeline.error_policy
         self._policy = policy if policy.replaces else None
         #: The replacements in the batches made here, until the consumer side takes them.
-        self.skips = quarantine.SkipLedger()
+        self.skips = skips.SkipLedger()
+        if spec is None:
+            spec = pipeline.record_spec
         if spec is None and not self._stages:
             spec = self._source.record_spec()
         self.spec = spec if spec is not None else spec_lib.RecordSpec.of(self._probe())
@@ -108,7 +106,7 @@ class BatchProducer:
         try:
             record = self._source.read(index)
         except Exception as err:
-            raise _record_error("The source", err, index, epoch, position) from err
+            raise checks.record_error("The source", err, index, epoch, position) from err
         return self._transform(record, index=index, epoch=epoch, position=position)
 
     def _transform(self, record: Any, *, index: int, epoch: int, position: int) -> Any:
@@ -123,7 +121,7 @@ class BatchProducer:
                 record = stage.apply(record, epoch=epoch, index=index)
             except Exception as err:
                 what = "`map_fn`" if stage.name == "map" else f"Stage `{stage.name}`"
-                raise _record_error(what, err, index, epoch, position) from err
+                raise checks.record_error(what, err, index, epoch, position) from err
         return record
 
     def batch(self, task: plan_lib.Task) -> Produced:
@@ -163,13 +161,12 @@ class BatchProducer:
     # -- the batch stage's part ------------------------------------------------------
     def _grouped(self, columns: list[Any], task: plan_lib.Task) -> Produced:
         """The task's batches from its records' checked `columns`."""
-        stage, spec = self._batch_stage, self.spec
+        stage = self._batch_stage
         try:
-            if stage.window is None:
-                return Produced([self._encoded(stage.assemble(columns, spec))], [len(task.indices)])
-            seed = self.pipeline.seed
-            groups = stage.group(columns, spec, seed=seed, epoch=task.epoch, window=task.window)
-            batches = [self._encoded(stage.assemble_group(columns, spec, g)) for g in groups]
+            made = stage.batches(
+                columns, self.spec, seed=self.pipeline.seed, epoch=task.epoch,
+                window=task.window,
+            )
         except stages_base.GroupError as err:
             index, position = int(task.indices[err.slot]), task.position + err.slot
             msg = (
@@ -179,7 +176,7 @@ class BatchProducer:
             raise errors.RecordSpecError(
                 msg, record_index=index, epoch=task.epoch, position=position
             ) from err
-        return Produced(batches, [g.count for g in groups], [g.first_slots() for g in groups])
+        return Produced([self._encoded(leaves) for leaves in made.leaves], made.counts, made.rows)
 
     # -- the error policy's path: only for a batch in which a record failed --------
     def _batch_replacing(self, task: plan_lib.Task) -> Produced:
@@ -234,7 +231,7 @@ class BatchProducer:
         try:
             records = list(self._source.read_many(indices))
         except Exception as err:
-            raise _batch_error("read", err, indices, epoch, position) from err
+            raise checks.batch_error("read", err, indices, epoch, position) from err
         if len(records) != len(indices):
             msg = (
                 f"The source's read_many returned {len(records)} records for the "
@@ -247,131 +244,14 @@ class BatchProducer:
         return records
 
     def _check(self, record: Any, *, index: int, epoch: int, position: int) -> list[np.ndarray]:
-        fixed = self.spec.one_array  # the thin path: one comparison
-        if (
-            fixed is not None
-            and type(record) is np.ndarray
-            and record.dtype == fixed[0]
-            and record.shape == fixed[1]
-        ):
-            return [record]
-        problem = None
-        try:
-            leaves, treespec = spec_lib.flatten(record)
-        except TypeError as err:
-            problem = str(err)
-        else:
-            if treespec != self.spec.treespec:
-                problem = f"its structure differs ({treespec_text(treespec)})"
-            else:
-                for number, (leaf, want) in enumerate(zip(leaves, self.spec.leaves, strict=True)):
-                    if not want.accepts(leaf):
-                        path = self.spec.paths()[number]  # only on failure: it costs
-                        got = spec_lib.describe_value(leaf)
-                        problem = f"{path} is {got}, expected {want.describe()}"
-                        problem += _shape_hint(want, leaf.shape, per_record=True)
-                        break
-        if problem is None:
-            return leaves
-        received = optree.tree_map(spec_lib.describe_value, record, none_is_leaf=True)
-        msg = (
-            f"Record index {index} (epoch {epoch}, position {position}) does not match the "
-            f"element spec: {problem}. Expected: {self.spec.describe()}. "
-            f"Received: {str(received).replace(chr(39), '')}."
-        )
-        raise errors.RecordSpecError(msg, record_index=index, epoch=epoch, position=position)
+        return checks.record(self.spec, record, index=index, epoch=epoch, position=position)
 
     def _read_batch(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
-        first, size = int(indices[0]), len(indices)
         try:
             batch = self._source.read_batch(indices)
         except Exception as err:
-            raise _batch_error("read_batch", err, indices, epoch, position) from err
-        problem = None
-        try:
-            columns = self.spec.treespec.flatten_up_to(batch)
-        except (ValueError, TypeError) as err:
-            problem = f"its structure differs: {err}"
-            columns = []
-        leaves: list[Any] = []
-        for column, want, path in zip(columns, self.spec.leaves, self.spec.paths(), strict=False):
-            leaf, problem = _batch_leaf(column, want, size)
-            if problem is not None:
-                problem = f"{path}: {problem}"
-                break
-            leaves.append(leaf)
-        if problem is None:
-            return leaves
-        msg = (
-            f"read_batch returned a batch that does not match the element spec for the "
-            f"{size} records starting at record index {first} (epoch {epoch}, position "
-            f"{position}): {problem}. Expected per record: {self.spec.describe()}."
-        )
-        raise errors.RecordSpecError(msg, record_index=first, epoch=epoch, position=position)
-
-
-def _batch_leaf(column: Any, want: spec_lib.LeafSpec, size: int) -> tuple[Any, str | None]:
-    """A read_batch leaf as the producer needs it, or the problem with it in words."""
-    try:
-        if want.ragged or (want.is_string and not want.shape and isinstance(column, list)):
-            if len(column) != size:
-                return None, f"{len(column)} values for {size} records"
-            if not want.ragged:
-                bad = next((v for v in column if not _is_text(v)), None)
-                if bad is not None:
-                    return None, f"a record's value is {type(bad).__name__}, expected bytes or str"
-                return column, None
-            values = [spec_lib.leaf_array(value) for value in column]
-            bad = next((v for v in values if not want.accepts(v)), None)
-            if bad is not None:
-                got = spec_lib.describe_value(bad)
-                return None, f"a record's value is {got}, expected {want.describe()}"
-            return values, None
-        if want.is_string:  # not through np.asarray: it would drop trailing NUL bytes
-            array = spec_lib.leaf_array(np.asarray(column, dtype=object))
-        else:
-            array = np.asarray(column)
-    except TypeError as err:
-        return None, str(err)
-    shape = (size, *want.shape)
-    if array.dtype != want.dtype or array.shape != shape:
-        got = spec_lib.LeafSpec(array.shape, array.dtype).describe()
-        hint = _shape_hint(want, array.shape, per_record=False)
-        return None, f"the batch is {got}, expected {size} records of {want.describe()}{hint}"
-    return array, None
-
-
-def _is_text(value: Any) -> bool:
-    """Whether the wire format takes `value` as one string (bytes, str, or a 0-d array of one)."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()
-    return isinstance(value, (bytes, str))
-
-
-def _shape_hint(want: spec_lib.LeafSpec, got: tuple[int, ...], *, per_record: bool) -> str:
-    """Advice when the expected shape includes the batch dimension, or is fixed where a
-    record's shape varies."""
-    fits = want.shape[1:] == got if per_record else want.shape == got
-    if want.shape and fits:
-        return (
-            " (`output_signature` describes one record, without the batch dimension: "
-            f"it looks like yours includes it; try {want.shape[1:]})"
-        )
-    if not per_record or len(got) != len(want.shape) or not want.shape:
-        return ""
-    dims = tuple(w if w == g else None for w, g in zip(want.shape, got, strict=True))
-    dtype = "tf.string" if want.is_string else f"tf.{want.dtype.name}"
-    return (
-        " (records whose arrays vary in shape need None for the dimensions that vary in "
-        f"`output_signature`, e.g. tf.TensorSpec({dims}, {dtype}): their batches become "
-        "tf.RaggedTensor)"
-    )
-
-
-def treespec_text(treespec: Any) -> str:
-    """A structure in words, e.g. ``{image: *, label: *}``."""
-    text = str(treespec).removeprefix("PyTreeSpec(").removesuffix(")")
-    return text.removesuffix(", NoneIsLeaf").replace("'", "")
+            raise checks.batch_error("read_batch", err, indices, epoch, position) from err
+        return checks.batch(self.spec, batch, indices, epoch=epoch, position=position)
 
 
 def _read_only(value: Any) -> Any:
@@ -381,27 +261,3 @@ def _read_only(value: Any) -> Any:
     return value
 
 
-def _record_error(
-    what: str, err: Exception, index: int, epoch: int, position: int
-) -> errors.RecordError:
-    where = f"record index {index} (epoch {epoch}, position {position})"
-    msg = f"{what} raised {type(err).__name__} on {where}: {err}"
-    if isinstance(err, ValueError) and "read-only" in str(err):
-        msg += _READ_ONLY_HINT
-    return errors.RecordError(msg, record_index=index, epoch=epoch, position=position)
-
-
-def _batch_error(
-    call: str, err: Exception, indices: np.ndarray, epoch: int, position: int
-) -> errors.RecordError:
-    first = int(indices[0])
-    msg = (
-        f"The source's {call} raised {type(err).__name__} on the batch starting at record "
-        f"index {first} (epoch {epoch}, position {position}): {err}"
-    )
-    # A source that knows which record failed (e.g. a checksum) says so: point at it.
-    index = getattr(err, "record_index", None)
-    if isinstance(index, int) and index in indices:
-        position += int(np.flatnonzero(indices == index)[0])
-        return errors.RecordError(msg, record_index=index, epoch=epoch, position=position)
-    return errors.RecordError(msg, record_index=first, epoch=epoch, position=position)

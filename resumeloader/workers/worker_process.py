@@ -19,9 +19,8 @@ import threading
 import time
 from collections import deque
 from multiprocessing import connection, spawn
-from typing import Any
 
-from resumeloader.workers import shm
+from resumeloader.workers import messages, shm
 
 __all__ = ["WorkerProcess", "shutdown"]
 
@@ -72,18 +71,18 @@ class WorkerProcess:
     def pid(self) -> int:
         return self.popen.pid
 
-    def receive(self) -> tuple[int, int, str, Any]:
-        """The next reply; maps the block whose descriptor follows an ``ok`` reply."""
-        seq, session, kind, body = self.conn.recv()
-        if kind == "ok" and body[3]:
-            slot, size = body[0], body[1]
-            block = shm.Block(shm.receive_fd(self.sock), size)
+    def receive(self) -> messages.Reply:
+        """The next reply; maps the block whose descriptor follows an `OK` reply."""
+        reply: messages.Reply = self.conn.recv()
+        if reply.kind == messages.OK and reply.body.placement.new_block:
+            placement = reply.body.placement
+            block = shm.Block(shm.receive_fd(self.sock), placement.size)
             block.release_fd()
-            old = self.blocks.pop(slot, None)
+            old = self.blocks.pop(placement.slot, None)
             if old is not None:
                 old.close()
-            self.blocks[slot] = block
-        return seq, session, kind, body
+            self.blocks[placement.slot] = block
+        return reply
 
     def how_it_died(self) -> str:
         code = self.popen.returncode

@@ -1,0 +1,98 @@
+"""`EagerLoop`: a live ``for batch in loader``, counting in Python what it hands out."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["EagerLoop"]
+
+
+class EagerLoop:
+    """A live ``for batch in loader``: hands out batches and counts each as consumed.
+
+    A batch counts as consumed when it is handed out (a checkpoint saved in the loop
+    body, after the training step, resumes with the next batch). Until the loop asks
+    for the next batch it is also *in flight* (`in_flight` is the position before it),
+    for an emergency save during the step that consumed it.
+
+    Args:
+        batches: ``(batch, position after it)`` from `position` on (closed with the loop).
+        position: the normalised position the loop starts at.
+        origin: where the loop was started (``file:line``), for error messages.
+        on_close: called once with the loop when it ends, however it ends.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_batches",
+        "_on_close",
+        "handed_out",
+        "in_flight",
+        "live",
+        "origin",
+        "position",
+    )
+
+    def __init__(
+        self,
+        batches: Iterator[tuple[Any, int]],
+        position: int,
+        *,
+        origin: str,
+        on_close: Callable[[EagerLoop], None],
+    ) -> None:
+        self._batches = batches
+        self._on_close = on_close
+        self.position = position
+        self.in_flight: int | None = None  # the position before the batch in flight
+        self.handed_out = 0
+        self.origin = origin
+        self.live = True
+
+    def __iter__(self) -> EagerLoop:
+        return self
+
+    def __next__(self) -> Any:
+        # Asking for the next batch means the step of the previous one is over.
+        self.in_flight = None
+        if not self.live:
+            raise StopIteration
+        try:
+            batch, end = next(self._batches)
+        except BaseException:
+            self.close()
+            raise
+        start = self.position
+        # Both stores together, no call between: a signal handler sees either state.
+        self.position, self.in_flight = end, start
+        self.handed_out += 1
+        return batch
+
+    def close(self) -> None:
+        """Ends the loop: stops its producer and hands the position back to the loader.
+
+        A batch in flight stays recorded in `in_flight` (the loop may end because its
+        step raised).
+        """
+        if not self.live:
+            return
+        self.live = False
+        try:
+            self._batches.close()  # type: ignore[attr-defined]
+        finally:
+            self._on_close(self)
+
+    def describe(self) -> str:
+        return (
+            f"`for batch in loader` started at {self.origin}, {self.handed_out} batches "
+            f"handed out, position {self.position}"
+        )
+
+    def __del__(self, suppress: Any = contextlib.suppress) -> None:
+        # An abandoned loop (dropped without finishing) ends when it is collected; at
+        # interpreter shutdown there may be nothing left to hand the position to (nor
+        # module globals: `suppress` is bound when the class is made).
+        with suppress(Exception):
+            self.close()
