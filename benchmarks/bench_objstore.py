@@ -54,7 +54,7 @@ import numpy as np
 import tensorflow as tf
 from _results import Column, Report, Table, Target
 
-from resumeloader import Pipeline, ResumableLoader
+from resumeloader import Pipeline, ResumableLoader, Workers
 from resumeloader.sources import (
     ArrayRecordSource,
     IndexableSource,
@@ -324,7 +324,7 @@ def run(quick: bool, rounds: int) -> Report:
             "hand": lambda: measure(
                 loader(Pipeline(IndexableSource(hand), seed=0).shuffle()), 1, warmup=0),
             "hand8": lambda: measure(loader(Pipeline(IndexableSource(hand), seed=0).shuffle(),
-                                            num_workers=8, worker_type="thread"), few * 2,
+                                            workers=Workers(8, kind="thread")), few * 2,
                                     warmup=0),
             "reference": lambda: measure(_reference(fs, hand), num // BATCH, warmup=0),
         }

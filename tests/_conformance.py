@@ -410,9 +410,7 @@ def _tfrecord_s3() -> ResumableLoader:
 @register("tfrecord-gcs-shuffle-thread-workers", num_steps=7, needs=("gcs_store",))
 def _tfrecord_gcs() -> ResumableLoader:
     pipeline = Pipeline(_object_tfrecords("gcs"), seed=22).shuffle().batch(5)
-    return ResumableLoader.from_pipeline(
-        pipeline, num_epochs=2, num_workers=2, worker_type="thread"
-    )
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2, workers=Workers(2, kind="thread"))
 
 
 if importlib.util.find_spec("array_record"):

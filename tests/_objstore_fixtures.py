@@ -120,3 +120,35 @@ def gcs_store() -> Iterator[Store]:
 def store(request: pytest.FixtureRequest) -> Store:
     """Each object store in turn."""
     return request.getfixturevalue(f"{request.param}_store")
+
+
+# -- data for the tests -------------------------------------------------------------------
+#: Object reads that give up fast (a test of failures waits seconds, not minutes).
+FAST = fetch.ObjectReads(attempts=4, backoff=0.01, timeout=1.0, deadline=10.0)
+
+
+def records(file: int, count: int, size: int = 300) -> list[bytes]:
+    """`count` distinct records of about `size` bytes, tagged with `file`."""
+    return [b"%d:%d:" % (file, i) + bytes([i % 251]) * size for i in range(count)]
+
+
+def put_tfrecords(
+    store: Store, files: int = 3, count: int = 40, size: int = 300
+) -> tuple[str, list[bytes]]:
+    """`files` TFRecord objects of `count` records in a fresh folder; (glob URL, all records)."""
+    folder = store.folder()
+    every = []
+    for file in range(files):
+        data = records(file, count, size)
+        store.put(f"{folder}/part-{file}.tfrecord", _objstore.tfrecord_bytes(data))
+        every += data
+    return store.url(f"{folder}/part-*.tfrecord"), every
+
+
+def source(store: Store, url: str, tmp_path: Any, **kwargs: Any) -> Any:
+    """A `TFRecordSource` of `url` through the store's proxy (`FAST` reads by default)."""
+    from resumeloader.sources import TFRecordSource
+
+    kwargs.setdefault("object_reads", FAST)
+    folder = tmp_path / "index"
+    return TFRecordSource(url, index_dir=folder, storage_options=store.options, **kwargs)

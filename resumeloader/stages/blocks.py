@@ -158,5 +158,5 @@ def build(
     # for `Pipeline.apply(BlockStage(...))`.
     return BlockStage(
         len(source), seed=seed, chunk_records=min(chunk, len(source)),
-        window_chunks=window_chunks,
+        window_chunks=window_chunks,  # type: ignore[arg-type]  # checked by the stage
     )
