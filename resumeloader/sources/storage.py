@@ -25,10 +25,12 @@ faster per GET with 16 in flight (4.4 against 7.1 ms per GET, 100 ranged GETs of
 serve (every GET 404), and it has no ``memory://`` or ``http://`` filesystems. With
 the block order a batch costs far less than one GET, so the per-GET overhead is not
 what limits throughput; one library for every protocol is. The libraries' own retry
-loops are turned off (s3fs ``retries=1``, botocore ``max_attempts=1``, gcsfs's
-request called once), so that retries are ours, bounded in count and time and the
-same for every protocol: `resumeloader.sources.fetch` retries GETs,
-`resumeloader.sources.retry` listings and stats.
+loops are turned off (s3fs ``retries=1``, botocore ``total_max_attempts=1``: its
+``max_attempts`` counts retries, and 1 doubled every GET; gcsfs's request called
+once), so that retries are ours, bounded in count and time and the same for every
+protocol: `resumeloader.sources.fetch` retries GETs, `resumeloader.sources.retry`
+listings and stats. One library retry is left: aiohttp (under s3fs and gcsfs) sends
+an idempotent request again once when a pooled connection was dropped (a reset).
 
 The packages are optional extras: ``pip install 'resumeloader[s3]'`` (s3fs),
 ``'resumeloader[gcs]'`` (gcsfs) or ``'resumeloader[http]'`` (fsspec with aiohttp);
@@ -165,7 +167,7 @@ def _build(proto: str, options: dict[str, Any]) -> Any:
         if proto == "s3":
             import s3fs
 
-            config = {"retries": {"max_attempts": 1}, "connect_timeout": 10, "read_timeout": 30}
+            config = {"retries": {"total_max_attempts": 1}, "connect_timeout": 10, "read_timeout": 30}
             config.update(options.pop("config_kwargs", {}))
             retries = options.pop("retries", 1)  # a class attribute of s3fs, not an argument
             fs = s3fs.S3FileSystem(

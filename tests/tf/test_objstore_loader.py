@@ -138,3 +138,25 @@ def test_file_source_reads_an_image_folder_in_a_bucket_with_tf_map(store, tmp_pa
     assert labels == [0, 0, 0, 1, 1, 1]
     assert all(images.shape == (3, 4, 4, 3) for images, _ in seen)
     assert src.paths[0].endswith("/class-0/0.jpg") and "versions" not in src.order_fields()
+
+
+def test_failing_object_goes_through_on_error_skip(s3_store, tmp_path):
+    """An object whose GETs keep failing: its records are replaced by on_error("skip")
+    and logged to the quarantine, the other object's records all arrive."""
+    url, every = put_tfrecords(s3_store, files=2, count=10)
+    reads = fetch.ObjectReads(attempts=2, backoff=0.01, timeout=5.0, deadline=10.0)
+    src = source(s3_store, url, tmp_path, object_reads=reads)  # each failing read: 2 GETs
+    log = tmp_path / "quarantine.jsonl"
+    pipeline = Pipeline(src, seed=0).batch(5).on_error("skip", max_fraction=1.0, quarantine=log)
+    loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+    fetch.clear()
+    s3_store.proxy.clear()
+    s3_store.proxy.inject("503", 10**6, match=lambda path: "part-1" in path)
+    try:
+        got = [record for batch in loader for record in batch.numpy().tolist()]
+    finally:
+        s3_store.proxy.clear()
+    assert len(got) == 20 and set(got) <= set(every[:10])  # part-1's 10 records replaced
+    assert set(every[:10]) <= set(got)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 10 and all("part-1.tfrecord" in line for line in lines)
