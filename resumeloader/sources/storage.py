@@ -167,7 +167,9 @@ def _build(proto: str, options: dict[str, Any]) -> Any:
         if proto == "s3":
             import s3fs
 
-            config = {"retries": {"total_max_attempts": 1}, "connect_timeout": 10, "read_timeout": 30}
+            config = {
+                "retries": {"total_max_attempts": 1}, "connect_timeout": 10, "read_timeout": 30
+            }
             config.update(options.pop("config_kwargs", {}))
             retries = options.pop("retries", 1)  # a class attribute of s3fs, not an argument
             fs = s3fs.S3FileSystem(
