@@ -63,6 +63,7 @@ class FaultProxy:
         reads: object GETs forwarded so far (faulted ones included).
         faulted: faults injected so far, by kind.
         bytes_sent: body bytes of object GETs sent to clients.
+        most_in_flight: the most requests answered at once since the last `clear`.
     """
 
     def __init__(self, upstream: str, *, latency: float = 0.0, slow_seconds: float = 3.0) -> None:
@@ -77,6 +78,7 @@ class FaultProxy:
         self.bytes_sent = 0
         self.faulted: dict[str, int] = dict.fromkeys(FAULTS, 0)
         self.ranges: list[str] = []
+        self.in_flight = self.most_in_flight = 0
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -129,6 +131,7 @@ class FaultProxy:
             self.reads = self.bytes_sent = 0
             self.faulted = dict.fromkeys(FAULTS, 0)
             self.ranges = []
+            self.most_in_flight = self.in_flight
 
     @property
     def pending(self) -> int:
@@ -170,6 +173,16 @@ class FaultProxy:
         if handler.path.startswith("/__proxy__/"):
             self._control(handler)
             return
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            self._forward(handler)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def _forward(self, handler: http.server.BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
         if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":

@@ -70,6 +70,40 @@ def test_every_fault_is_retried_and_no_record_is_partial(store, tmp_path, kind):
     assert got == [every[i] for i in indices]
 
 
+def test_corrupt_record_in_an_object_fails_its_crc32c_check(s3_store, tmp_path):
+    """A flipped byte in a record's data (its framing intact): CorruptRecordError naming
+    the object, the record and its byte offset; the other records read fine."""
+    folder = s3_store.folder()
+    written = records(0, 10)
+    data = bytearray(_objstore.tfrecord_bytes(written))
+    record_4 = sum(16 + len(r) for r in written[:4])  # its framing starts here
+    data[record_4 + 12 + 5] ^= 0xFF  # a byte of its data, not of its length
+    url = s3_store.put(f"{folder}/bad.tfrecord", bytes(data))
+    src = source(s3_store, url, tmp_path)
+    assert src.read_batch(np.array([3, 5])) == [written[3], written[5]]
+    with pytest.raises(CorruptRecordError) as info:
+        src.read_batch(np.array([4]))
+    message = str(info.value)
+    assert "bad.tfrecord, record 4" in message and f"byte offset {record_4}" in message
+    assert "fails its CRC32C checksum" in message and info.value.record_index == 4
+
+
+def test_gets_in_flight_stay_within_the_concurrency_option(s3_store, tmp_path):
+    """A batch touching 8 objects, 2 GETs at a time: never more reach the server."""
+    url, every = put_tfrecords(s3_store, files=8, count=5)
+    reads = fetch.ObjectReads(concurrency=2, attempts=4, backoff=0.01, timeout=5.0)
+    src = source(s3_store, url, tmp_path, object_reads=reads)
+    fetch.clear()
+    s3_store.proxy.clear()
+    s3_store.proxy.latency = 0.05  # GETs that overlap, were they let
+    try:
+        got = src.read_batch(np.arange(0, 40, 5))
+    finally:
+        s3_store.proxy.latency = 0.0
+    assert got == every[::5]
+    assert s3_store.proxy.reads == 8 and s3_store.proxy.most_in_flight <= 2  # 8 ungated
+
+
 def test_exhausted_retries_name_the_object_range_and_last_error(s3_store, tmp_path):
     """A GET that keeps failing: RecordReadError naming object, byte range and the 503."""
     url, _ = put_tfrecords(s3_store, files=1, count=10)
