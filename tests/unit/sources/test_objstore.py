@@ -104,6 +104,23 @@ def test_gets_in_flight_stay_within_the_concurrency_option(s3_store, tmp_path):
     assert s3_store.proxy.reads == 8 and s3_store.proxy.most_in_flight <= 2  # 8 ungated
 
 
+def test_read_ahead_stays_within_its_byte_budget_and_serves_the_reads(s3_store, tmp_path):
+    """`prefetch` starts GETs up to `readahead_bytes` waiting unread (False past it); a
+    later read of those records costs no GET."""
+    url, every = put_tfrecords(s3_store, files=4, count=40)  # about 12.9 KB per object
+    reads = fetch.ObjectReads(readahead_bytes=20_000, attempts=4, backoff=0.01, timeout=5.0)
+    src = source(s3_store, url, tmp_path, object_reads=reads)
+    fetch.clear()
+    s3_store.proxy.clear()
+    assert src.prefetch(np.arange(160)) is False  # one object's GET fits, two do not
+    assert src.read_batch(np.arange(40)) == every[:40]
+    assert s3_store.proxy.reads == 1  # the read-ahead GET served it
+    assert src.read_batch(np.arange(160)) == every
+    assert s3_store.proxy.reads == 4
+    fetch.clear()
+    assert src.prefetch(np.arange(40)) is True  # within the budget
+
+
 def test_exhausted_retries_name_the_object_range_and_last_error(s3_store, tmp_path):
     """A GET that keeps failing: RecordReadError naming object, byte range and the 503."""
     url, _ = put_tfrecords(s3_store, files=1, count=10)
