@@ -37,6 +37,19 @@ def test_tfrecord_source_reads_every_record_of_objects(store, tmp_path):
     assert "versions" in src.order_fields()
 
 
+def test_endpoint_and_credentials_come_from_the_standard_environment(store, tmp_path, monkeypatch):
+    """No `storage_options`: AWS_ENDPOINT_URL / AWS_* or STORAGE_EMULATOR_HOST find the
+    server (through the proxy, which sees the GETs)."""
+    url, every = put_tfrecords(store, files=2, count=10)
+    for key, value in store.environment.items():
+        monkeypatch.setenv(key, value)
+    src = TFRecordSource(url, index_dir=tmp_path / "index", object_reads=FAST)
+    fetch.clear()
+    store.proxy.clear()
+    assert src.read_batch(np.arange(20)) == every
+    assert store.proxy.reads == 2
+
+
 def test_unshuffled_batches_cost_at_most_one_get_per_object(s3_store, tmp_path):
     """Consecutive records: one ranged GET per object a batch touches, never more."""
     url, every = put_tfrecords(s3_store, files=3, count=40)
