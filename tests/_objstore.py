@@ -176,13 +176,24 @@ class FaultProxy:
         with self._lock:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            self._forward(handler)
-        finally:
-            with self._lock:
-                self.in_flight -= 1
+        answered = threading.Event()
 
-    def _forward(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        def answering() -> None:
+            # Before any byte of the answer is sent: a client that got its answer and
+            # started its next request must not find this one still counted.
+            if not answered.is_set():
+                answered.set()
+                with self._lock:
+                    self.in_flight -= 1
+
+        try:
+            self._forward(handler, answering)
+        finally:
+            answering()
+
+    def _forward(
+        self, handler: http.server.BaseHTTPRequestHandler, answering: Callable[[], None]
+    ) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
         if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -194,6 +205,8 @@ class FaultProxy:
         if is_read and handler.headers.get("Range"):
             with self._lock:
                 self.ranges.append(handler.headers["Range"])
+        if fault in ("reset", "503"):
+            answering()
         if fault == "reset":
             handler.connection.setsockopt(
                 socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
@@ -220,6 +233,7 @@ class FaultProxy:
             status = response.status
         finally:
             conn.close()
+        answering()
         handler.send_response(status)
         for key, value in reply:
             if key.lower() != "content-length" or handler.command == "HEAD":
