@@ -23,6 +23,7 @@ from resumeloader.stages.batching import (
     PaddedBatchStage,
     TokenBudgetStage,
 )
+from resumeloader.stages.blocks import BlockStage
 from resumeloader.stages.map import MapStage
 from resumeloader.stages.mix import MixStage
 from resumeloader.stages.pipeline import Pipeline
@@ -33,6 +34,7 @@ from resumeloader.stages.tf_map import TFMapStage
 __all__ = [
     "BatchStage",
     "Batches",
+    "BlockStage",
     "BucketStage",
     "FixedBatchStage",
     "Group",
