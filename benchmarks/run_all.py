@@ -23,8 +23,10 @@ overhead), bench_arrays.py ((f) in-memory arrays below and above 1 GiB), bench_m
 worker start-up and Keras ``fit``, run in a process of its own since it imports
 TensorFlow at the top like a training script), bench_sampler.py (index throughput);
 bench_data.py, bench_mix.py, bench_batching.py, bench_history.py (lineage lookups,
-restore and state size with 16 amendments), faults.py and bench_objstore.py (object
-storage: TFRecord objects in a local S3 server behind 20 ms of latency) each run in a process of
+restore and state size with 16 amendments), faults.py, bench_objstore.py (object
+storage: TFRecord objects in a local S3 server behind 20 ms of latency) and
+bench_dask.py (the Dask backend: CPU-bound ``map_fn``, per-task cost, first batches,
+scaling) each run in a process of
 their own and write their results file themselves, which this script reads back. The
 contenders they share are in _common.py; the tables and results files, _results.py.
 """
@@ -48,7 +50,7 @@ import _common  # noqa: E402
 import _results  # noqa: E402
 
 SECTIONS = ("loader", "overhead", "arrays", "workers", "sampler", "data", "mix", "batching",
-            "history", "faults", "objstore")
+            "history", "faults", "objstore", "dask")
 
 # The scripts each section runs: in this process (in-process: a module with `run(quick)`)
 # or in a process of their own (the script writes its results file itself).
@@ -67,6 +69,7 @@ _OWN_PROCESS = {
     "history": ["bench_history"],
     "faults": ["faults"],
     "objstore": ["bench_objstore"],
+    "dask": ["bench_dask"],
 }
 
 

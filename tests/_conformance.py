@@ -538,3 +538,45 @@ def _process_values() -> ResumableLoader:
         _mixture(32).map(_worker_fns.augment).batch(3), num_epochs=2, shard=Shard(0, 2),
         workers=Workers(2, kind="process", window=6),
     )
+
+
+# The Dask backend, on the session's LocalCluster of 2 process workers (tests/_dask.py):
+# a mixture, a windowed stage and the bad-record policy.
+def _dask_workers(**kwargs) -> Workers:
+    import _dask
+
+    return Workers(kind="dask", client=_dask.local(), **kwargs)
+
+
+@register("dask-mix-map_fn-shard-1-of-2", num_steps=7, break_points=(3, 7))
+def _dask_mix() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _mixture(40).map(_worker_fns.augment).batch(3), num_epochs=2, shard=Shard(1, 2),
+        workers=_dask_workers(),
+    )
+
+
+@register("dask-pack-map_fn-window-3", num_steps=5, break_points=(1, 4))
+def _dask_pack() -> ResumableLoader:
+    import tensorflow as tf
+
+    pipeline = Pipeline(_SEQUENCES, seed=41).shuffle().map(_worker_fns.augment)
+    return ResumableLoader.from_pipeline(
+        pipeline.pack(20, window=8, batch_size=2), num_epochs=2,
+        output_signature=tf.TensorSpec((None,), tf.int64), workers=_dask_workers(window=3),
+    )
+
+
+@register("dask-on_error-skip-mix-map_fn-metadata", num_steps=7, break_points=(3, 7))
+def _dask_on_error() -> ResumableLoader:
+    web = _worker_fns.BadRecordSource(29, {3, 17, 20})
+    code = _worker_fns.BadRecordSource(11, {4})
+    pipeline = (
+        Pipeline.mix({"web": web, "code": code}, weights={"web": 0.7, "code": 0.3}, seed=42)
+        .map(_worker_fns.augment)
+        .on_error("skip", max_fraction=1.0, quarantine=_quarantine())
+        .batch(3)
+    )
+    return ResumableLoader.from_pipeline(
+        pipeline, num_epochs=2, with_metadata=True, workers=_dask_workers()
+    )

@@ -140,3 +140,9 @@ class BadRecordSource:
 def placeholder(record_index: int, epoch: int, error: Exception) -> np.ndarray:
     """A bad-record policy: a record of -1s, with the failing index (a mask the model skips)."""
     return np.array([-1, record_index], dtype=np.int64)
+
+
+def slow_augment(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """`augment` taking 20 ms per record: a Dask cluster's batch tasks stay in flight."""
+    time.sleep(0.02)
+    return augment(record, rng)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import _dask
 import pytest
 from _objstore_fixtures import gcs_store, s3_store, store  # noqa: F401 (session fixtures)
 
@@ -27,3 +28,10 @@ def pytest_ignore_collect(collection_path, config):
     would import each as the one module name `conftest` that the tiers' conftests share
     (pytest then refuses the second as an import-file mismatch)."""
     return True if collection_path.name == "conftest.py" else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _dask_local_cluster():
+    """Stops the session's Dask LocalCluster (`_dask.local`) at the end, if a test started it."""
+    yield
+    _dask.stop_local()

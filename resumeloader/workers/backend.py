@@ -96,7 +96,7 @@ def in_order(
     submit: Callable[[Task], F],
     result: Callable[[Task, F], Produced],
     cancel: Callable[[F], Any],
-    window: int,
+    window: int | Callable[[], int],
 ) -> Iterator[tuple[Task, Produced]]:
     """``(task, its batches)`` in task order, at most `window` tasks submitted ahead.
 
@@ -105,20 +105,31 @@ def in_order(
         submit: starts a task; returns its pending result (a future).
         result: waits for a task's pending result (raising what making it raised).
         cancel: drops a pending result that will not be waited for.
-        window: the most tasks submitted and not yet handed back.
+        window: the most tasks submitted and not yet handed back; or a function
+            returning it, asked again after each task handed back (a window that
+            follows a cluster growing or shrinking).
     """
+    size = window if callable(window) else lambda: window
     pending: deque[tuple[Task, F]] = deque()
-    try:
-        for task in tasks:
+    exhausted = False
+
+    def fill() -> None:
+        nonlocal exhausted
+        limit = max(1, size())
+        while not exhausted and len(pending) < limit:
+            task = next(tasks, None)
+            if task is None:
+                exhausted = True
+                return
             pending.append((task, submit(task)))
-            if len(pending) >= window:
-                break
+
+    try:
+        fill()
         while pending:
             task, future = pending.popleft()
             batches = result(task, future)
-            following = next(tasks, None)
-            if following is not None:
-                pending.append((following, submit(following)))
+            del future
+            fill()
             yield task, batches
     finally:
         for _, future in pending:

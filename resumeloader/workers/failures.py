@@ -43,9 +43,12 @@ def describe(err: BaseException) -> dict[str, Any]:
 
 
 def rebuild(
-    task: plan_lib.Task, worker: int, kind: str, body: dict[str, Any]
+    task: plan_lib.Task, worker: int | str, kind: str, body: dict[str, Any]
 ) -> errors.RecordError:
-    """The error for `task` from worker `worker`'s description `body` of kind `kind`."""
+    """The error for `task` from worker `worker`'s description `body` of kind `kind`.
+
+    `worker` is a process worker's number, or a remote worker's name (e.g. ``"Dask
+    worker tcp://10.0.0.7:40331"``)."""
     cause: BaseException | None = None
     if body["cause"] is not None:
         with contextlib.suppress(Exception):
@@ -67,7 +70,7 @@ def rebuild(
             else "failed preparing"
         )
         msg = (
-            f"Worker process {worker} {stage} the batch at position {task.position} "
+            f"{_name(worker)} {stage} the batch at position {task.position} "
             f"(epoch {task.epoch}, first record index {first}): {body['type']}: {body['message']}"
         )
         error = errors.WorkerError(
@@ -75,3 +78,7 @@ def rebuild(
         )
     error.__cause__ = cause
     return error
+
+
+def _name(worker: int | str) -> str:
+    return f"Worker process {worker}" if isinstance(worker, int) else worker

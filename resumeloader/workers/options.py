@@ -36,12 +36,23 @@ class Workers:
             start once and serve every iteration and epoch until the loader's
             ``close`` (or garbage collection, or exit); they never import
             ``__main__`` nor TensorFlow. A dead worker raises `WorkerError`.
+            ``"dask"``: batch tasks on a Dask cluster (the ``resumeloader[dask]``
+            extra; `client`, `address`, or a local cluster of `num_workers`
+            processes), retried there when a worker is lost.
         timeout: seconds to wait for one batch from a worker before raising a
             `WorkerError` naming it (a stalled process worker is stopped and replaced
             by the next iteration; a process's start-up is not counted); None (the
-            default) waits as long as the worker lives. Needs ``num_workers >= 1``.
+            default) waits as long as the worker lives. Needs ``num_workers >= 1``
+            (or a Dask cluster).
         window: the most batch tasks in flight (being made or waiting to be handed
-            out); None: the kind's default (2 per worker for threads and processes).
+            out); None: the kind's default (2 per worker for threads and processes,
+            2 per thread of the cluster for Dask).
+        client: kind ``"dask"``: a ``distributed.Client`` of the cluster that makes the
+            batches (the loader neither starts nor closes it).
+        address: kind ``"dask"``: the address of a Dask scheduler to connect to (e.g.
+            ``"tcp://10.0.0.5:8786"``); the loader's client closes with the loader.
+            Without ``client`` and ``address``, ``Workers(n, kind="dask")`` starts a
+            local cluster of `n` worker processes that the loader owns and closes.
 
     Raises:
         TypeError, ValueError: a field is invalid, or does not fit the kind.
@@ -57,6 +68,17 @@ class Workers:
     kind: str = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
     timeout: float | None = dataclasses.field(default=None, kw_only=True)
     window: int | None = dataclasses.field(default=None, kw_only=True)
+    client: Any = dataclasses.field(default=None, kw_only=True, repr=False)
+    address: str | None = dataclasses.field(default=None, kw_only=True, repr=False)
+
+    def __repr__(self) -> str:
+        # A backend's own fields are shown when set (the repr of the common ones is 0.2's).
+        shown = [
+            f"{field.name}={getattr(self, field.name)!r}"
+            for field in dataclasses.fields(self)
+            if field.repr or getattr(self, field.name) is not None
+        ]
+        return f"Workers({', '.join(shown)})"
 
     def __post_init__(self) -> None:
         num = validate.integer("num_workers", self.num_workers, low=0, high=MAX_WORKERS)

@@ -20,6 +20,7 @@ BACKENDS: dict[str, str] = {
     "inline": "resumeloader.workers.inline:InlineBackend",
     "thread": "resumeloader.workers.threads:ThreadBackend",
     "process": "resumeloader.workers.process_backend:ProcessBackend",
+    "dask": "resumeloader.workers.dask_backend:DaskBackend",
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 
+import _dask
 import _worker_fns as fns
 import numpy as np
 import pytest
@@ -19,8 +20,15 @@ EXAMPLES = {
     "inline": Workers(),
     "thread": Workers(2, kind="thread", window=3),
     "process": Workers(2, kind="process"),
+    "dask": None,  # the session's LocalCluster, started on first use: `_workers("dask")`
 }
 KINDS = sorted(registry.BACKENDS)
+
+
+def _workers(kind: str) -> Workers:
+    if kind == "dask":
+        return Workers(kind="dask", client=_dask.local())
+    return EXAMPLES[kind]
 
 
 def _plan(map_fn=fns.augment) -> Plan:
@@ -31,7 +39,7 @@ def _plan(map_fn=fns.augment) -> Plan:
 
 @contextlib.contextmanager
 def _backend(kind: str, plan: Plan):
-    made = EXAMPLES[kind].backend(produce.BatchProducer(plan.pipeline))
+    made = _workers(kind).backend(produce.BatchProducer(plan.pipeline))
     try:
         yield made
     finally:
@@ -139,7 +147,7 @@ def test_backend_released_during_a_run_stops_when_the_run_ends(kind, reference):
     """`release` (the loader is gone) lets a running iteration finish, then stops the
     workers; nothing is left running."""
     plan = _plan()
-    made = EXAMPLES[kind].backend(produce.BatchProducer(plan.pipeline))
+    made = _workers(kind).backend(produce.BatchProducer(plan.pipeline))
     run = made.run(plan.tasks(0, plan.layout))
     first = _bytes(itertools.islice(run, 1))
     made.release()
