@@ -1,7 +1,8 @@
 """Arrays the library made itself and nobody else holds: their memory may be handed over.
 
-A batch gathered from in-memory numeric columns (`gather`) is a fresh array, aligned as
-TensorFlow's kernels require (64 bytes), that no user code has seen. `for batch in
+A batch gathered from in-memory numeric columns (`gather`), or copied out of a worker's
+shared memory (`copy`), is a fresh array in recycled memory (`core/buffers.py`),
+aligned as TensorFlow's kernels require (64 bytes), that no user code has seen. `for batch in
 loader` may then give its memory to the eager tensor (DLPack) instead of copying it:
 nothing can write to it afterwards. Any other array (a view of a worker's shared
 memory, an array a source returned and may keep or reuse) is copied. `gather` marks
@@ -14,11 +15,13 @@ import weakref
 
 import numpy as np
 
-__all__ = ["ALIGNMENT", "gather", "mark", "take"]
+from resumeloader.core import buffers
+
+__all__ = ["ALIGNMENT", "copy", "gather", "mark", "take"]
 
 #: The alignment of TensorFlow's CPU tensors (Eigen's largest): a tensor over memory
 #: aligned less fails a check in its kernels (and aborts the process).
-ALIGNMENT = 64
+ALIGNMENT = buffers.ALIGNMENT
 
 # id -> array, for marked arrays still alive (an entry goes with its array).
 _FRESH: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
@@ -31,17 +34,37 @@ def mark(array: np.ndarray) -> np.ndarray:
 
 
 def gather(column: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """``column[indices]`` in fresh memory aligned to `ALIGNMENT`, marked fresh; a
-    non-numeric column (strings, objects), or an array subclass with indexing of its
-    own, is indexed as usual, not marked."""
+    """``column[indices]`` in recycled memory aligned to `ALIGNMENT` (`core/buffers.py`),
+    marked fresh; a non-numeric column (strings, objects), or an array subclass with
+    indexing of its own, is indexed as usual, not marked.
+
+    The rows are written straight into the batch: ``np.take(..., mode="clip")`` does
+    not buffer its output as the default ``mode="raise"`` does (a second temporary of
+    the batch's size), so the indices are checked here first, once.
+
+    Raises:
+        IndexError: an index is outside ``[-len(column), len(column))``.
+    """
     if column.dtype.kind not in "iuf" or type(column) not in (np.ndarray, np.memmap):
         return column[indices]
-    shape = (len(indices), *column.shape[1:])
-    nbytes = int(np.prod(shape, dtype=np.int64)) * column.itemsize
-    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    out = raw[start : start + nbytes].view(column.dtype).reshape(shape)
-    np.take(column, indices, axis=0, out=out)
+    rows = len(column)
+    if len(indices) and (int(indices.min()) < -rows or int(indices.max()) >= rows):
+        bad = indices[(indices < -rows) | (indices >= rows)][:3].tolist()
+        msg = (f"Record indices out of range for a column of {rows} records. "
+               f"Received: {bad}; expected indices in [{-rows}, {rows}).")
+        raise IndexError(msg)
+    if len(indices) and int(indices.min()) < 0:
+        indices = indices % rows
+    out = buffers.empty((len(indices), *column.shape[1:]), column.dtype)
+    np.take(column, indices, axis=0, out=out, mode="clip")
+    return mark(out)
+
+
+def copy(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of numeric `array` in recycled aligned memory, marked fresh
+    (a batch read out of a worker's shared memory, whose block is reused)."""
+    out = buffers.empty(array.shape, array.dtype.newbyteorder("="))
+    np.copyto(out, array)
     return mark(out)
 
 

@@ -8,8 +8,10 @@ same tasks, cut the same way.
 
 Memory: the gather reads the NumPy arrays in place (through DLPack) when TensorFlow
 can address them (C-contiguous, writeable or a read-only view of a writeable array,
-native byte order, 64-byte aligned); otherwise each array is copied once, per loader,
-into aligned memory. There is no
+native byte order, 64-byte aligned); otherwise the array is copied once into aligned
+memory, and that copy is shared by every loader and iterator over the same array
+(while any of them lives; a copy is matched by the array's memory, layout and
+sampled content digest). There is no
 size limit: nothing is embedded in a graph, and tf.data's static optimisations, whose
 graph rewrite would copy every captured tensor on each new iterator, are switched
 off for this dataset (its one map is parallel and ordered already).
@@ -17,6 +19,8 @@ off for this dataset (its one map is parallel and ordered already).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +29,7 @@ import optree
 import tensorflow as tf
 
 from resumeloader.core import spec as spec_lib
+from resumeloader.sources import digest
 from resumeloader.tfdata import generator
 
 __all__ = ["Gatherer"]
@@ -131,7 +136,7 @@ _OPTIONS = _options()
 
 
 def _tensor(leaf: np.ndarray) -> tf.Tensor:
-    """`leaf` as a tensor that shares its memory, or shares that of one aligned copy."""
+    """`leaf` as a tensor that shares its memory, or shares that of its aligned copy."""
     leaf = _unlocked(leaf)
     if not (
         leaf.flags.c_contiguous
@@ -139,9 +144,48 @@ def _tensor(leaf: np.ndarray) -> tf.Tensor:
         and leaf.dtype.isnative
         and leaf.ctypes.data % _ALIGNMENT == 0
     ):
-        leaf = _aligned_copy(leaf)
+        leaf = _shared_copy(leaf)
     # The tensor keeps `leaf` (and the memory it views) alive until it is freed.
     return tf.experimental.dlpack.from_dlpack(leaf.__dlpack__())
+
+
+# (address, shape, strides, dtype, content digest) of an array -> (a weak reference to
+# the array that owns that memory, a weak reference to its aligned copy). Every loader
+# and iterator over one array shares one copy, alive while any of their tensors is.
+_COPIES: dict[tuple[Any, ...], tuple[weakref.ref[Any], weakref.ref[np.ndarray]]] = {}
+_COPIES_LOCK = threading.Lock()
+
+
+def _owner(leaf: np.ndarray) -> Any:
+    """The object that owns the memory `leaf` views (its last base), or `leaf`."""
+    owner: Any = leaf
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    return owner
+
+
+def _shared_copy(leaf: np.ndarray) -> np.ndarray:
+    """The aligned copy of `leaf` (`_aligned_copy`), made once for every loader over the
+    same array: keyed by its memory, layout and sampled content (`sources.digest`),
+    valid while the array that owns the memory lives."""
+    owner = _owner(leaf)
+    try:
+        owner_ref = weakref.ref(owner)
+    except TypeError:  # an owner without weak references: no sharing, one copy each
+        return _aligned_copy(leaf)
+    key = (leaf.ctypes.data, leaf.shape, leaf.strides, leaf.dtype.str,
+           digest.columns_digest([leaf]))
+    with _COPIES_LOCK:
+        for stale in [k for k, (o, c) in _COPIES.items() if o() is None or c() is None]:
+            del _COPIES[stale]
+        entry = _COPIES.get(key)
+        if entry is not None and entry[0]() is owner:
+            copy = entry[1]()
+            if copy is not None:
+                return copy
+        copy = _aligned_copy(leaf)
+        _COPIES[key] = (owner_ref, weakref.ref(copy))
+        return copy
 
 
 def _unlocked(leaf: np.ndarray) -> np.ndarray:
