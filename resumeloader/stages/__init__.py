@@ -5,6 +5,7 @@ every stage keeps is in ARCHITECTURE.md ("The stage contract"). No TensorFlow he
 """
 
 from resumeloader.stages.base import (
+    BatchMapStage,
     Batches,
     BatchStage,
     Group,
@@ -24,6 +25,7 @@ from resumeloader.stages.batching import (
     TokenBudgetStage,
 )
 from resumeloader.stages.map import MapStage
+from resumeloader.stages.map_batch import MapBatchStage
 from resumeloader.stages.mix import MixStage
 from resumeloader.stages.pipeline import Pipeline
 from resumeloader.stages.plan import Plan, Task
@@ -31,6 +33,7 @@ from resumeloader.stages.sampler import SamplerStage
 from resumeloader.stages.tf_map import TFMapStage
 
 __all__ = [
+    "BatchMapStage",
     "BatchStage",
     "Batches",
     "BucketStage",
@@ -38,6 +41,7 @@ __all__ = [
     "Group",
     "GroupError",
     "IndexStage",
+    "MapBatchStage",
     "MapStage",
     "MixStage",
     "PackStage",
