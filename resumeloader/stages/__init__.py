@@ -5,8 +5,8 @@ every stage keeps is in ARCHITECTURE.md ("The stage contract"). No TensorFlow he
 """
 
 from resumeloader.stages.base import (
-    BatchMapStage,
     Batches,
+    BatchMapStage,
     BatchStage,
     Group,
     GroupError,

@@ -97,7 +97,7 @@ def test_not_rowwise_map_batch_refuses_a_state_of_another_batch_size():
     next(iter(saved))
     other = ResumableLoader.from_pipeline(
         _pipeline(6, _worker_fns.mix_rows_batch_pair, rowwise=False), num_epochs=1)
-    with pytest.raises(StateMismatchError, match="map_batch.batch_size"):
+    with pytest.raises(StateMismatchError, match=r"map_batch\.batch_size"):
         other.set_state(saved.get_state())
     assert saved.get_state()["map_batch.batch_size"] == 4
 
