@@ -16,9 +16,10 @@ of the array references in turn), and a weak reference to the lease returns the
 memory when the lease dies.
 Nothing that can still read a buffer ever sees it reused.
 
-Arrays under `MIN_BYTES` are not pooled (glibc serves them from its heap without
-mapping anything). The pool keeps at most `MAX_FREE` free buffers per size class
-and `MAX_FREE_BYTES` in all; `clear` drops them. Pure NumPy, thread-safe without
+Arrays under `MIN_BYTES` are neither pooled nor aligned: they come from ``np.empty``
+(glibc serves them from its heap without mapping anything), and `core/handoff.py` does
+not hand them over. The pool keeps at most `MAX_FREE` free buffers per size class and
+`MAX_FREE_BYTES` in all; `clear` drops them. Pure NumPy, thread-safe without
 locks (the free lists are deques; a weak reference's callback may run in any thread,
 inside the garbage collector).
 """
@@ -32,7 +33,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGNMENT", "MAX_FREE", "MAX_FREE_BYTES", "MIN_BYTES", "POOL", "BufferPool", "empty"]
+__all__ = [
+    "ALIGNMENT", "MAX_FREE", "MAX_FREE_BYTES", "MIN_BYTES", "POOL", "BufferPool", "address",
+    "empty",
+]
 
 #: The alignment of every pooled array: TensorFlow's CPU tensors need 64 bytes
 #: (Eigen's largest); a tensor over memory aligned less aborts the process.
@@ -42,6 +46,11 @@ MIN_BYTES = 64 << 10
 #: Free buffers kept per size class, and in all (bytes).
 MAX_FREE = 8
 MAX_FREE_BYTES = 512 << 20
+
+
+def address(array: np.ndarray) -> int:
+    """The address of `array`'s first element (cheaper than ``array.ctypes.data``)."""
+    return array.__array_interface__["data"][0]
 
 
 def _size_class(nbytes: int) -> int:
@@ -57,7 +66,7 @@ class _Slab:
 
     def __init__(self, size: int) -> None:
         self.raw = np.empty(size + ALIGNMENT, np.uint8)
-        start = -self.raw.ctypes.data % ALIGNMENT
+        start = -address(self.raw) % ALIGNMENT
         self.memory = self.raw.data[start : start + size]
         self.size = size
 
@@ -69,16 +78,18 @@ class BufferPool:
         self._free: dict[int, deque[_Slab]] = {}
         # id of the weak reference to a live lease -> (the reference, its slab)
         self._leased: dict[int, tuple[weakref.ref[Any], _Slab]] = {}
+        self._free_bytes = 0  # approximate under concurrent returns: a bound, not a count
         self.allocated = 0  # slabs ever allocated (fresh memory), for tests and benchmarks
         self.reused = 0  # slabs handed out again
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        """An uninitialised C-contiguous array of `shape` and `dtype`, 64-byte aligned,
-        whose memory returns to the pool once nothing references it."""
+        """An uninitialised C-contiguous array of `shape` and `dtype`: of `MIN_BYTES` or
+        more, 64-byte aligned and its memory back in the pool once nothing references
+        it; smaller, ``np.empty``'s."""
         dtype = np.dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes < MIN_BYTES or dtype.hasobject:
-            return _aligned(shape, dtype, nbytes)
+            return np.empty(shape, dtype)
         size = _size_class(nbytes)
         slab = None
         free = self._free.get(size)
@@ -86,6 +97,7 @@ class BufferPool:
             try:
                 slab = free.pop()
                 self.reused += 1
+                self._free_bytes -= size
             except IndexError:  # emptied by another thread meanwhile
                 slab = None
         if slab is None:
@@ -99,14 +111,20 @@ class BufferPool:
         self._leased[id(ref)] = (ref, slab)
         return flat.reshape(shape)
 
-    def _returned(self, ref: weakref.ref[Any]) -> None:
-        entry = self._leased.pop(id(ref), None)
-        if entry is None:
-            return
-        slab = entry[1]
-        free = self._free.setdefault(slab.size, deque())
-        if len(free) < MAX_FREE and self.free_bytes() + slab.size <= MAX_FREE_BYTES:
-            free.append(slab)
+    def _returned(self, ref: weakref.ref[Any], new: type[deque[_Slab]] = deque) -> None:
+        # `new` is bound here and these failures ignored: at interpreter exit the
+        # module's globals may be None already (and the memory going, as it should).
+        try:
+            entry = self._leased.pop(id(ref), None)
+            if entry is None:
+                return
+            slab = entry[1]
+            free = self._free.setdefault(slab.size, new())
+            if len(free) < MAX_FREE and self._free_bytes + slab.size <= MAX_FREE_BYTES:
+                free.append(slab)
+                self._free_bytes += slab.size
+        except (TypeError, AttributeError):
+            pass
 
     def free_bytes(self) -> int:
         """Bytes held in free buffers."""
@@ -120,12 +138,7 @@ class BufferPool:
     def clear(self) -> None:
         """Drops the free buffers (their memory goes back to malloc)."""
         self._free.clear()
-
-
-def _aligned(shape: tuple[int, ...], dtype: np.dtype, nbytes: int) -> np.ndarray:
-    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    return raw[start : start + nbytes].view(dtype).reshape(shape)
+        self._free_bytes = 0
 
 
 #: The process's pool (worker processes have their own).

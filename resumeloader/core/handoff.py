@@ -17,7 +17,7 @@ import numpy as np
 
 from resumeloader.core import buffers
 
-__all__ = ["ALIGNMENT", "copy", "gather", "mark", "take"]
+__all__ = ["ALIGNMENT", "check_indices", "copy", "gather", "mark", "take"]
 
 #: The alignment of TensorFlow's CPU tensors (Eigen's largest): a tensor over memory
 #: aligned less fails a check in its kernels (and aborts the process).
@@ -28,33 +28,49 @@ _FRESH: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictiona
 
 
 def mark(array: np.ndarray) -> np.ndarray:
-    """Records `array`, just made here and referenced by no user code, as fresh."""
-    _FRESH[id(array)] = array
+    """Records `array`, just made here, referenced by no user code and 64-byte aligned
+    (`buffers.BufferPool.empty` of `buffers.MIN_BYTES` or more), as fresh; a smaller
+    array is left unmarked (a copy of it costs less than the hand-over)."""
+    if array.nbytes >= buffers.MIN_BYTES:
+        _FRESH[id(array)] = array
     return array
 
 
-def gather(column: np.ndarray, indices: np.ndarray) -> np.ndarray:
+def check_indices(indices: np.ndarray, rows: int) -> np.ndarray:
+    """`indices` as `gather` takes them unchecked: in ``[0, rows)`` (negative ones counted
+    from the end).
+
+    Raises:
+        IndexError: an index is outside ``[-rows, rows)``.
+    """
+    if not len(indices):
+        return indices
+    low, high = int(indices.min()), int(indices.max())
+    if low < -rows or high >= rows:
+        bad = indices[(indices < -rows) | (indices >= rows)][:3].tolist()
+        msg = (f"Record indices out of range for a column of {rows} records. "
+               f"Received: {bad}; expected indices in [{-rows}, {rows}).")
+        raise IndexError(msg)
+    return indices % rows if low < 0 else indices
+
+
+def gather(column: np.ndarray, indices: np.ndarray, *, checked: bool = False) -> np.ndarray:
     """``column[indices]`` in recycled memory aligned to `ALIGNMENT` (`core/buffers.py`),
     marked fresh; a non-numeric column (strings, objects), or an array subclass with
     indexing of its own, is indexed as usual, not marked.
 
     The rows are written straight into the batch: ``np.take(..., mode="clip")`` does
     not buffer its output as the default ``mode="raise"`` does (a second temporary of
-    the batch's size), so the indices are checked here first, once.
+    the batch's size), so the indices are checked here first (`check_indices`), unless
+    the caller did already (`checked`).
 
     Raises:
         IndexError: an index is outside ``[-len(column), len(column))``.
     """
     if column.dtype.kind not in "iuf" or type(column) not in (np.ndarray, np.memmap):
         return column[indices]
-    rows = len(column)
-    if len(indices) and (int(indices.min()) < -rows or int(indices.max()) >= rows):
-        bad = indices[(indices < -rows) | (indices >= rows)][:3].tolist()
-        msg = (f"Record indices out of range for a column of {rows} records. "
-               f"Received: {bad}; expected indices in [{-rows}, {rows}).")
-        raise IndexError(msg)
-    if len(indices) and int(indices.min()) < 0:
-        indices = indices % rows
+    if not checked:
+        indices = check_indices(indices, len(column))
     out = buffers.empty((len(indices), *column.shape[1:]), column.dtype)
     np.take(column, indices, axis=0, out=out, mode="clip")
     return mark(out)
@@ -69,9 +85,8 @@ def copy(array: np.ndarray) -> np.ndarray:
 
 
 def take(array: np.ndarray) -> bool:
-    """Whether `array` was marked fresh and is aligned (and unmarks it: its memory is
-    handed over once)."""
-    if _FRESH.get(id(array)) is not array or array.ctypes.data % ALIGNMENT:
+    """Whether `array` was marked fresh (and unmarks it: its memory is handed over once)."""
+    if _FRESH.get(id(array)) is not array:  # marked arrays are aligned
         return False
     _FRESH.pop(id(array), None)
     return True

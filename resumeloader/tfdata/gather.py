@@ -1,10 +1,11 @@
 """In-memory array sources without a ``map_fn``: batches gathered inside tf.data.
 
-For such sources Python only computes the record indices, CHUNK batches per
-``from_generator`` element; tf.data splits them into batches and gathers the records
-with ``tf.gather`` in its own threads, which costs much less than converting a NumPy
-batch per ``from_generator`` call. The stream is identical to the generic path: the
-same tasks, cut the same way.
+For such sources Python only computes the record indices, CHUNK batches of one size
+per ``from_generator`` element; tf.data gathers a chunk's records with one
+``tf.gather`` per column in its own threads and splits the chunk into its batches
+(``unbatch`` of a ``[batches, batch_size, ...]`` tensor), which costs much less than
+converting a NumPy batch per ``from_generator`` call. The stream is identical to the
+generic path: the same tasks, cut the same way.
 
 Memory: the gather reads the NumPy arrays in place (through DLPack) when TensorFlow
 can address them (C-contiguous, writeable or a read-only view of a writeable array,
@@ -28,6 +29,7 @@ import numpy as np
 import optree
 import tensorflow as tf
 
+from resumeloader.core import buffers
 from resumeloader.core import spec as spec_lib
 from resumeloader.sources import digest
 from resumeloader.tfdata import generator
@@ -90,37 +92,41 @@ class Gatherer:
         signature = (index_spec, element_spec[1]) if with_metadata else index_spec
         treespec = self._treespec
 
-        def gather(index: tf.Tensor) -> Any:
+        static = specs[0].shape[0]  # the batch size when every batch has it, else None
+
+        def split(value: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
+            """A chunk's rows [k * size, ...] as k batches [k, size, ...]."""
+            rows = static if static is not None else size
+            return tf.reshape(value, tf.concat([[-1, rows], tf.shape(value)[1:]], 0))
+
+        def gather(index: tf.Tensor, size: tf.Tensor) -> Any:
+            # One gather per column for the whole chunk: far less tf.data work per batch
+            # than a gather per batch (a third less CPU, measured).
             batch = [
-                tf.ensure_shape(tf.gather(column, index), spec.shape)
+                split(tf.gather(column, index), size)
                 for column, spec in zip(columns, specs, strict=True)
             ]
             return optree.tree_unflatten(treespec, batch)
-
-        def rows(flat: Any, lengths: tf.Tensor) -> tf.data.Dataset:
-            split = tf.nest.map_structure(
-                lambda values: tf.RaggedTensor.from_row_lengths(values, lengths), flat
-            )
-            return tf.data.Dataset.from_tensor_slices(split)
-
-        def shaped(spec: Any, value: Any) -> Any:
-            return tf.nest.map_structure(lambda s, v: tf.ensure_shape(v, s.shape), spec, value)
 
         chunk_spec = tf.nest.map_structure(
             lambda s: tf.TensorSpec((None, *s.shape[1:]), s.dtype), signature
         )
         ds = tf.data.Dataset.from_generator(
             lambda: generator.guarded(lambda: _chunks(indices(), with_metadata=with_metadata)),
-            output_signature=(chunk_spec, tf.TensorSpec((None,), tf.int64)),
-        ).flat_map(rows)
+            output_signature=(chunk_spec, tf.TensorSpec((), tf.int64)),
+        )
         if with_metadata:
             ds = ds.map(
-                lambda index, meta: (gather(index), shaped(element_spec[1], meta)),
+                lambda chunk, size: (
+                    gather(chunk[0], size),
+                    tf.nest.map_structure(lambda m: split(m, size), chunk[1]),
+                ),
                 num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True,
             )
         else:
             ds = ds.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.unbatch()
         return ds.with_options(_OPTIONS)
 
 
@@ -142,7 +148,7 @@ def _tensor(leaf: np.ndarray) -> tf.Tensor:
         leaf.flags.c_contiguous
         and leaf.flags.writeable  # NumPy exports no read-only array through DLPack
         and leaf.dtype.isnative
-        and leaf.ctypes.data % _ALIGNMENT == 0
+        and buffers.address(leaf) % _ALIGNMENT == 0
     ):
         leaf = _shared_copy(leaf)
     # The tensor keeps `leaf` (and the memory it views) alive until it is freed.
@@ -221,22 +227,25 @@ def _aligned_copy(leaf: np.ndarray) -> np.ndarray:
 
 
 def _chunks(batches: Iterator[Any], *, with_metadata: bool) -> Iterator[Any]:
-    """Groups CHUNK batches' index arrays (and metadata) into one generator element with
-    their lengths, so Python and from_generator run once per CHUNK batches."""
+    """Groups up to CHUNK consecutive batches of one size (their index arrays and
+    metadata) into one generator element with that size, so Python, from_generator
+    and the gather run once per CHUNK batches."""
     group: list[Any] = []
+    size = -1
     for item in batches:
-        group.append(item)
-        if len(group) == CHUNK:
-            yield _pack(group, with_metadata)
+        length = len(item[0] if with_metadata else item)
+        if group and (length != size or len(group) == CHUNK):
+            yield _pack(group, with_metadata), np.int64(size)
             group = []
+        group.append(item)
+        size = length
     if group:
-        yield _pack(group, with_metadata)
+        yield _pack(group, with_metadata), np.int64(size)
 
 
-def _pack(group: list[Any], with_metadata: bool) -> tuple[Any, np.ndarray]:
+def _pack(group: list[Any], with_metadata: bool) -> Any:
     if with_metadata:
         index = np.concatenate([indices for indices, _ in group])
         meta = {key: np.concatenate([m[key] for _, m in group]) for key in group[0][1]}
-        lengths = np.array([len(indices) for indices, _ in group], np.int64)
-        return (index, meta), lengths
-    return np.concatenate(group), np.array([len(indices) for indices in group], np.int64)
+        return index, meta
+    return np.concatenate(group)

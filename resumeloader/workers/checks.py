@@ -85,10 +85,10 @@ def batch(
         problem = f"its structure differs: {err}"
         columns = []
     leaves: list[Any] = []
-    for column, want, path in zip(columns, spec.leaves, spec.paths(), strict=False):
+    for i, (column, want) in enumerate(zip(columns, spec.leaves, strict=False)):
         leaf, problem = _batch_leaf(column, want, size)
         if problem is not None:
-            problem = f"{path}: {problem}"
+            problem = f"{spec.paths()[i]}: {problem}"  # the paths only for the message
             break
         leaves.append(leaf)
     if problem is None:

@@ -98,6 +98,10 @@ class BatchProducer:
         if spec is None and not self._stages:
             spec = self._source.record_spec()
         self.spec = spec if spec is not None else spec_lib.RecordSpec.of(self._probe())
+        # A source whose batches are its spec's by construction, read with that spec:
+        # its batches need no check (the cost of one per batch, for in-memory arrays).
+        self._exact = (self.reads_batches and self._source.exact_batches
+                       and self.spec == self._source.record_spec())
         self._maps = pipeline.batch_map_stages
         # The spec of a row as the batch stage makes it, then after each batch map stage.
         self._map_specs = [self._batch_stage.output_spec(self.spec)]
@@ -281,6 +285,8 @@ class BatchProducer:
             batch = self._source.read_batch(indices)
         except Exception as err:
             raise checks.batch_error("read_batch", err, indices, epoch, position) from err
+        if self._exact:
+            return self.spec.treespec.flatten_up_to(batch)
         return checks.batch(self.spec, batch, indices, epoch=epoch, position=position)
 
 

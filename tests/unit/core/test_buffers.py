@@ -76,11 +76,19 @@ def test_pool_serves_the_smaller_last_batch_from_its_own_class():
 
 
 def test_pool_leaves_small_arrays_to_numpy():
-    """Arrays under MIN_BYTES come from NumPy as usual (still aligned)."""
+    """Arrays under MIN_BYTES come from np.empty as usual: not pooled, not leased."""
     pool = buffers.BufferPool()
     small = pool.empty((16, 16), np.float32)
-    assert _address(small) % buffers.ALIGNMENT == 0
+    assert small.shape == (16, 16) and small.dtype == np.float32
+    assert small.flags.c_contiguous and small.flags.writeable
     assert pool.allocated == 0 and pool.leased == 0
+
+
+def test_address_is_the_first_element_address():
+    """`address` agrees with ``ctypes.data``, for views with an offset too."""
+    array = np.arange(100, dtype=np.int64)
+    assert buffers.address(array) == array.ctypes.data
+    assert buffers.address(array[3:]) == array.ctypes.data + 3 * 8
 
 
 def test_pool_keeps_a_bounded_number_of_free_buffers():
@@ -140,14 +148,18 @@ def test_copy_out_of_shared_memory_is_recycled_and_marked():
     ids=["ragged-large", "strings-large", "strings-small"],
 )
 def test_wire_values_start_aligned_and_round_trip(column, leaf):
-    """The wire format's values start on a 64-byte boundary; decode gives back the column."""
+    """The wire format's values start on a 64-byte boundary of the buffer (of the memory
+    too when it is pooled, MIN_BYTES or more); decode gives back the column."""
     encoded = wire.encode(column, leaf)
-    assert _address(encoded) % buffers.ALIGNMENT == 0
+    count = int(encoded[:8].view(np.int64)[0])
+    assert wire._payload_start(count) % buffers.ALIGNMENT == 0
+    pooled = encoded.nbytes >= buffers.MIN_BYTES
+    assert not pooled or _address(encoded) % buffers.ALIGNMENT == 0
     decoded = wire.decode(encoded, leaf)
     if leaf.is_string:
         assert decoded.tolist() == [v if isinstance(v, bytes) else v.encode() for v in column]
     else:
         values, (lengths,) = decoded
-        assert _address(values) % buffers.ALIGNMENT == 0
+        assert not pooled or _address(values) % buffers.ALIGNMENT == 0
         assert lengths.tolist() == [len(v) for v in column]
         np.testing.assert_array_equal(values, np.concatenate(column))
