@@ -23,9 +23,10 @@ The scripts: bench_loader.py ((a) in-memory throughput, (b) restore latency, (c)
 checkpoint size), bench_overhead.py ((d) fixed cost per batch, (e) per-record ``map_fn``
 overhead), bench_arrays.py ((f) in-memory arrays below and above 1 GiB), bench_map_fn.py
 ((g) workers for a Python ``map_fn`` against tf.data and grain), bench_workers.py ((h)
-worker start-up and Keras ``fit``, run in a process of its own since it imports
-TensorFlow at the top like a training script), bench_sampler.py (index throughput),
-bench_data.py, bench_mix.py, bench_batching.py and faults.py: each writes its results
+worker start-up and Keras ``fit``, TensorFlow imported at the top like a training
+script), bench_sampler.py (index throughput), bench_tfrecord.py (TFRecord + ``tf_map``
+against tuned tf.data over 8 and 64 files, and the in-memory decode bound),
+bench_data.py, bench_mix.py, bench_batching.py and faults.py. Each writes its results
 file itself, which this script reads back. The contenders they share are in _common.py;
 the tables and results files, _results.py. Figures to publish come from two runs
 compared by compare_runs.py (only the figures both reproduced within 15%).
@@ -59,7 +60,7 @@ SCRIPTS = {
     "arrays": ["bench_arrays"],
     "workers": ["bench_map_fn", "bench_workers"],
     "sampler": ["bench_sampler"],
-    "data": ["bench_data"],
+    "data": ["bench_data", "bench_tfrecord"],
     "mix": ["bench_mix"],
     "batching": ["bench_batching"],
     "faults": ["faults"],
