@@ -9,6 +9,16 @@ a script. A ```` ```py ```` block is shown, not run. Tracebacks and doctest repo
 the page's own line numbers. The last line printed is a summary the test checks
 (``ran N blocks``); the exit status is 1 at the first block that fails.
 
+    python tests/_pages.py --serve    # a fork server (tests/test_docs.py)
+
+Starting an interpreter that imports TensorFlow costs ~4 s of CPU, once per page. The
+server imports TensorFlow, Keras and resumeloader once (no op run, so no TensorFlow
+thread started) and forks one child per page it is asked for on its standard input
+(a JSON line: page, directory, log). The child runs the page as above, in the page's
+directory, its output in the log, in a process (group) of its own, and ends through
+the interpreter's finalization like a script; the server answers with a JSON line
+(the child's pid when it starts, its exit status when it ends).
+
 `blocks` also refuses what would let an example go silently unrun: another spelling
 of Python on a fence (``python3``, ``pycon``, ...), a ``>>>`` prompt outside a python
 fence, a fence left open.
@@ -18,6 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import doctest
+import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -107,5 +119,38 @@ def main() -> None:
     print(f"{path.name}: ran {count} blocks")
 
 
+def serve() -> None:
+    """The fork server: one child per request line, answered in order (module docstring)."""
+    import gc
+
+    import keras  # noqa: F401 - loaded once, for every child
+    import tensorflow  # noqa: F401
+
+    import resumeloader
+    import resumeloader.keras  # noqa: F401
+
+    gc.freeze()  # the children share the server's objects' pages
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child becomes the page's script
+            os.setpgid(0, 0)
+            fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+            os.chdir(request["cwd"])
+            sys.stdin = open(os.devnull)  # noqa: SIM115 - the child's for its life
+            sys.argv = [__file__, request["page"]]
+            main()  # an exception exits 1 with its traceback in the log, as a script
+            sys.exit(0)
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        main()

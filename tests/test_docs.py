@@ -3,7 +3,9 @@
 * Every ```python block of README.md and of every page under docs/ runs (tests/_pages.py),
   in order, one namespace per page, in a fresh temporary directory, in a process of
   its own (a page may install a signal handler or turn on op determinism, which would
-  leak into the other tests of a shared process).
+  leak into the other tests of a shared process): a child of a fork server that
+  imported TensorFlow once per test process, instead of a fresh interpreter per page
+  (one page, README.md, also runs in a fresh interpreter).
 * ``mkdocs build --strict`` succeeds: no broken link or anchor, no page missing from
   the nav, no docstring the API reference cannot render.
 * The generated regions of the pages (benchmark tables from benchmarks/results/*.json,
@@ -13,12 +15,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -34,20 +40,93 @@ PAGES = [ROOT / "README.md", ROOT / "ARCHITECTURE.md",
          *sorted(p for p in DOCS.rglob("*.md") if "_gen" not in p.parts)]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NO_MKDOCS_2_WARNING="1")
 
+PAGE_TIMEOUT = 600.0
+
+
+class PageServer:
+    """A `_pages.py --serve` process: one page at a time, each in a forked child."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "_pages.py"), "--serve"], cwd=ROOT, env=ENV, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )
+        self.buffer = b""
+
+    def _reply(self, deadline: float) -> dict:
+        """The server's next JSON line (read unbuffered: select sees only the pipe)."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            wait = max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([fd], [], [], wait)
+            data = os.read(fd, 65536) if ready else b""
+            if not data:
+                msg = f"The page server gave no answer in time (exit status {self.proc.poll()})."
+                raise AssertionError(msg)
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, page: Path, cwd: Path, log: Path) -> int:
+        """Runs `page` in `cwd`, its output in `log`; returns the child's exit status."""
+        assert self.proc.stdin is not None
+        deadline = time.monotonic() + PAGE_TIMEOUT
+        request = {"page": str(page), "cwd": str(cwd), "log": str(log)}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        pid = self._reply(deadline)["pid"]
+        try:
+            return self._reply(deadline)["returncode"]
+        except AssertionError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            raise
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def page_server():
+    server = PageServer()
+    yield server
+    server.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
-def test_page_python_blocks_run(page, tmp_path):
+def test_page_python_blocks_run(page, tmp_path, page_server):
     """Every python block of the page runs (doctests pass), in order, in a fresh directory."""
     expected = len(_pages.runnable(page))  # also refuses a mis-fenced or unrun example
     if expected == 0:
         return
+    log = tmp_path.parent / f"{tmp_path.name}.log"
+
+    returncode = page_server.run(page, tmp_path, log)
+
+    output = log.read_text()
+    assert returncode == 0, output[-6000:]
+    assert output.splitlines()[-1] == f"{page.name}: ran {expected} blocks"
+
+
+@pytest.mark.slow
+def test_readme_blocks_run_in_a_fresh_interpreter(tmp_path):
+    """README.md's blocks also run as ``python tests/_pages.py README.md`` (no fork server)."""
+    page = ROOT / "README.md"
     result = subprocess.run(
         [sys.executable, str(HERE / "_pages.py"), str(page)],
         cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600, check=False,
     )
 
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
-    assert result.stdout.splitlines()[-1] == f"{page.name}: ran {expected} blocks"
+    assert result.stdout.splitlines()[-1] == f"README.md: ran {len(_pages.runnable(page))} blocks"
 
 
 def test_readme_is_a_short_front_door_with_the_two_quick_start_commands():
