@@ -26,7 +26,8 @@ overhead), bench_arrays.py ((f) in-memory arrays below and above 1 GiB), bench_m
 worker start-up and Keras ``fit``, TensorFlow imported at the top like a training
 script), bench_sampler.py (index throughput), bench_tfrecord.py (TFRecord + ``tf_map``
 against tuned tf.data over 8 and 64 files, and the in-memory decode bound),
-bench_data.py, bench_mix.py, bench_batching.py and faults.py. Each writes its results
+bench_data.py, bench_mix.py, bench_batching.py, bench_history.py (lineage lookups,
+restore and state size with 16 amendments) and faults.py. Each writes its results
 file itself, which this script reads back. The contenders they share are in _common.py;
 the tables and results files, _results.py. Figures to publish come from two runs
 compared by compare_runs.py (only the figures both reproduced within 15%).
@@ -51,7 +52,7 @@ import _common  # noqa: E402
 import _results  # noqa: E402
 
 SECTIONS = ("loader", "overhead", "arrays", "workers", "sampler", "data", "mix", "batching",
-            "faults")
+            "history", "faults")
 
 # The scripts each section runs, each in a process of its own.
 SCRIPTS = {
@@ -63,6 +64,7 @@ SCRIPTS = {
     "data": ["bench_data", "bench_tfrecord"],
     "mix": ["bench_mix"],
     "batching": ["bench_batching"],
+    "history": ["bench_history"],
     "faults": ["faults"],
 }
 

@@ -39,18 +39,22 @@ from resumeloader.stages import Pipeline
 from resumeloader.workers.options import Workers
 
 if TYPE_CHECKING:
+    from resumeloader.handout.lineage import BatchRecords
     from resumeloader.tfdata.loader import AUTOTUNE, ResumableLoader
     from resumeloader.tfdata.restore import restore
 
-# Public names whose modules import TensorFlow: name -> module.
+# Public names loaded on first access (their modules import TensorFlow, or the batch
+# producer): name -> module.
 _LAZY = {
     "AUTOTUNE": "resumeloader.tfdata.loader",
+    "BatchRecords": "resumeloader.handout.lineage",
     "ResumableLoader": "resumeloader.tfdata.loader",
     "restore": "resumeloader.tfdata.restore",
 }
 
 __all__ = [
     "AUTOTUNE",
+    "BatchRecords",
     "ElasticResumeError",
     "ErrorBudgetError",
     "HarnessError",

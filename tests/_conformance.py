@@ -172,6 +172,32 @@ def _mix_endless() -> ResumableLoader:
     )
 
 
+# The run's data history: amendments at positions (docs/guides/changing-data.md).
+_MATH = np.arange(7 * 3, dtype=np.float32).reshape(7, 3) + 0.5
+
+
+@register("mix-amended-source-added-removed-skip-map_fn-thread-workers-metadata", num_steps=9)
+def _mix_amended() -> ResumableLoader:
+    pipeline = (
+        _mixture(15)
+        .amend(12, weights={"web": 1, "code": 1, "math": 1}, add={"math": _MATH})
+        .amend(27, weights={"web": 1, "code": 0, "math": 2})
+        .skip(40, 50)
+    )
+    return ResumableLoader.from_pipeline(
+        pipeline.map(_worker_fns.augment).batch(5), num_epochs=2, workers=Workers(2),
+        with_metadata=True,
+    )
+
+
+@register("skip-across-an-epoch-shard-1-of-2-drop-remainder", num_steps=5)
+def _skip_shard() -> ResumableLoader:
+    pipeline = Pipeline(_IMAGES[:36], seed=16).shuffle().skip(30, 48)
+    return ResumableLoader.from_pipeline(
+        pipeline.batch(4, drop_remainder=True), num_epochs=3, shard=Shard(1, 2)
+    )
+
+
 @register("on_error-skip-mix-map_fn-shard-1-of-2-thread-workers-metadata", num_steps=7)
 def _on_error_skip() -> ResumableLoader:
     # Failing records in both sources, replaced by seeded records of the mixture.
@@ -217,6 +243,14 @@ def _bucket_processes() -> ResumableLoader:
     return ResumableLoader.from_pipeline(
         _sequences(21).bucket_by_length(3, window=9, pad_to=16), num_epochs=2, num_workers=2,
         worker_type="process",
+    )
+
+
+@register("bucket_by_length-skipped-windows-metadata", num_steps=7)
+def _bucket_skip() -> ResumableLoader:
+    return ResumableLoader.from_pipeline(
+        _sequences(23).skip(18, 36).bucket_by_length(3, window=9), num_epochs=2,
+        with_metadata=True,
     )
 
 

@@ -12,12 +12,19 @@ A windowed batch stage (bucketing, packing, token budgets) groups the records of
 last window may be shorter). With `known_counts` each batch still counts as
 `batch_size` positions, so all of the above holds; without, a batch counts the
 records it holds, which only its window's data tells: the batch arithmetic here
-does not apply (the consumer learns each batch's end from the producer). Pure Python.
+does not apply (the consumer learns each batch's end from the producer).
+
+A layout may skip ranges of positions (`skips`: a pipeline's skips, in this shard's
+positions): its arithmetic is then `resumeloader.core.skips`' (batches never cross a
+skip), O(number of skips). Pure Python.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+
+from resumeloader.core import skips as skips_lib
 
 __all__ = ["MAX_POSITION", "Layout"]
 
@@ -37,6 +44,18 @@ class Layout:
     window: int | None = None
     #: Whether every batch counts `batch_size` positions (an epoch's last the rest).
     known_counts: bool = True
+    #: Ranges ``(start, stop)`` of positions never handed out: sorted, disjoint.
+    skips: tuple[tuple[int, int], ...] = ()
+
+    @functools.cached_property
+    def skip_starts(self) -> list[int]:
+        """The skips' starts, for bisection."""
+        return [start for start, _ in self.skips]
+
+    @functools.cached_property
+    def regular(self) -> Layout:
+        """This layout without its skips."""
+        return dataclasses.replace(self, skips=())
 
     @property
     def end(self) -> int | None:
@@ -46,7 +65,10 @@ class Layout:
         return self.num_epochs * self.records_per_epoch
 
     def normalise(self, position: int) -> int:
-        """Moves a position inside a dropped remainder to the next epoch's start."""
+        """Moves a position inside a dropped remainder to the next epoch's start (inside a
+        skip, to its end)."""
+        if self.skips:
+            return skips_lib.normalise(self, position)
         offset = position % self.records_per_epoch
         left = self.records_per_epoch - offset
         if self.drop_remainder and offset and left < self.batch_size:
@@ -66,12 +88,14 @@ class Layout:
     def batch_end(self, position: int) -> int:
         """The position after the batch that starts at normalised `position`."""
         self._check_counts("batch_end")
+        if self.skips:
+            return skips_lib.batch_end(self, position)
         offset = position % self.records_per_epoch
         return position + min(self.batch_size, self.records_per_epoch - offset)
 
     @property
     def batches_per_epoch(self) -> int:
-        """Batches of an epoch read from its start (at least 1)."""
+        """Batches of an epoch read from its start (at least 1; of an epoch without skips)."""
         self._check_counts("batches_per_epoch")
         full, rest = divmod(self.records_per_epoch, self.batch_size)
         return max(1, full + (1 if rest and not self.drop_remainder else 0))
@@ -83,6 +107,8 @@ class Layout:
             ValueError: an endless stream would pass `MAX_POSITION`.
         """
         self._check_counts("advance")
+        if self.skips:
+            return skips_lib.advance(self, position, num_batches)
         position = self.normalise(position)
         end = self.end
         if num_batches <= 0 or (end is not None and position >= end):
@@ -112,6 +138,8 @@ class Layout:
             return None
         if position >= end:
             return 0
+        if self.skips:
+            return skips_lib.batches_to_end(self, position)
         epochs_after = self.num_epochs - position // self.records_per_epoch - 1  # type: ignore[operator]
         return self.batches_left_in_epoch(position) + epochs_after * self.batches_per_epoch
 
@@ -120,9 +148,19 @@ class Layout:
         self._check_counts("batches_left_in_epoch")
         if self.end is not None and position >= self.end:
             return 0
+        if self.skips:
+            return skips_lib.batches_left_in_epoch(self, position)
         left = self.records_per_epoch - position % self.records_per_epoch
         full, rest = divmod(left, self.batch_size)
         return full + (1 if rest and not self.drop_remainder else 0)
+
+    def epoch_step(self, position: int) -> int:
+        """Batches of normalised `position`'s epoch before it (cut from the epoch's start;
+        skipped positions are no steps)."""
+        self._check_counts("epoch_step")
+        if self.skips:
+            return skips_lib.epoch_step(self, position)
+        return -(-(position % self.records_per_epoch) // self.batch_size)
 
     def _check_counts(self, what: str) -> None:
         if not self.known_counts:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import decimal
 import fractions
+import functools
 import math
 import numbers
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_PERIOD", "QuotaSequence", "to_fraction"]
+__all__ = ["MAX_PERIOD", "QuotaSequence", "cached", "to_fraction"]
 
 # The period is built in Python once per mixture: ~0.7 s at 2**20 for two sources.
 MAX_PERIOD = 1 << 20
@@ -135,16 +136,31 @@ class QuotaSequence:
         return source, count
 
     def counts(self, num_positions: int) -> list[int]:
-        """Each source's count after the first `num_positions` positions."""
+        """Each source's count after the first `num_positions` positions, in closed form:
+        O(#sources * log period), whatever `num_positions`."""
         cycles, phase = divmod(num_positions, self.period)
-        head = np.bincount(self._source[:phase], minlength=len(self.shares))
-        return [cycles * share + int(extra) for share, extra in zip(self.shares, head, strict=True)]
+        head = [int(np.searchsorted(phases, phase)) for phases in self._phases()]
+        return [cycles * share + extra for share, extra in zip(self.shares, head, strict=True)]
+
+    def _phases(self) -> list[np.ndarray]:
+        """Each source's positions in one period (sorted), built once."""
+        phases = self.__dict__.get("_phase_lists")
+        if phases is None:
+            phases = [np.flatnonzero(self._source == k) for k in range(len(self.shares))]
+            self.__dict__["_phase_lists"] = phases
+        return phases
 
     def position_of(self, source: int, rank: int) -> int:
         """The position of source `source`'s record number `rank` (counted from 0)."""
         cycles, rest = divmod(rank, self.shares[source])
-        phases = np.flatnonzero(self._source == source)
-        return cycles * self.period + int(phases[rest])
+        return cycles * self.period + int(self._phases()[source][rest])
+
+
+@functools.lru_cache(maxsize=256)
+def cached(weights: tuple[fractions.Fraction, ...]) -> QuotaSequence:
+    """The `QuotaSequence` of `weights`, built once per process (amended mixtures reuse
+    the weights of their segments)."""
+    return QuotaSequence(list(weights))
 
 
 def _build(shares: tuple[int, ...], period: int) -> tuple[list[int], list[int]]:

@@ -31,6 +31,7 @@ import warnings
 from typing import Any
 
 from resumeloader import errors
+from resumeloader.core import history
 
 __all__ = [
     "VERSION",
@@ -225,9 +226,12 @@ def check_order(saved: dict[str, Any], expected: Fields) -> None:
     A stage that only one of the two pipelines has is named once, with its fields
     (except one of `OPTIONAL_STAGES`, which may be missing on either side). A
     source's `IDENTITY_FIELD` that one side lacks is not compared (a warning says
-    that only the other fields were checked).
+    that only the other fields were checked). The data history (`history.FIELD`) is
+    not compared here: `history.check_past` compares it up to the state's position.
     """
-    saved_order = order_of(saved)
+    # The data history is checked by position, not as a value (`history.check_past`).
+    saved_order = {k: v for k, v in order_of(saved).items() if k != history.FIELD}
+    expected = {k: v for k, v in expected.items() if k != history.FIELD}
     lines = []
     unchecked = []
     for key in sorted(set(saved_order) | set(expected)):

@@ -169,6 +169,14 @@ class ArrayRecordSource(base.Source):
     def record_spec(self) -> spec_lib.RecordSpec:
         return spec_lib.RecordSpec.of(b"")
 
+    def record_key(self, index: int) -> dict[str, Any]:
+        """The record's index, its file and its number in that file."""
+        return self.record_keys(np.asarray([index], dtype=np.int64))[0]
+
+    def record_keys(self, indices: np.ndarray) -> list[dict[str, Any]]:
+        """`record_key` of each of `indices`."""
+        return files_lib.record_keys(self._paths, self._starts, self._ends, indices)
+
     def order_fields(self) -> dict[str, int | str]:
         return dict(self._fields)
 

@@ -126,6 +126,16 @@ class Source:
         """The leaves and structure of in-memory numeric columns, or None."""
         return None
 
+    def record_key(self, index: int) -> dict[str, Any]:
+        """What names the record at `index` for lineage (``loader.records_at``):
+        ``{"record": index}``, and where it lives for a source that knows (a file
+        source adds ``file`` and ``file_record``, its number in that file)."""
+        return {"record": int(index)}
+
+    def record_keys(self, indices: np.ndarray) -> list[dict[str, Any]]:
+        """`record_key` of each of `indices` (a source may compute them at once)."""
+        return [self.record_key(index) for index in indices.tolist()]
+
     def order_fields(self) -> dict[str, int | str]:
         """The fields identifying this data in the state (``num_records`` at least).
 

@@ -22,9 +22,19 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from resumeloader.sources import handles
 
-__all__ = ["HEAD_BYTES", "Paths", "display", "expand_paths", "head_digest", "identity"]
+__all__ = [
+    "HEAD_BYTES",
+    "Paths",
+    "display",
+    "expand_paths",
+    "head_digest",
+    "identity",
+    "record_keys",
+]
 
 Paths = (
     str | bytes | os.PathLike[str] | os.PathLike[bytes] | Sequence[str | bytes | os.PathLike[str]]
@@ -112,3 +122,25 @@ def content_identity(parts: list[Any]) -> str:
 def describe(kind: str, paths: list[str]) -> str:
     """E.g. ``TFRecordSource(8 files)``."""
     return f"{kind}({len(paths)} file{'s' if len(paths) > 1 else ''})"
+
+
+def record_keys(
+    paths: list[str], starts: np.ndarray, ends: np.ndarray, indices: np.ndarray
+) -> list[dict[str, Any]]:
+    """Each index's key in a record space of files: the index, its file, its number there.
+
+    Args:
+        paths: the files, in record order.
+        starts: the index of each file's first record.
+        ends: the index after each file's last record.
+        indices: record indices of the space.
+    """
+    files = np.searchsorted(ends, indices, side="right")
+    numbers = np.asarray(indices, dtype=np.int64) - starts[files]
+    names = [display(path) for path in paths]
+    return [
+        {"record": index, "file": names[file], "file_record": number}
+        for index, file, number in zip(
+            np.asarray(indices).tolist(), files.tolist(), numbers.tolist(), strict=True
+        )
+    ]

@@ -91,6 +91,7 @@ class TFRecordSource(base.Source):
         with futures.ThreadPoolExecutor(min(8, len(files))) as pool:
             indexes = list(pool.map(lambda path: index_lib.load_or_build(path, folder), files))
         self._indexes = indexes
+        self._paths = files
         self._verify = bool(verify_checksums)
         counts = np.array([len(ix.offsets) for ix in indexes], dtype=np.int64)
         self._ends = np.cumsum(counts)
@@ -107,6 +108,14 @@ class TFRecordSource(base.Source):
 
     def record_spec(self) -> spec_lib.RecordSpec:
         return spec_lib.RecordSpec.of(b"")
+
+    def record_key(self, index: int) -> dict[str, Any]:
+        """The record's index, its file and its number in that file."""
+        return self.record_keys(np.asarray([index], dtype=np.int64))[0]
+
+    def record_keys(self, indices: np.ndarray) -> list[dict[str, Any]]:
+        """`record_key` of each of `indices`."""
+        return files_lib.record_keys(self._paths, self._starts, self._ends, indices)
 
     def order_fields(self) -> dict[str, int | str]:
         return dict(self._fields)

@@ -22,6 +22,16 @@ A mixed record's index is its key in the `ConcatSource`: ``lap * total + start o
 its source + record``, where ``lap`` is how many times its source was walked
 through before; ``source.locate(index)`` decodes it. Per-record randomness
 (``record_rng(seed, epoch, index)``) therefore differs between repeats of a record.
+
+An *amended* mixture (`Pipeline.amend`) changes its weights at positions, adding
+sources or removing them (`resumeloader.stages.mix_segments`): each source continues
+its walk where it stood. A source added by an amendment has keys of its own, ``tag *
+2**56 + lap * length + record`` (`concat.TAG_SHIFT`), so that the keys, and with
+them the randomness, of every record before the amendment stay what they were.
+``records_per_epoch`` stays the base mixture's number of positions (for
+``"first_exhausted"``: where the first source had supplied all its records once
+under the base weights), so that positions and epochs mean the same before and
+after every amendment.
 """
 
 from __future__ import annotations
@@ -34,9 +44,10 @@ from typing import Any
 
 import numpy as np
 
+from resumeloader.core import history as history_lib
 from resumeloader.core import quota, sampler, validate
 from resumeloader.sources import concat, registry
-from resumeloader.stages import base
+from resumeloader.stages import base, mix_segments
 
 __all__ = ["ALGORITHM", "EPOCH_RULES", "MixStage", "build"]
 
@@ -70,6 +81,9 @@ class MixStage(base.IndexStage):
         seed: the pipeline seed.
         shuffle: False walks each source in its natural order.
         records_per_epoch: ``"first_exhausted"``, ``"all_exhausted"`` or a positive int.
+        changes: the mixture changes of the pipeline's history, by position.
+        added: ``(name, length)`` of each source added by a change (its tag is its
+            place here, from 1).
     """
 
     name = "mix"
@@ -84,6 +98,8 @@ class MixStage(base.IndexStage):
         seed: validate.Int,
         shuffle: bool,
         records_per_epoch: validate.Int | str = "first_exhausted",
+        changes: Sequence[history_lib.MixChange] = (),
+        added: Sequence[tuple[str, int]] = (),
     ) -> None:
         self.names = tuple(names)
         self.lengths = tuple(validate.integer("lengths[]", n, low=1) for n in lengths)
@@ -104,6 +120,37 @@ class MixStage(base.IndexStage):
         self._rule = records_per_epoch if isinstance(records_per_epoch, str) else "fixed"
         #: Positions in one epoch of the mixture (`records_per_epoch`).
         self.num_records = self._epoch_length(records_per_epoch)
+        self._records_per_epoch = records_per_epoch
+        self.changes = tuple(changes)
+        self.added = tuple((str(n), validate.integer("added length", k, low=1)) for n, k in added)
+        self._parts = (*self.names, *(n for n, _ in self.added))
+        self._part_lengths = (*self.lengths, *(k for _, k in self.added))
+        self._seeds += tuple(source_seed(self._seed, name) for name, _ in self.added)
+        self._segments: mix_segments.Segments | None = None
+        if self.changes:
+            number = {name: k for k, name in enumerate(self._parts)}
+            self._segments = mix_segments.Segments(
+                self._quota,
+                len(self._parts),
+                [
+                    (c.at, tuple(number[n] for n, _ in c.active), tuple(w for _, w in c.active))
+                    for c in self.changes
+                ],
+            )
+
+    def amended(
+        self, changes: Sequence[history_lib.MixChange], added: Sequence[tuple[str, int]]
+    ) -> MixStage:
+        """The same mixture with the changes `changes` and the added sources `added`."""
+        return MixStage(
+            self.names, self.lengths, self._quota.weights, seed=self._seed, shuffle=self.shuffle,
+            records_per_epoch=self._records_per_epoch, changes=changes, added=added,
+        )
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """Every source ever in the mixture: the base ones, then the added ones."""
+        return self._parts
 
     def _epoch_length(self, rule: Any) -> int:
         if isinstance(rule, str):
@@ -125,6 +172,8 @@ class MixStage(base.IndexStage):
     def counts(self, num_positions: int) -> dict[str, int]:
         """How many of the first `num_positions` positions each source supplies."""
         num_positions = validate.integer("num_positions", num_positions, low=0)
+        if self._segments is not None:
+            return dict(zip(self._parts, self._segments.counts(num_positions), strict=True))
         return dict(zip(self.names, self._quota.counts(num_positions), strict=True))
 
     def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
@@ -134,7 +183,10 @@ class MixStage(base.IndexStage):
             )
             raise ValueError(msg)
         positions = offsets + epoch * self.num_records
-        source, count = self._quota.locate(positions)
+        if self._segments is None:
+            source, count = self._quota.locate(positions)
+        else:
+            source, count = self._segments.locate(positions)
         keys = np.empty_like(positions)
         for part in np.unique(source).tolist():
             where = np.flatnonzero(source == part)
@@ -143,6 +195,8 @@ class MixStage(base.IndexStage):
 
     def _keys(self, part: int, count: np.ndarray) -> np.ndarray:
         """The keys of source `part`'s records number `count` of its walk."""
+        if part >= len(self.names):
+            return self._added_keys(part, count)
         length = self.lengths[part]
         lap, record = np.divmod(count, length)
         if self.shuffle and length > 1:
@@ -159,7 +213,27 @@ class MixStage(base.IndexStage):
                 f"is on lap {int(lap.max())} of a {self._total}-record mixture."
             )
             raise ValueError(msg)
-        return lap * self._total + (self._starts[part] + record)
+        keys = lap * self._total + (self._starts[part] + record)
+        if self.added and int(keys.max()) >= 1 << concat.TAG_SHIFT:
+            msg = (
+                f"Mixture keys of source {self.names[part]!r} reach 2**{concat.TAG_SHIFT}, "
+                "where the keys of sources added by amendments start."
+            )
+            raise ValueError(msg)
+        return keys
+
+    def _added_keys(self, part: int, count: np.ndarray) -> np.ndarray:
+        length = self._part_lengths[part]
+        lap, record = np.divmod(count, length)
+        if self.shuffle and length > 1:
+            for value in np.unique(lap).tolist():
+                at = np.flatnonzero(lap == value)
+                record[at] = sampler.permute(length, self._seeds[part], value, record[at])
+        tag = part - len(self.names) + 1
+        if int(count.max()) >= 1 << concat.TAG_SHIFT:
+            msg = f"Mixture keys of added source {self._parts[part]!r} overflow their tag."
+            raise ValueError(msg)
+        return (tag << concat.TAG_SHIFT) + lap * length + record
 
     def order_fields(self) -> base.Fields:
         weights = ",".join(f"{n}:{w}" for n, w in zip(self.names, self.weights, strict=True))
@@ -174,9 +248,10 @@ class MixStage(base.IndexStage):
     def describe(self) -> str:
         weights = ", ".join(f"{n} {w}" for n, w in zip(self.names, self.weights, strict=True))
         order = "shuffled" if self.shuffle else "in order"
+        changes = f", {len(self.changes)} weight changes" if self.changes else ""
         return (
             f"mix({weights}; each source {order}), seed {self._seed}, "
-            f"{self.num_records:,} records per epoch ({self._rule})"
+            f"{self.num_records:,} records per epoch ({self._rule}){changes}"
         )
 
 

@@ -9,8 +9,10 @@ from typing import Any
 import numpy as np
 
 from resumeloader import sources
+from resumeloader.core import history as history_lib
 from resumeloader.core import spec as spec_lib
 from resumeloader.core import validate
+from resumeloader.stages import amend as amend_lib
 from resumeloader.stages import base, map_batch, mix, on_error, sampler, tf_map
 from resumeloader.stages import map as map_stage
 from resumeloader.stages.batching import bucket, fixed, pack, padded, tokens
@@ -70,6 +72,7 @@ class Pipeline:
         self._tensors: tuple[base.TensorStage, ...] = ()
         self._on_error = on_error.ErrorPolicy()
         self._spec = _spec(output_signature)
+        self._history = history_lib.History()
 
     @classmethod
     @validate.typechecked
@@ -281,6 +284,56 @@ class Pipeline:
             on_error=on_error.ErrorPolicy(policy, max_fraction=max_fraction, quarantine=quarantine)
         )
 
+    # -- the run's data history (docs/guides/changing-data.md) -------------------------
+    def amend(self, at: int, *, weights: Mapping[str, Any], add: Mapping[str, Any] | None = None
+              ) -> Pipeline:
+        """From position `at` of the global order on, the mixture has the weights `weights`.
+
+        `at` counts records of the global order (``epoch * records_per_epoch +
+        offset`` of a state; with one shard, ``loader.position``). Before it the
+        stream is unchanged (every past batch recomputable); from it on each source
+        continues its own walk where it stood, so nothing supplied is repeated or
+        skipped, and every prefix of the new segment holds the new weights to within
+        one record. Epochs keep their length (the base mixture's
+        ``records_per_epoch``). A checkpoint saved before `at` restores into the
+        amended pipeline; one saved after it restores only into a pipeline with the
+        same amendment (`StateMismatchError` names it otherwise).
+
+        Args:
+            at: the position where the change takes effect.
+            weights: source name -> weight of every source of the mixture and of each
+                source in `add`; 0 removes a source (a positive weight later brings it
+                back where it stood).
+            add: new source name -> source (anything `Pipeline.mix` accepts, whose
+                records fit the mixture's).
+        """
+        source, stage, history = amend_lib.mixture_change(
+            self._source, self._index, self._history, at, weights, add
+        )
+        return self._with(source=source, index=stage, history=history)
+
+    def skip(self, start: int, stop: int | None = None, *, num_batches: int | None = None
+             ) -> Pipeline:
+        """The positions ``[start, stop)`` of the global order are never handed out.
+
+        The loader jumps from `start` to `stop`: the position counts the skipped
+        records (so a checkpoint's position means the same with and without the
+        skip), batch numbers (steps) do not; a batch never crosses a skip (the one
+        before it ends short when `start` is not a batch boundary, and is dropped with
+        ``drop_remainder``). A windowed batch stage skips whole windows: `start` and
+        `stop` must be window boundaries. Robust to restarts from before or after the
+        skip and to another batch size: it is absolute, in positions.
+
+        Args:
+            start: the first position skipped (e.g. a checkpoint's position).
+            stop: the first position after the skip.
+            num_batches: instead of `stop`: ``stop = start + num_batches *
+                batch_size``, with this pipeline's batch size (one shard's batch; with
+                several shards give `stop`).
+        """
+        size = None if self._batch is None else self._batch.batch_size
+        return self._with(history=amend_lib.skip(self._history, start, stop, num_batches, size))
+
     def with_batch_size(self, batch_size: int) -> Pipeline:
         """The same pipeline with another batch size (the record order is unchanged)."""
         if self._batch is None:
@@ -308,6 +361,7 @@ class Pipeline:
     record_spec = property(lambda self: self._spec, doc="The records' `RecordSpec`, or None.")
     tensor_stages = property(lambda self: self._tensors, doc="The tensor stages, in order.")
     error_policy = property(lambda self: self._on_error, doc="The bad-record `ErrorPolicy`.")
+    history = property(lambda self: self._history, doc="The amendments (`History`).")
 
     @property
     def stages(self) -> tuple[base.Stage, ...]:
@@ -327,6 +381,7 @@ class Pipeline:
         for stage in self.stages:
             fields.update({f"{stage.name}.{k}": v for k, v in stage.order_fields().items()})
         fields.update({f"on_error.{k}": v for k, v in self._on_error.order_fields().items()})
+        fields.update(self._history.order_fields())
         return fields
 
     def __repr__(self) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from resumeloader import errors
+from resumeloader.core import history as history_lib
 from resumeloader.core import positions, sampler, validate
 from resumeloader.core import shard as shard_lib
 from resumeloader.stages import pipeline as pipeline_lib
@@ -93,7 +94,69 @@ class Plan:
             self.num_epochs,
             window=stage.window,
             known_counts=stage.known_counts,
+            skips=self._local_skips(pipeline.history.skips, stage.window),
         )
+
+    def _local(self, position: int, what: str) -> int:
+        """This shard's position for `position` of the global order (a skip's bound)."""
+        epoch, offset = divmod(position, self.num_records)
+        if offset % self.shard_count:
+            msg = (
+                f"A skip's {what} must lie between two steps of all {self.shard_count} "
+                "shards: its offset in the epoch must be a multiple of the shard count. "
+                f"Received: {what}={position:,} (offset {offset:,} of epoch {epoch})."
+            )
+            raise ValueError(msg)
+        return epoch * self.records_per_epoch + min(offset // self.shard_count,
+                                                    self.records_per_epoch)
+
+    def _local_skips(
+        self, skips: tuple[history_lib.Skip, ...], window: int | None
+    ) -> tuple[tuple[int, int], ...]:
+        """The history's skips in this shard's positions (a windowed stage's aligned)."""
+        local = history_lib.merged(
+            (self._local(s.start, "start"), self._local(s.stop, "stop")) for s in skips
+        )
+        for start, stop in local:
+            for bound in (start, stop):
+                if window is not None and bound % self.records_per_epoch % window:
+                    msg = (
+                        "A windowed batch stage groups whole windows, so a skip of its stream "
+                        f"must start and stop at window boundaries (multiples of window="
+                        f"{window} from an epoch's start). Received: skip of this shard's "
+                        f"positions [{start:,}, {stop:,})."
+                    )
+                    raise ValueError(msg)
+        return local
+
+    def global_position(self, position: int) -> int:
+        """`position` of this shard as a position of the global order."""
+        epoch, offset = divmod(position, self.records_per_epoch)
+        return epoch * self.num_records + offset * self.shard_count
+
+    def check_history(self, saved: dict[str, object], position: int) -> None:
+        """Raises unless a state's data history agrees with the pipeline's in its past.
+
+        Args:
+            saved: the parsed state.
+            position: its position in this shard, normalised.
+
+        Raises:
+            StateMismatchError: an amendment before the state's position (for a
+                windowed stage restored inside a window, that window's end) is missing
+                on either side, moved or changed.
+        """
+        text = saved.get(history_lib.FIELD)
+        own = self.pipeline.history
+        if not own and text is None:
+            return
+        past = int(saved["epoch"]) * self.num_records + int(saved["offset"])  # type: ignore[call-overload]
+        layout = self.layout
+        if layout.window is not None and (layout.end is None or position < layout.end):
+            start, stop = layout.window_bounds(position)
+            if start != position:
+                past = max(past, self.global_position(stop))
+        history_lib.check_past(None if text is None else str(text), own, past_end=past)
 
     @property
     def batch_size(self) -> int:

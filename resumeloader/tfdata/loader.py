@@ -27,7 +27,7 @@ from resumeloader import errors
 from resumeloader.core import shard as shard_lib
 from resumeloader.core import state as state_lib
 from resumeloader.core import validate
-from resumeloader.handout import consumption
+from resumeloader.handout import consumption, lineage
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import arguments, distribute, guard
@@ -319,8 +319,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             TypeError: see `batches_per_epoch`.
         """
         self._check_counts("loader.step")
-        offset = self.position % self._layout.records_per_epoch
-        return -(-offset // self._layout.batch_size)
+        return self._layout.epoch_step(self.position)
 
     @property
     def exhausted(self) -> bool:
@@ -344,11 +343,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 "Received: num_epochs=None."
             )
             raise TypeError(msg)
-        position = self.position
-        if position >= end:
-            return 0
-        epochs_after = self.num_epochs - position // self._layout.records_per_epoch - 1
-        return self.batches_left_in_epoch + epochs_after * self.batches_per_epoch
+        left = self._layout.batches_to_end(self.position)
+        assert left is not None
+        return left
 
     def __bool__(self) -> bool:
         # With __len__ defined, `if loader:` would be False once exhausted and raise for
@@ -552,6 +549,66 @@ class ResumableLoader(tf.train.experimental.PythonState):
             return
         self._position.advance(num_batches)
 
+    # -- lineage (docs/guides/which-data.md) ---------------------------------------
+    def records_at(
+        self, steps: Any = None, *, positions: Any = None, batch_size: int | None = None
+    ) -> list[lineage.BatchRecords]:
+        """The keys of the records of the batches at `steps` or `positions`, past or future.
+
+        Computed from the position alone, without the batches before it: O(batch) per
+        batch (a windowed stage reads and groups the batch's window, O(window)). The
+        same records, positions and indices as ``with_metadata=True`` reports.
+
+        Args:
+            steps: an int, range or sequence: the batches numbered from position 0,
+                with `batch_size` (default: this loader's) as if the whole run had
+                had it; skipped positions are no steps. Refused for stages whose
+                batches count the records they hold (`Pipeline.pack`,
+                `Pipeline.batch_by_tokens`): look those up by position.
+            positions: an int or sequence: the batch starting at each position (this
+                shard's, ``metadata["position"][0]``); a range: every batch from the
+                one at its start until its stop. Positions are the ground truth: they
+                hold across batch-size changes and elastic resumes.
+            batch_size: the batch size in force for the lookup (another part of an
+                elastic run).
+
+        Returns:
+            One `BatchRecords` per batch (``step``, ``epoch``, ``start``, ``stop``,
+            ``records``: each record's ``position``, ``index`` and source key).
+        """
+        plan = self._plan_with(batch_size)
+        return lineage.records_at(plan, self._delivery.producer, steps=steps, positions=positions)
+
+    def batch_at(
+        self, step: int | None = None, *, position: int | None = None,
+        batch_size: int | None = None,
+    ) -> Any:
+        """The batch of `step` (or the one starting at `position`), rebuilt on its own.
+
+        The same bytes as the loader hands out there (same records, same ``map_fn``
+        and tensor-stage randomness; with metadata when the loader has it), made by a
+        fresh loader of the same pipeline in the calling thread, without the batches
+        before it and without moving this loader. Arguments as `records_at`.
+        """
+        one = (None if step is None else [step], None if position is None else [position])
+        [found] = self.records_at(one[0], positions=one[1], batch_size=batch_size)
+        plan = self._plan_with(batch_size)
+        rebuilt = ResumableLoader.from_pipeline(
+            plan.pipeline, num_epochs=plan.num_epochs, shard=plan.shard, prefetch=None,
+            with_metadata=self.with_metadata,
+        )
+        rebuilt._position.set(found.start)
+        with rebuilt:
+            return next(iter(rebuilt))
+
+    def _plan_with(self, batch_size: int | None) -> plan_lib.Plan:
+        if batch_size is None or batch_size == self.batch_size:
+            return self._plan
+        plan = self._plan
+        return plan.sharded(
+            shard_index=plan.shard_index, shard_count=plan.shard_count, batch_size=batch_size
+        )
+
     # -- state -----------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
         """The loader state: a flat JSON-serialisable dict of ints and strs (< 1 KB).
@@ -601,6 +658,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             )
             raise errors.StateError(msg)
         same = saved["shard_count"] == self._plan.shard_count
+        self._plan.check_history(saved, self._layout.normalise(position))
         self._plan.check_restore(self._layout.normalise(position), same_layout=same)
         self._delivery.check_restore(self._layout.normalise(position))
         self._position.set(position)

@@ -125,7 +125,7 @@ class Position:
         self.ledger.check_position_change("advance")
         if tf.inside_function():
             with tf.control_dependencies(ordering.pending_get_next()):
-                if self._layout.known_counts:
+                if self._layout.known_counts and not self._layout.skips:
                     graph.advance(self.variable, self._layout, num_batches)
                 else:
                     self._advance_by_host(num_batches)
@@ -142,12 +142,15 @@ class Position:
         self.ledger.moved()
 
     def _advance_by_host(self, num_batches: Any) -> None:
-        """A graph advance for batches of varying size: a host callback reads where the
-        batches end from the ledger (what the dataset() iteration produced)."""
+        """A graph advance for batches of varying size (a host callback reads where the
+        batches end from the ledger: what the dataset() iteration produced) or around
+        skips (the layout's arithmetic, in Python)."""
 
         def advanced(position: Any, count: Any) -> Any:
             start = self._layout.normalise(int(position))
             number = validate.integer("num_batches", int(count), low=0)
+            if self._layout.known_counts:
+                return np.int64(self._layout.advance(start, number))
             return np.int64(self.ledger.advanced(start, number) if number else start)
 
         count = tf.cast(num_batches, tf.int64)

@@ -1,13 +1,15 @@
-"""The ``resumeloader`` command: ``demo``, ``inspect CKPT`` and ``verify -- CMD ...``.
+"""The ``resumeloader`` command: ``demo``, ``inspect``, ``show`` and ``verify -- CMD ...``.
 
 * ``demo`` trains a small Keras model (`resumeloader.tools.demo`), SIGKILLs it at random
   steps, resumes it each time, and compares it with an uninterrupted run.
 * ``inspect`` prints the loader state stored in a TF checkpoint, without your code.
+* ``show`` prints the records of the batches of given steps or positions, for the
+  checkpoint's run (`resumeloader.tools.show`; it builds your pipeline).
 * ``verify`` does what ``demo`` does for your own training command (see
   docs/guides/proving-it.md); it exits 0 only when the resumed run is
   identical to the uninterrupted one, 1 when it differs, 2 on a usage error.
 
-Only ``inspect`` imports TensorFlow in this process; the training runs in
+Only ``inspect`` and ``show`` import TensorFlow in this process; the training runs in
 subprocesses.
 """
 
@@ -67,6 +69,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     inspect = sub.add_parser("inspect", help="print the loader state stored in a checkpoint")
     inspect.add_argument("checkpoint", help="a checkpoint directory or prefix")
+    show = sub.add_parser(
+        "show",
+        help="print the records of the batches of given steps (table or JSON lines)",
+        description="Restores the checkpoint's loader state into the loader your "
+        "function builds and prints the records of each batch asked for (default: the "
+        "next one), without computing the batches before them.",
+    )
+    show.add_argument("checkpoint", help="a checkpoint directory or prefix")
+    show.add_argument(
+        "--pipeline", required=True, metavar="MODULE:FUNCTION",
+        help="a function returning your ResumableLoader or Pipeline",
+    )
+    show.add_argument("--steps", metavar="N|START:STOP",
+                      help="batches numbered from position 0, with the batch size in force")
+    show.add_argument("--positions", metavar="P|START:STOP",
+                      help="the batch starting at P, or every batch from START until STOP")
+    show.add_argument("--batch-size", type=int, default=None,
+                      help="the batch size of that part of the run (elastic runs)")
+    show.add_argument("--key", help="the loader's key in the checkpoint, if it holds several")
+    show.add_argument("--json", action="store_true", help="one JSON line per batch")
     verify = sub.add_parser(
         "verify",
         help="kill and restart YOUR training command, compare",
@@ -106,6 +128,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from resumeloader.tools import inspect as inspect_lib
 
             return inspect_lib.main(args.checkpoint, out)
+        if args.action == "show":
+            from resumeloader.tools import show as show_lib
+
+            return show_lib.main(
+                args.checkpoint, out, pipeline=args.pipeline, steps=args.steps,
+                positions=args.positions, batch_size=args.batch_size, as_json=args.json,
+                key=args.key,
+            )
         _check_workdir(args.workdir)
         if args.action == "demo":
             return _demo(args, out, err)

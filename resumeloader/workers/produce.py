@@ -145,9 +145,23 @@ class BatchProducer:
         return self._batch_replacing(task)
 
     def _batch(self, task: plan_lib.Task) -> Produced:
+        return self._grouped(self._columns(task), task)
+
+    def groups(self, task: plan_lib.Task) -> list[stages_base.Group]:
+        """The batches of a windowed stage's window `task` as groups of its slots (what
+        lineage needs: which records each batch holds), without assembling them."""
+        stage = self._batch_stage
+        assert isinstance(stage, stages_base.WindowedBatchStage)
+        return stage.group(
+            self._columns(task), self.spec, seed=self.pipeline.seed, epoch=task.epoch,
+            window=task.window,
+        )
+
+    def _columns(self, task: plan_lib.Task) -> list[Any]:
+        """The checked leaves of `task`'s records, column by column."""
         indices, epoch, position = task.indices, task.epoch, task.position
         if self.reads_batches:
-            return self._grouped(self._read_batch(indices, epoch=epoch, position=position), task)
+            return self._read_batch(indices, epoch=epoch, position=position)
         # A source that reads many records at once is read once per batch.
         read = None
         if self._source.reads_many:
@@ -166,7 +180,7 @@ class BatchProducer:
             else:
                 for column, leaf in zip(columns, leaves, strict=True):
                     column.append(leaf)
-        return self._grouped(columns, task)
+        return columns
 
     # -- the batch stage's part ------------------------------------------------------
     def _grouped(self, columns: list[Any], task: plan_lib.Task) -> Produced:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -217,3 +218,62 @@ def test_inspect_escapes_terminal_sequences_of_a_forged_state(tmp_path, capsys):
     assert "\\x1b]0;pwned\\x07\\x1b[2J" in out
     assert "loader\\x1b[31m" in out
 
+
+
+_SHOW_MODULE = '''
+import numpy as np
+import resumeloader
+
+def make_loader():
+    web, code = np.arange(100, 160), np.arange(1000, 1020)
+    pipeline = resumeloader.Pipeline.mix(
+        {"web": web, "code": code}, weights={"web": 3, "code": 1}, seed=2
+    ).amend(40, weights={"web": 1, "code": 1}).skip(64, 80)
+    return resumeloader.ResumableLoader.from_pipeline(pipeline.batch(8), num_epochs=2)
+
+def make_other():
+    return resumeloader.Pipeline.mix(
+        {"web": np.arange(100, 160), "code": np.arange(1000, 1020)},
+        weights={"web": 3, "code": 1}, seed=2).batch(8)
+'''
+
+
+def _show_checkpoint(tmp_path, monkeypatch):
+    (tmp_path / "show_job.py").write_text(_SHOW_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "show_job", raising=False)
+    sys.path.insert(0, str(tmp_path))
+    import show_job
+
+    sys.path.remove(str(tmp_path))
+    loader = show_job.make_loader()
+    loader.advance(num_batches=9)  # past the change and the skip: position 88
+    tf.train.CheckpointManager(tf.train.Checkpoint(loader=loader), str(tmp_path / "ck"), 1).save(9)
+    return loader
+
+
+def test_show_prints_the_records_of_steps_as_json_lines_and_a_table(tmp_path, capsys,
+                                                                   monkeypatch):
+    """show --json prints records_at of each step; the table has one row per record."""
+    loader = _show_checkpoint(tmp_path, monkeypatch)
+    argv = ["show", str(tmp_path / "ck"), "--pipeline", "show_job:make_loader"]
+    assert cli.main([*argv, "--steps", "6:9", "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == [batch.to_json() for batch in loader.records_at(range(6, 9))]
+    first = json.loads(lines[0])
+    assert first["step"] == 6 and first["records"][0]["source"] in ("web", "code")
+    assert cli.main([*argv, "--positions", "88"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint at position 88" in out
+    for record in loader.records_at(positions=88)[0].records:
+        assert re.search(rf"\b{record['index']}\b.*\b{record['source']}\b", out)
+
+
+def test_show_with_a_pipeline_whose_past_differs_exits_2_naming_the_amendment(
+    tmp_path, capsys, monkeypatch
+):
+    """A pipeline lacking the run's amendment is refused: exit 2, the amendment named."""
+    _show_checkpoint(tmp_path, monkeypatch)
+    argv = ["show", str(tmp_path / "ck"), "--pipeline", "show_job:make_other", "--steps", "2"]
+    assert cli.main(argv) == 2
+    assert "missing here: the checkpoint's mixture change at 40" in capsys.readouterr().err

@@ -8,7 +8,12 @@ import pytest
 
 array_record_module = pytest.importorskip("array_record.python.array_record_module")
 
-from resumeloader import RecordError, ResumableLoader, StateMismatchError  # noqa: E402
+from resumeloader import (  # noqa: E402
+    Pipeline,
+    RecordError,
+    ResumableLoader,
+    StateMismatchError,
+)
 from resumeloader.sources import ArrayRecordSource, CorruptRecordError  # noqa: E402
 
 RECORDS = [f"record {i}".encode() * (i % 5) for i in range(30)]
@@ -130,3 +135,21 @@ def test_loader_corrupt_array_record_block_raises_record_error_naming_file(tmp_p
     assert isinstance(info.value.__cause__.__cause__, RuntimeError)
     with pytest.raises(RuntimeError):
         array_record_module.ArrayRecordReader(str(path), "readahead_buffer_size:0").read([number])
+
+
+def test_array_record_records_at_names_each_records_file_and_number(files):
+    """records_at of a shuffled loader names the file and record number of each record."""
+    loader = ResumableLoader.from_pipeline(
+        Pipeline(ArrayRecordSource(str(files / "part-*.array_record")), seed=3)
+        .shuffle().batch(5), num_epochs=1)
+    [found] = loader.records_at(3)
+    batch = [b.numpy().tolist() for b in loader][3]
+
+    by_file = {"part-0.array_record": RECORDS[:18], "part-1.array_record": RECORDS[18:]}
+    assert [by_file[r["file"].rsplit("/", 1)[-1]][r["file_record"]] for r in found.records] == (
+        batch
+    )
+    assert [r["record"] for r in found.records] == [
+        r["file_record"] + (18 if r["file"].endswith("part-1.array_record") else 0)
+        for r in found.records
+    ]
