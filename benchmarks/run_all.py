@@ -27,10 +27,11 @@ worker start-up and Keras ``fit``, TensorFlow imported at the top like a trainin
 script), bench_sampler.py (index throughput), bench_tfrecord.py (TFRecord + ``tf_map``
 against tuned tf.data over 8 and 64 files, and the in-memory decode bound),
 bench_data.py, bench_mix.py, bench_batching.py, bench_history.py (lineage lookups,
-restore and state size with 16 amendments) and faults.py. Each writes its results
-file itself, which this script reads back. The contenders they share are in _common.py;
-the tables and results files, _results.py. Figures to publish come from two runs
-compared by compare_runs.py (only the figures both reproduced within 15%).
+restore and state size with 16 amendments), faults.py and bench_objstore.py (object
+storage: TFRecord objects in a local S3 server behind 20 ms of latency). Each writes its
+results file itself, which this script reads back. The contenders they share are in
+_common.py; the tables and results files, _results.py. Figures to publish come from two
+runs compared by compare_runs.py (only the figures both reproduced within 15%).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import _common  # noqa: E402
 import _results  # noqa: E402
 
 SECTIONS = ("loader", "overhead", "arrays", "workers", "sampler", "data", "mix", "batching",
-            "history", "faults")
+            "history", "faults", "objstore")
 
 # The scripts each section runs, each in a process of its own.
 SCRIPTS = {
@@ -66,6 +67,7 @@ SCRIPTS = {
     "batching": ["bench_batching"],
     "history": ["bench_history"],
     "faults": ["faults"],
+    "objstore": ["bench_objstore"],
 }
 
 

@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 
+import _objstore_fixtures
 import _worker_fns
 import numpy as np
 
@@ -34,14 +35,20 @@ class Case:
     make: Callable[[], ResumableLoader]
     num_steps: int
     break_points: tuple[int, ...] | None = None  # None: the helper's defaults
+    needs: tuple[str, ...] = ()  # pytest fixtures that must be set up first (servers)
 
 
-def register(name: str, num_steps: int, break_points: tuple[int, ...] | None = None):
+def register(
+    name: str,
+    num_steps: int,
+    break_points: tuple[int, ...] | None = None,
+    needs: tuple[str, ...] = (),
+):
     """Decorator: registers a zero-argument loader factory under `name`."""
 
     def add(make: Callable[[], ResumableLoader]) -> Callable[[], ResumableLoader]:
         assert name not in REGISTRY, name
-        REGISTRY[name] = Case(make, num_steps, break_points)
+        REGISTRY[name] = Case(make, num_steps, break_points, needs)
         return make
 
     return add
@@ -404,6 +411,59 @@ if importlib.util.find_spec("array_record"):
             output_signature={"raw": _string_spec(), "tokens": _ragged_spec()},
             num_workers=2, worker_type="process",
         )
+
+
+# Object storage: the same records as TFRecord and ArrayRecord objects in moto's S3 server
+# and fake-gcs-server (session fixtures of _objstore_fixtures, through their fault proxy).
+@functools.cache
+def _objects(kind: str) -> tuple[str, dict]:
+    """The conformance files uploaded to the running `kind` store: (folder URL, options)."""
+    store = _objstore_fixtures.ACTIVE[kind]
+    folder = store.folder()
+    for name in ("part-0.tfrecord", "part-1.tfrecord", "all.array_record"):
+        if os.path.exists(os.path.join(_files(), name)):
+            with open(os.path.join(_files(), name), "rb") as f:
+                store.put(f"{folder}/{name}", f.read())
+    return store.url(folder), store.options
+
+
+def _object_tfrecords(kind: str) -> TFRecordSource:
+    url, options = _objects(kind)
+    index = os.path.join(_files(), f"index-{kind}")
+    return TFRecordSource(f"{url}/part-*.tfrecord", index_dir=index, storage_options=options)
+
+
+@register("tfrecord-s3-block-order-tf_map", num_steps=7, needs=("s3_store",))
+def _tfrecord_s3() -> ResumableLoader:
+    pipeline = Pipeline(_object_tfrecords("s3"), seed=21).shuffle(chunk_records=4, window_chunks=2)
+    return ResumableLoader.from_pipeline(
+        pipeline.batch(5).tf_map(_lengths), num_epochs=2, with_metadata=True
+    )
+
+
+@register("tfrecord-gcs-shuffle-thread-workers", num_steps=7, needs=("gcs_store",))
+def _tfrecord_gcs() -> ResumableLoader:
+    pipeline = Pipeline(_object_tfrecords("gcs"), seed=22).shuffle().batch(5)
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2, workers=Workers(2, kind="thread"))
+
+
+if importlib.util.find_spec("array_record"):
+
+    def _object_array_records(kind: str) -> ArrayRecordSource:
+        url, options = _objects(kind)
+        copies = os.path.join(_files(), f"copies-{kind}")
+        return ArrayRecordSource(
+            f"{url}/all.array_record", storage_options=options, cache_dir=copies
+        )
+
+    @register("array_record-s3-shuffle", num_steps=7, needs=("s3_store",))
+    def _array_record_s3() -> ResumableLoader:
+        return ResumableLoader(_object_array_records("s3"), batch_size=5, seed=23, num_epochs=2)
+
+    @register("array_record-gcs-block-order", num_steps=7, needs=("gcs_store",))
+    def _array_record_gcs() -> ResumableLoader:
+        pipeline = Pipeline(_object_array_records("gcs"), seed=24).shuffle(block="200B")
+        return ResumableLoader.from_pipeline(pipeline.batch(5), num_epochs=2)
 
 
 if importlib.util.find_spec("datasets"):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from _objstore_fixtures import gcs_store, s3_store, store  # noqa: F401 (session fixtures)
 
 # Modules whose every test starts TensorFlow subprocesses; with the tests marked
 # `slow`, they run first.

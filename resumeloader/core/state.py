@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from resumeloader import errors
@@ -220,7 +221,11 @@ def order_of(state: dict[str, Any]) -> Fields:
     return {k: v for k, v in state.items() if "." in k}
 
 
-def check_order(saved: dict[str, Any], expected: Fields) -> None:
+def check_order(
+    saved: dict[str, Any],
+    expected: Fields,
+    explain: Callable[[str, int | str], str | None] | None = None,
+) -> None:
     """Raises `StateMismatchError` naming every order field (``stage.field``) that differs.
 
     A stage that only one of the two pipelines has is named once, with its fields
@@ -228,6 +233,8 @@ def check_order(saved: dict[str, Any], expected: Fields) -> None:
     source's `IDENTITY_FIELD` that one side lacks is not compared (a warning says
     that only the other fields were checked). The data history (`history.FIELD`) is
     not compared here: `history.check_past` compares it up to the state's position.
+    `explain(key, saved value)`, when given, may say in words why a field differs (e.g.
+    which objects changed): its line follows the field's.
     """
     # The data history is checked by position, not as a value (`history.check_past`).
     saved_order = {k: v for k, v in order_of(saved).items() if k != history.FIELD}
@@ -248,12 +255,16 @@ def check_order(saved: dict[str, Any], expected: Fields) -> None:
                     f"  {key}: checkpoint has {saved_order[key]!r}, "
                     f"this loader has {expected[key]!r}"
                 )
+                why = explain(key, saved_order[key]) if explain is not None else None
+                if why:
+                    lines.append(f"    ({why})")
         elif key in saved_order:
             lines.append(f"  {key}: checkpoint has {saved_order[key]!r}, this loader has none")
         else:
             lines.append(f"  {key}: checkpoint has none, this loader has {expected[key]!r}")
     if lines:
-        stages = sorted({line.strip().split(".", 1)[0] for line in lines})
+        keys = [line for line in lines if not line.startswith("    (")]  # not explanations
+        stages = sorted({line.strip().split(".", 1)[0] for line in keys})
         msg = (
             "The loader state was saved by a pipeline with a different record order "
             f"(stages {', '.join(stages)} differ); restoring it would silently change which "

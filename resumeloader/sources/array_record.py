@@ -8,6 +8,11 @@ read needs them, through the process's bounded cache of open files
 (`resumeloader.sources.handles`). Records are the stored bytes (typically serialized
 ``tf.train.Example``): parse and decode them in TensorFlow with `Pipeline.tf_map`.
 
+Objects in storage (``s3://``, ``gs://``, ...) are read from local copies of whole
+objects (`resumeloader.sources.object_cache`: the reader opens local paths only),
+kept by version in a bounded folder: the first record read from an object costs
+the whole object.
+
 Errors of the reader (a truncated or corrupt file) never surface bare: a file that
 cannot be opened is a `ValueError` naming it when the source is built, a record that
 cannot be read a `CorruptRecordError` naming the file and the record (the reader's
@@ -26,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from resumeloader.core import spec as spec_lib
-from resumeloader.sources import base, handles
+from resumeloader.sources import base, fetch, handles, object_cache, storage
 from resumeloader.sources import files as files_lib
 
 __all__ = ["ArrayRecordSource"]
@@ -109,9 +114,17 @@ class ArrayRecordSource(base.Source):
     footers are order fields, so a checkpoint of other files is refused.
 
     Args:
-        paths: a file, a glob pattern, or a list of files and patterns.
+        paths: a file, a glob pattern, or a list of files and patterns; or URLs of
+            objects (``s3://``, ``gs://``, ``http(s)://``, ``memory://``) and their
+            patterns.
         reader_options: the ``ArrayRecordReader`` options (default: no read-ahead,
             for random access).
+        storage_options: keyword arguments of the objects' fsspec filesystem.
+        object_reads: how objects are read (`ObjectReads`: retries, concurrency).
+        cache_dir: where local copies of objects are kept (default: the
+            ``objects`` folder of ``$RESUMELOADER_CACHE_DIR``, else of
+            ``~/.cache/resumeloader``).
+        cache_bytes: the most bytes of copies kept there (8 GiB by default).
 
     Raises:
         ImportError: the `array-record` package is not installed.
@@ -126,13 +139,22 @@ class ArrayRecordSource(base.Source):
         paths: files_lib.Paths,
         *,
         reader_options: str = READER_OPTIONS,
+        storage_options: storage.Options | None = None,
+        object_reads: fetch.ObjectReads | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int = object_cache.DEFAULT_BYTES,
     ) -> None:
         _module()  # the ImportError now, not at the first read
-        self._paths = files_lib.expand_paths(paths, "ArrayRecord")
+        self._locations = files_lib.expand_locations(paths, "ArrayRecord", storage_options)
+        self._names = [files_lib.name_of(location) for location in self._locations]
+        self._reads = object_reads if object_reads is not None else fetch.ObjectReads()
+        self._cache_dir = os.fspath(cache_dir) if cache_dir else object_cache.default_dir()
+        self._cache_bytes = int(cache_bytes)
         self._options = reader_options
         counts, sizes, tails, stamps = [], [], [], []
-        for path in self._paths:
-            what = files_lib.display(path)
+        for file in range(len(self._locations)):
+            path = self._local(file)
+            what = files_lib.display(self._names[file])
             reader = handles.CACHE.open(functools.partial(_reader, path, reader_options), what)
             try:
                 written = reader.writer_options_string()
@@ -150,18 +172,60 @@ class ArrayRecordSource(base.Source):
             finally:
                 reader.close()
             stamp, tail = _ends_digest(path)
-            stamps.append(stamp)
+            remote = isinstance(self._locations[file], storage.Object)
+            stamps.append(None if remote else stamp)  # a copy is pinned by its version
             sizes.append(stamp[0])
             tails.append(tail)
         self._stamps = stamps
         self._ends = np.cumsum(np.array(counts, dtype=np.int64))
         self._starts = self._ends - np.array(counts, dtype=np.int64)
-        self.description = files_lib.describe("ArrayRecordSource", self._paths)
+        self.description = files_lib.describe("ArrayRecordSource", self._names)
         contents = [f"{s}:{c}:{t}" for s, c, t in zip(sizes, counts, tails, strict=True)]
         self._fields: dict[str, int | str] = {
             "num_records": len(self),
-            **files_lib.identity(self._paths, contents),
+            **files_lib.identity(self._names, contents),
         }
+        self._mean_bytes = sum(sizes) / max(1, len(self))
+        if any(isinstance(loc, storage.Object) for loc in self._locations):
+            self._fields["versions"] = files_lib.versions_digest(self._locations)
+            files_lib.remember_versions(self._cache_dir, self._locations)
+
+    def explain_field(self, field: str, saved: int | str) -> str | None:
+        if field != "versions":
+            return None
+        return files_lib.changed_versions(self._cache_dir, str(saved), self._locations)
+
+    def _local(self, file: int) -> str:
+        """The local path of file `file` (an object's local copy, downloaded if needed)."""
+        location = self._locations[file]
+        if isinstance(location, storage.Object):
+            return object_cache.local_copy(
+                location, self._cache_dir, self._reads, max_bytes=self._cache_bytes
+            )
+        return location
+
+    def mean_record_bytes(self) -> float:
+        """The files' bytes per record."""
+        return self._mean_bytes
+
+    @property
+    def prefetches(self) -> bool:
+        return any(isinstance(loc, storage.Object) for loc in self._locations)
+
+    def prefetch(self, indices: np.ndarray) -> bool:
+        """Starts downloading the objects that `indices` read and the folder lacks."""
+        files = np.unique(np.searchsorted(self._ends, np.asarray(indices), side="right"))
+        for file in files.tolist():
+            location = self._locations[file]
+            if isinstance(location, storage.Object):
+                object_cache.prefetch(
+                    location, self._cache_dir, self._reads, max_bytes=self._cache_bytes
+                )
+        return True
+
+    def records_per_file(self) -> list[int] | None:
+        """How many records each file holds, in order."""
+        return (self._ends - self._starts).tolist()
 
     def __len__(self) -> int:
         return int(self._ends[-1])
@@ -175,7 +239,7 @@ class ArrayRecordSource(base.Source):
 
     def record_keys(self, indices: np.ndarray) -> list[dict[str, Any]]:
         """`record_key` of each of `indices`."""
-        return files_lib.record_keys(self._paths, self._starts, self._ends, indices)
+        return files_lib.record_keys(self._names, self._starts, self._ends, indices)
 
     def order_fields(self) -> dict[str, int | str]:
         return dict(self._fields)
@@ -212,11 +276,12 @@ class ArrayRecordSource(base.Source):
 
     def _read_file(self, file: int, numbers: list[int]) -> list[bytes]:
         """Records `numbers` of file `file`; a failure names the file and the record."""
-        path, stamp = self._paths[file], self._stamps[file]
-        key = ("array_record", path, self._options, stamp)
+        location, stamp = self._locations[file], self._stamps[file]
+        name = self._names[file]
+        key = ("array_record", name, getattr(location, "version", None), self._options, stamp)
         try:
             with handles.CACHE.use(
-                key, lambda: _reader(path, self._options, stamp), _close, repr(path)
+                key, lambda: _reader(self._local(file), self._options, stamp), _close, repr(name)
             ) as reader:
                 try:
                     return list(reader.read(numbers))
@@ -225,9 +290,13 @@ class ArrayRecordSource(base.Source):
                     cause: Exception = err
         except (handles.StaleFileError, ValueError) as err:
             number, cause = numbers[0], err
+        except fetch.ObjectReadError as err:  # the object's copy could not be downloaded
+            index = int(self._starts[file]) + numbers[0]
+            msg = f"Record index {index}: {err}"
+            raise base.RecordReadError(msg, record_index=index) from err
         index = int(self._starts[file]) + number
         msg = (
-            f"Record index {index}: {files_lib.display(path)}, record {number}: the "
+            f"Record index {index}: {files_lib.display(name)}, record {number}: the "
             f"ArrayRecord reader failed ({type(cause).__name__}: {cause})."
         )
         raise base.CorruptRecordError(msg, record_index=index) from cause

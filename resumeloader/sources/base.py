@@ -14,7 +14,7 @@ import numpy as np
 
 from resumeloader.core import spec as spec_lib
 
-__all__ = ["IDENTITY", "CorruptRecordError", "RandomAccessSource", "Source"]
+__all__ = ["IDENTITY", "CorruptRecordError", "RandomAccessSource", "RecordReadError", "Source"]
 
 #: The order field in which a source names its content (a digest, a version): see
 #: `Source.order_fields`.
@@ -25,6 +25,20 @@ class CorruptRecordError(ValueError):
     """A stored record cannot be read as it was written: it fails its checksum or its
     framing, or its file changed or is damaged (the message names the file and the
     record). It reaches you as the `RecordError` of the record.
+
+    Attributes:
+        record_index: the record's index in the source.
+    """
+
+    def __init__(self, msg: str, *, record_index: int) -> None:
+        super().__init__(msg)
+        self.record_index = record_index
+
+
+class RecordReadError(OSError):
+    """A stored record could not be read: its storage still failed after the retries
+    (the message names the object, the byte range and the last error). It reaches you
+    as the `RecordError` of the record, and goes through ``Pipeline.on_error``.
 
     Attributes:
         record_index: the record's index in the source.
@@ -135,6 +149,36 @@ class Source:
     def record_keys(self, indices: np.ndarray) -> list[dict[str, Any]]:
         """`record_key` of each of `indices` (a source may compute them at once)."""
         return [self.record_key(index) for index in indices.tolist()]
+    # -- storage read by ranges (optional) ---------------------------------------------
+    def mean_record_bytes(self) -> float | None:
+        """Stored bytes per record, when the source knows them (the block order's chunk
+        size in bytes is resolved with it)."""
+        return None
+
+    def records_per_file(self) -> list[int] | None:
+        """Records of each file or object in order, for a source that reads files."""
+        return None
+
+    def blocked(self, block_records: int | None) -> Source:
+        """This source reading its storage a block of `block_records` consecutive records
+        at a time (or not, for None); the records are the same. Default: itself."""
+        return self
+
+    @property
+    def prefetches(self) -> bool:
+        """Whether `prefetch` does anything (the source reads objects in storage)."""
+        return False
+
+    def prefetch(self, indices: np.ndarray) -> bool:
+        """Starts reading what `indices` will need (their bytes in object storage) and
+        returns at once; False when the source's read-ahead budget is full. It changes
+        nothing that is read. Default: nothing to do (True)."""
+        return True
+
+    def explain_field(self, field: str, saved: int | str) -> str | None:
+        """Why order field `field` is `saved` in a checkpoint and not what it is now, in
+        words, when the source can tell (e.g. which objects changed); else None."""
+        return None
 
     def order_fields(self) -> dict[str, int | str]:
         """The fields identifying this data in the state (``num_records`` at least).

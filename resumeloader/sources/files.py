@@ -16,20 +16,25 @@ another directory (another mount) are the same data. Reading goes through
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
+import json
 import os
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from resumeloader.sources import handles
+from resumeloader.sources import handles, storage
 
 __all__ = [
     "HEAD_BYTES",
+    "Location",
     "Paths",
     "display",
+    "expand_locations",
     "expand_paths",
     "head_digest",
     "identity",
@@ -39,6 +44,8 @@ __all__ = [
 Paths = (
     str | bytes | os.PathLike[str] | os.PathLike[bytes] | Sequence[str | bytes | os.PathLike[str]]
 )
+#: A local file's path, or an object in storage.
+Location = str | storage.Object
 
 #: How much of each file's start its head digest covers.
 HEAD_BYTES = 1 << 16
@@ -89,6 +96,37 @@ def expand_paths(paths: Paths, kind: str) -> list[str]:
             msg = f"{kind} file {display(path)!r} does not exist or is not a file."
             raise FileNotFoundError(msg)
     return files
+
+
+def expand_locations(
+    paths: Paths, kind: str, storage_options: storage.Options | None = None
+) -> list[Location]:
+    """The files and objects `paths` names: local files and globs as `expand_paths`,
+    URLs (``s3://``, ``gs://``, ...) and their globs as `storage.expand` (a
+    ``file://`` URL is a local path).
+
+    Raises:
+        FileNotFoundError: a file, object or pattern names nothing.
+        ValueError: `paths` is empty.
+    """
+    single = isinstance(paths, (str, bytes, os.PathLike))
+    entries: list[Any] = [paths] if single else list(paths)  # type: ignore[arg-type]
+    if not entries:
+        msg = f"`paths` must name at least one {kind} file. Received: paths={paths!r}."
+        raise ValueError(msg)
+    out: list[Location] = []
+    for entry in entries:
+        entry = os.fsdecode(entry)
+        if storage.is_url(entry):
+            out += storage.expand(entry, storage_options)
+        else:
+            out += expand_paths(storage.local_path(entry), kind)
+    return out
+
+
+def name_of(location: Location) -> str:
+    """A location's path or URL."""
+    return location.url if isinstance(location, storage.Object) else location
 
 
 def head_digest(file: handles.File) -> bytes:
@@ -144,3 +182,45 @@ def record_keys(
             np.asarray(indices).tolist(), files.tolist(), numbers.tolist(), strict=True
         )
     ]
+
+
+# -- objects' versions, remembered to name what changed -----------------------------------
+def versions_digest(locations: list[Location]) -> str:
+    """The ``versions`` order field: a digest of each object's version (a local file: "")."""
+    return content_identity([getattr(loc, "version", "") for loc in locations])
+
+
+def remember_versions(folder: str, locations: list[Location]) -> None:
+    """Keeps the objects' URLs and versions in `folder`, under their `versions_digest`,
+    so that a later source can name the objects a checkpoint's versions differ in."""
+    path = os.path.join(folder, "versions", f"{versions_digest(locations)}.json")
+    if os.path.exists(path):
+        return
+    entries = {name_of(loc): getattr(loc, "version", "") for loc in locations}
+    with contextlib.suppress(OSError):  # only for a better message later
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(entries, f)
+        os.replace(tmp, path)
+
+
+def changed_versions(folder: str, saved: str, locations: list[Location]) -> str | None:
+    """The objects whose versions differ from those of `versions` digest `saved`, in
+    words, if this machine remembers that digest (`remember_versions`); else None."""
+    try:
+        with open(os.path.join(folder, "versions", f"{os.path.basename(saved)}.json")) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return None
+    now = {name_of(loc): getattr(loc, "version", "") for loc in locations}
+    changed = [
+        f"{name} (version {old[name] or '?'} in the checkpoint, {now[name] or '?'} now)"
+        for name in sorted(set(old) & set(now)) if old[name] != now[name]
+    ]
+    changed += [f"{name} (not in the checkpoint)" for name in sorted(set(now) - set(old))]
+    changed += [f"{name} (gone)" for name in sorted(set(old) - set(now))]
+    if not changed:
+        return None
+    shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+    return f"objects changed since the checkpoint: {shown}"

@@ -13,6 +13,7 @@ TensorFlow with `Pipeline.tf_map`.
 
 from __future__ import annotations
 
+import copy
 import os
 import struct
 from concurrent import futures
@@ -21,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from resumeloader.core import spec as spec_lib
-from resumeloader.sources import base, handles
+from resumeloader.sources import base, fetch, handles, remote_index, storage
 from resumeloader.sources import files as files_lib
 from resumeloader.sources import tfrecord_index as index_lib
+from resumeloader.sources import tfrecord_objects as objects_lib
 from resumeloader.sources.base import CorruptRecordError
 
 __all__ = ["CorruptRecordError", "TFRecordSource"]
@@ -85,23 +87,48 @@ class TFRecordSource(base.Source):
         *,
         index_dir: str | os.PathLike[str] | None = None,
         verify_checksums: bool = True,
+        storage_options: storage.Options | None = None,
+        object_reads: fetch.ObjectReads | None = None,
     ) -> None:
-        files = files_lib.expand_paths(paths, "TFRecord")
+        locations = files_lib.expand_locations(paths, "TFRecord", storage_options)
         folder = os.fspath(index_dir) if index_dir is not None else index_lib.default_dir()
-        with futures.ThreadPoolExecutor(min(8, len(files))) as pool:
-            indexes = list(pool.map(lambda path: index_lib.load_or_build(path, folder), files))
+        reads = object_reads if object_reads is not None else fetch.ObjectReads()
+        if not isinstance(reads, fetch.ObjectReads):
+            msg = (
+                "`object_reads` must be an ObjectReads. Received: "
+                f"object_reads={object_reads!r} of type {type(object_reads).__name__}."
+            )
+            raise TypeError(msg)
+        self._reads = reads
+
+        def index(location: files_lib.Location) -> index_lib.FileIndex:
+            if isinstance(location, storage.Object):
+                return remote_index.load_or_build(location, folder, reads)
+            return index_lib.load_or_build(location, folder)
+
+        with futures.ThreadPoolExecutor(min(8, len(locations))) as pool:
+            indexes = list(pool.map(index, locations))
         self._indexes = indexes
-        self._paths = files
         self._verify = bool(verify_checksums)
         counts = np.array([len(ix.offsets) for ix in indexes], dtype=np.int64)
         self._ends = np.cumsum(counts)
         self._starts = self._ends - counts
-        self.description = files_lib.describe("TFRecordSource", files)
+        self._remote = np.array([ix.obj is not None for ix in indexes])
+        #: Records per block of aligned reads (`blocked`), or None.
+        self.block_records: int | None = None
+        self._blocks: objects_lib.Blocks | None = None
+        names = [files_lib.name_of(location) for location in locations]
+        self._paths = names  # for lineage (`record_keys`)
+        self.description = files_lib.describe("TFRecordSource", names)
         self._fields: dict[str, int | str] = {
             "num_records": int(self._ends[-1]),
-            **files_lib.identity(files, [f"{ix.size}:{ix.digest}" for ix in indexes]),
+            **files_lib.identity(names, [f"{ix.size}:{ix.digest}" for ix in indexes]),
             "identity": files_lib.content_identity([ix.head for ix in indexes]),
         }
+        self._locations, self._index_dir = locations, folder
+        if self._remote.any():  # objects: each one's version
+            self._fields["versions"] = files_lib.versions_digest(locations)
+            files_lib.remember_versions(folder, locations)
 
     def __len__(self) -> int:
         return int(self._ends[-1])
@@ -153,6 +180,10 @@ class TFRecordSource(base.Source):
             stops[mine] = np.where(local + 1 == len(ix.offsets), ix.size, ix.offsets[following])
         order = np.lexsort((starts, files))
         out: list[bytes] = [b""] * len(indices)
+        remote = self._remote[files]
+        if remote.any():
+            self._read_objects(np.flatnonzero(remote), files, numbers, starts, stops, out)
+            order = order[~remote[order]]
         group: list[int] = []
         for position in order.tolist():
             if group and not self._joins(group, position, files, starts, stops):
@@ -202,27 +233,100 @@ class TFRecordSource(base.Source):
                 msg = f"Record index {index}: {err}"
                 raise CorruptRecordError(msg, record_index=index) from None
 
+    def _read_objects(
+        self,
+        positions: np.ndarray,
+        files: np.ndarray,
+        numbers: np.ndarray,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        out: list[bytes],
+    ) -> None:
+        """The records at `positions` that live in objects: every GET of the batch at once
+        (`resumeloader.sources.fetch`), each record checked as a local one."""
+        at = positions.tolist()
+        ranges = [(self._indexes[files[p]].obj, int(starts[p]), int(stops[p])) for p in at]
+        try:
+            views = fetch.read(ranges, self._reads, blocks=self._blocks)
+        except (fetch.ObjectChangedError, fetch.ObjectReadError) as err:
+            paths = [self._indexes[files[p]].path for p in at]
+            p = objects_lib.failing(err, at, paths, starts, stops)
+            index = int(self._starts[files[p]] + numbers[p])
+            msg = f"Record index {index}: {err}"
+            if isinstance(err, fetch.ObjectChangedError):
+                raise CorruptRecordError(msg, record_index=index) from err
+            raise base.RecordReadError(msg, record_index=index) from err
+        for p, view in zip(at, views, strict=True):
+            file, number, begin = int(files[p]), int(numbers[p]), int(starts[p])
+            try:
+                out[p] = self._record(bytes(view), 0, len(view), file, number, begin)
+            except _Corrupt as err:
+                index = int(self._starts[file] + number)
+                msg = f"Record index {index}: {err}"
+                raise CorruptRecordError(msg, record_index=index) from None
+
+    # -- object storage: the block order, read-ahead, what changed ----------------------
+    def blocked(self, block_records: int | None) -> TFRecordSource:
+        """This source reading objects a block at a time: a record's GET reads its whole
+        block of `block_records` consecutive records (the block order's chunk), kept in
+        the process's cache for the other records of the block. The records are the
+        same; only how objects are read changes."""
+        view = copy.copy(self)
+        view.block_records = None if block_records is None else int(block_records)
+        view._blocks = None
+        if block_records is not None:
+            view._blocks = objects_lib.Blocks(self._indexes, self._starts, int(block_records))
+        return view
+
+    def explain_field(self, field: str, saved: int | str) -> str | None:
+        if field != "versions":
+            return None
+        return files_lib.changed_versions(self._index_dir, str(saved), self._locations)
+
+    def mean_record_bytes(self) -> float:
+        """The files' bytes per record (framing included)."""
+        return sum(ix.size for ix in self._indexes) / max(1, len(self))
+
+    def records_per_file(self) -> list[int] | None:
+        """How many records each file holds, in order."""
+        return (self._ends - self._starts).tolist()
+
+    @property
+    def prefetches(self) -> bool:
+        return bool(self._remote.any())
+
+    def prefetch(self, indices: np.ndarray) -> bool:
+        """Starts reading the objects' bytes of `indices` (see `fetch.prefetch`); False
+        when the read-ahead budget is full."""
+        indices = np.asarray(indices, dtype=np.int64)
+        files = np.searchsorted(self._ends, indices, side="right")
+        mine = self._remote[files]
+        if not mine.any():
+            return True
+        ranges = objects_lib.ranges(self._indexes, self._starts, files[mine], indices[mine])
+        return fetch.prefetch(ranges, self._reads, blocks=self._blocks)
+
     def _record(
         self, buffer: bytes, at: int, stop: int, file: int, number: int, begin: int
     ) -> bytes:
-        path = files_lib.display(self._indexes[file].path)
-        where = f"{path}, record {number} (byte offset {begin + at})"
+        problem = None
         if stop > len(buffer):
-            msg = f"{where}: the file is shorter than when it was indexed (it changed)."
-            raise _Corrupt(msg)
-        length, length_crc = _LENGTH.unpack_from(buffer, at)
-        if length != stop - at - 16:
-            msg = (
-                f"{where}: its length field says {length} bytes, the index {stop - at - 16}: "
-                "the file changed since it was indexed, or the byte is corrupt."
-            )
-            raise _Corrupt(msg)
-        data = buffer[at + 12 : stop - 4]
-        if self._verify:
-            if index_lib.masked_crc(buffer[at : at + 8]) != length_crc:
-                msg = f"{where}: the length field fails its CRC32C checksum (corrupt data)."
-                raise _Corrupt(msg)
-            if index_lib.masked_crc(data) != _CRC.unpack_from(buffer, stop - 4)[0]:
-                msg = f"{where}: the record's data fails its CRC32C checksum (corrupt data)."
-                raise _Corrupt(msg)
+            problem = "the file is shorter than when it was indexed (it changed)."
+        else:
+            length, length_crc = _LENGTH.unpack_from(buffer, at)
+            data = buffer[at + 12 : stop - 4]
+            if length != stop - at - 16:
+                problem = (
+                    f"its length field says {length} bytes, the index {stop - at - 16}: "
+                    "the file changed since it was indexed, or the byte is corrupt."
+                )
+            elif self._verify and index_lib.masked_crc(buffer[at : at + 8]) != length_crc:
+                problem = "the length field fails its CRC32C checksum (corrupt data)."
+            elif self._verify and index_lib.masked_crc(data) != _CRC.unpack_from(
+                buffer, stop - 4
+            )[0]:
+                problem = "the record's data fails its CRC32C checksum (corrupt data)."
+        if problem is not None:  # the message is built only for a bad record
+            path = files_lib.display(self._indexes[file].path)
+            raise _Corrupt(f"{path}, record {number} (byte offset {begin + at}): {problem}")
         return data

@@ -26,20 +26,25 @@ import os
 import struct
 import tempfile
 import warnings
+from typing import Any
 
 import google_crc32c
 import numpy as np
 
 from resumeloader.sources import files as files_lib
-from resumeloader.sources import handles
+from resumeloader.sources import handles, storage
 
 __all__ = [
     "FileIndex",
     "build",
     "cache_path",
+    "decode",
     "default_dir",
+    "encode",
     "load_or_build",
     "masked_crc",
+    "store",
+    "walk",
 ]
 
 _MAGIC = b"RLTFRIX1"
@@ -67,6 +72,7 @@ class FileIndex:
     offsets: np.ndarray  # int64, one per record
     digest: str  # hex digest of the offsets: the file's record layout
     head: str  # hex digest of the file's first 64 KiB: a sample of its content
+    obj: storage.Object | None = None  # the object, for a file in object storage
 
     @property
     def stamp(self) -> handles.Stamp:
@@ -104,10 +110,12 @@ def build(path: str) -> np.ndarray:
             the record number and its byte offset).
     """
     with handles.opened(path) as file:
-        return _walk(path, file)
+        return walk(path, file)
 
 
-def _walk(path: str, file: handles.File) -> np.ndarray:
+def walk(path: str, file: Any) -> np.ndarray:
+    """The record offsets of `file` (anything with ``size`` and ``pread(length, offset)``),
+    named `path` in errors; see `build`."""
     offsets: list[int] = []
     size = file.size
     window, window_start, offset = b"", 0, 0
@@ -162,33 +170,60 @@ def _plausible(offsets: np.ndarray, size: int) -> bool:
     return bool(offsets[0] == 0 and (gaps >= _FRAME).all() and offsets[-1] + _FRAME <= size)
 
 
+def encode(offsets: np.ndarray, size: int, stamp: int, head: bytes) -> bytes:
+    """The stored form of an index: a 128-byte header (the data's `size`, a `stamp` of
+    its version — a file's modification time, an object's version hash — its record
+    count, `head` digest and the offsets' digest), then the offsets."""
+    digest = _offsets_digest(offsets)
+    header = _HEADER.pack(_MAGIC, size, stamp, len(offsets), head, digest)
+    return header.ljust(_HEADER_BYTES, b"\0") + offsets.astype("<i8").tobytes()
+
+
+def decode(
+    data: bytes, size: int, stamp: int, head: bytes | None = None
+) -> tuple[np.ndarray, bytes, bytes] | None:
+    """(offsets, offsets digest, head digest) of a stored index of data of `size` bytes
+    and `stamp` (and `head`, when given), or None if it is another version's, foreign,
+    truncated, edited or implausible."""
+    try:
+        magic, got_size, got_stamp, count, got_head, digest = _HEADER.unpack_from(data)
+    except struct.error:
+        return None
+    if (magic, got_size, got_stamp) != (_MAGIC, size, stamp):
+        return None
+    if head is not None and got_head != head:
+        return None
+    if len(data) != _HEADER_BYTES + 8 * count:
+        return None
+    offsets = np.frombuffer(data, dtype="<i8", offset=_HEADER_BYTES).astype(np.int64)
+    if _offsets_digest(offsets) != digest or not _plausible(offsets, size):
+        return None
+    return offsets, digest, got_head
+
+
 def _load(stored: str, path: str, size: int, mtime: int, head: bytes) -> FileIndex | None:
     """The index stored at `stored` if it is the current, intact index of `path`."""
     try:
         with handles.opened(stored) as file:
             data = file.pread(file.size, 0)
-        magic, got_size, got_mtime, count, got_head, digest = _HEADER.unpack_from(data)
-    except (OSError, struct.error):
-        return None  # missing or foreign: rebuilt
-    if (magic, got_size, got_mtime, got_head) != (_MAGIC, size, mtime, head):
-        return None  # another version of the file: rebuilt
-    if len(data) != _HEADER_BYTES + 8 * count:
-        return None  # truncated or padded: rebuilt
-    offsets = np.frombuffer(data, dtype="<i8", offset=_HEADER_BYTES).astype(np.int64)
-    if _offsets_digest(offsets) != digest or not _plausible(offsets, size):
-        return None  # edited or corrupt: not trusted, rebuilt
+    except OSError:
+        return None  # missing: rebuilt
+    found = decode(data, size, mtime, head)
+    if found is None:
+        return None  # another version, foreign, edited or corrupt: rebuilt
+    offsets, digest, _ = found
     return FileIndex(path, size, mtime, offsets, digest.hex(), head.hex())
 
 
-def _store(stored: str, offsets: np.ndarray, header: bytes) -> None:
+def store(stored: str, data: bytes) -> None:
+    """Writes an encoded index to `stored` atomically (a warning if it cannot)."""
     folder = os.path.dirname(stored)
     tmp = None
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
-            f.write(header.ljust(_HEADER_BYTES, b"\0"))
-            f.write(offsets.astype("<i8").tobytes())
+            f.write(data)
         os.replace(tmp, stored)  # atomic: concurrent builders write the same content
     except OSError as err:
         if tmp is not None:
@@ -211,7 +246,6 @@ def load_or_build(path: str, index_dir: str) -> FileIndex:
         found = _load(stored, path, size, mtime, head)
         if found is not None:
             return found
-        offsets = _walk(path, file)
-    digest = _offsets_digest(offsets)
-    _store(stored, offsets, _HEADER.pack(_MAGIC, size, mtime, len(offsets), head, digest))
-    return FileIndex(path, size, mtime, offsets, digest.hex(), head.hex())
+        offsets = walk(path, file)
+    store(stored, encode(offsets, size, mtime, head))
+    return FileIndex(path, size, mtime, offsets, _offsets_digest(offsets).hex(), head.hex())

@@ -24,6 +24,7 @@ from resumeloader.stages.batching import (
     PaddedBatchStage,
     TokenBudgetStage,
 )
+from resumeloader.stages.blocks import BlockStage
 from resumeloader.stages.map import MapStage
 from resumeloader.stages.map_batch import MapBatchStage
 from resumeloader.stages.mix import MixStage
@@ -36,6 +37,7 @@ __all__ = [
     "BatchMapStage",
     "BatchStage",
     "Batches",
+    "BlockStage",
     "BucketStage",
     "FixedBatchStage",
     "Group",

@@ -13,7 +13,7 @@ from resumeloader.core import history as history_lib
 from resumeloader.core import spec as spec_lib
 from resumeloader.core import validate
 from resumeloader.stages import amend as amend_lib
-from resumeloader.stages import base, map_batch, mix, on_error, sampler, tf_map
+from resumeloader.stages import base, blocks, map_batch, mix, on_error, sampler, tf_map
 from resumeloader.stages import map as map_stage
 from resumeloader.stages.batching import bucket, fixed, pack, padded, tokens
 
@@ -161,24 +161,58 @@ class Pipeline:
         return self._with(batch=stage)
 
     @validate.typechecked
-    def shuffle(self, enabled: bool = True) -> Pipeline:
+    def shuffle(
+        self,
+        enabled: bool = True,
+        *,
+        block: validate.Int | str | None = None,
+        window_chunks: validate.Int = 4,
+        chunk_records: validate.Int | None = None,
+    ) -> Pipeline:
         """Reads every epoch in a seeded pseudo-random order (a new one each epoch).
+
+        By default the shuffle is global: any record may come at any position. For data
+        read by ranges (object storage), pass `block`: the **block order** cuts the
+        records into chunks of consecutive records of about `block` bytes, shuffles
+        the chunks every epoch and the records within each window of `window_chunks`
+        chunks, so that a window's records come from exactly its chunks: one ranged
+        GET per chunk, fetched ahead while the previous window trains
+        (``docs/guides/object-storage.md``). A record then moves anywhere at chunk
+        granularity, and within its window of ``window_chunks * chunk_records``
+        positions (like a shuffle buffer of that many records; the global shuffle
+        mixes any two records).
 
         Args:
             enabled: False keeps the natural order (for a flag passed through).
+            block: the chunk size in bytes (an int, or e.g. ``"4MiB"``), resolved into
+                a number of records from the source's mean record size (and lined up
+                with its files where they hold equal counts).
+            window_chunks: chunks per window of the block order (records move within
+                a window).
+            chunk_records: the chunk size in records instead of `block`.
 
         Raises:
             ValueError: the order comes from another index stage (a mixture: pass
-                ``shuffle=`` to `Pipeline.mix`), which this would replace.
+                ``shuffle=`` to `Pipeline.mix`), which this would replace; `block` for
+                a source that does not know its record sizes (pass `chunk_records`).
         """
-        if not isinstance(self._index, sampler.SamplerStage):
+        if not isinstance(self._index, (sampler.SamplerStage, blocks.BlockStage)):
             msg = (
                 "`shuffle()` orders a single source, and would replace this pipeline's index "
                 f"stage ({self._index.describe()}). Received: {self!r}. Choose the order where "
                 "the stage is made (e.g. `Pipeline.mix(..., shuffle=False)`)."
             )
             raise ValueError(msg)
-        return self.apply(sampler.SamplerStage(len(self._source), seed=self._seed, shuffle=enabled))
+        source = self._source
+        if block is None and chunk_records is None:
+            stage = sampler.SamplerStage(len(source), seed=self._seed, shuffle=enabled)
+            return self.apply(stage)._with(source=source.blocked(None))
+        ordered = blocks.build(
+            source, seed=self._seed, enabled=enabled, block=block,
+            window_chunks=window_chunks, chunk_records=chunk_records,
+        )
+        chunk = ordered.order.chunk_records
+        return self.apply(ordered)._with(source=source.blocked(chunk))
 
     def map(
         self, fn: Callable[[Any, np.random.Generator], Any], *, output_signature: Any = None
@@ -383,6 +417,13 @@ class Pipeline:
         fields.update({f"on_error.{k}": v for k, v in self._on_error.order_fields().items()})
         fields.update(self._history.order_fields())
         return fields
+
+    def explain_field(self, key: str, saved: int | str) -> str | None:
+        """Why order field `key` (``"source.versions"``...) was `saved` in a checkpoint and
+        differs now, in words, when the source can tell; else None."""
+        if key.startswith("source."):
+            return self._source.explain_field(key.removeprefix("source."), saved)
+        return None
 
     def __repr__(self) -> str:
         stages = " -> ".join(stage.describe() for stage in self.stages)

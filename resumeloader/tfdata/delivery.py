@@ -35,7 +35,7 @@ from resumeloader.core import positions
 from resumeloader.handout import quarantine, stream
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import gather, generator, graph, prefetch, tf_map
-from resumeloader.workers import options, produce
+from resumeloader.workers import options, produce, readahead
 
 __all__ = ["Delivery"]
 
@@ -128,6 +128,9 @@ class Delivery:
         self, plan: plan_lib.Plan, layout: positions.Layout, position: int, watch: Watch | None
     ) -> Generator[tuple[Any, int], None, None]:
         tasks = plan.tasks(position, layout)
+        in_process = self.workers.kind in ("inline", "thread")  # where the source is read
+        if in_process and plan.pipeline.source.prefetches:
+            tasks = readahead.hinted(tasks, plan.pipeline.source)
         on_batch = None
         if watch is not None:
             tasks, on_batch = watch(position, tasks)

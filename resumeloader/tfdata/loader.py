@@ -646,7 +646,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
         """
         self._position.ledger.check_position_change("set_state")
         saved = state_lib.parse(state)
-        state_lib.check_order(saved, self._plan.order_fields())
+        state_lib.check_order(
+            saved, self._plan.order_fields(), explain=self._plan.pipeline.explain_field
+        )
         epoch, offset = state_lib.local_offset(
             saved, shard_count=self._plan.shard_count, num_records=self.num_records
         )

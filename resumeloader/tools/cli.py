@@ -1,4 +1,5 @@
-"""The ``resumeloader`` command: ``demo``, ``inspect``, ``show`` and ``verify -- CMD ...``.
+"""The ``resumeloader`` command: ``demo``, ``inspect``, ``show``, ``verify -- CMD ...`` and
+``index URL...``.
 
 * ``demo`` trains a small Keras model (`resumeloader.tools.demo`), SIGKILLs it at random
   steps, resumes it each time, and compares it with an uninterrupted run.
@@ -8,6 +9,8 @@
 * ``verify`` does what ``demo`` does for your own training command (see
   docs/guides/proving-it.md); it exits 0 only when the resumed run is
   identical to the uninterrupted one, 1 when it differs, 2 on a usage error.
+* ``index`` builds TFRecord offset indexes and writes them next to objects in storage
+  (`resumeloader.tools.index`), so that fresh machines do not read the objects.
 
 Only ``inspect`` and ``show`` import TensorFlow in this process; the training runs in
 subprocesses.
@@ -114,6 +117,17 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--workdir", help="keep checkpoints, traces and logs here")
     verify.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
     verify.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ...")
+    index = sub.add_parser(
+        "index",
+        help="build TFRecord indexes, written next to objects in storage (sidecars)",
+        description="Builds the offset index of every TFRecord file or object named and "
+        "writes it next to each object (URL + '.rlidx'), so that a TFRecordSource on any "
+        "machine reads the sidecar instead of the object. Credentials and endpoints come "
+        "from the standard environment (AWS_ENDPOINT_URL, AWS_*, "
+        "GOOGLE_APPLICATION_CREDENTIALS, STORAGE_EMULATOR_HOST).",
+    )
+    index.add_argument("paths", nargs="+", help="URLs (s3://, gs://, ...), globs, or files")
+    index.add_argument("--index-dir", help="where local files' indexes go (the default cache)")
     return parser
 
 
@@ -136,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 positions=args.positions, batch_size=args.batch_size, as_json=args.json,
                 key=args.key,
             )
+        if args.action == "index":
+            from resumeloader.tools import index as index_tool
+
+            return index_tool.main(args.paths, out, index_dir=args.index_dir)
         _check_workdir(args.workdir)
         if args.action == "demo":
             return _demo(args, out, err)

@@ -18,16 +18,20 @@ pytestmark = _legacy.KEYWORDS_OF_0_2
 
 
 @pytest.mark.parametrize("name", sorted(conformance.REGISTRY))
-def test_registered_pipeline_resumes_identically(name):
+def test_registered_pipeline_resumes_identically(name, request):
     """Restored at every break point, through JSON state and tf.train.Checkpoint, twice."""
     case = conformance.REGISTRY[name]
+    for fixture in case.needs:  # e.g. a storage server
+        request.getfixturevalue(fixture)
     testing.assert_resumes_identically(
         case.make, num_steps=case.num_steps, break_points=case.break_points
     )
 
 
-def test_registry_covers_every_delivery_path_and_feature():
+def test_registry_covers_every_delivery_path_and_feature(request):
     """The registry holds gather, read_batch and per-record paths, workers, shards, metadata."""
+    for fixture in {f for case in conformance.REGISTRY.values() for f in case.needs}:
+        request.getfixturevalue(fixture)
     loaders = {name: case.make() for name, case in conformance.REGISTRY.items()}
     plans = [loader.describe() for loader in loaders.values()]
     assert any("as constant tensors" in plan for plan in plans)

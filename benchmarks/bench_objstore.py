@@ -1,0 +1,415 @@
+"""Object storage: TFRecord objects in a local S3 server behind 20 ms per request, side by side.
+
+    python benchmarks/bench_objstore.py [--quick] [--rounds 3]
+
+Writes 16 TFRecord objects of ``tf.train.Example`` records of 3 KB (20,000 records;
+4,000 with ``--quick``) into moto's S3 server on 127.0.0.1, behind a proxy that adds
+20 ms to every request (tests/_objstore.py), and the same files on local disk. Every
+S3 contender reads with a cache (48 MiB) smaller than the data (about 62 MB), as a
+real data set is. Batch 128, ``tf_map(parse_example)``, rounds interleaved, medians:
+
+* ``TFRecordSource`` + ``tf_map`` in the block order (``shuffle(block="4MiB")``: chunks
+  of one object, windows of 4 objects; 1 MiB with ``--quick``) over ``s3://``, against
+  the same pipeline on local disk;
+* the global shuffle over ``s3://`` (default ``ObjectReads``, and with 64 KiB merge
+  gaps), and the unshuffled order (GETs per object per batch);
+* the hand-written fsspec source users write today: ``__getitem__`` making one ranged
+  ``s3fs`` GET per record (an offset index given, no CRC, no retries), alone and with
+  8 thread workers;
+* tf.data ``TFRecordDataset`` on the same ``s3://`` URL, if any TensorFlow filesystem
+  can read it (TensorFlow 2.21 has none: the error is printed in the table);
+* the physical reference: every object read whole, 16 GETs in parallel, no shuffle;
+* ArrayRecord objects (the same records), read through local copies of whole objects:
+  building the source with an empty copy folder, then epochs, against local files.
+
+Columns: records/s, GETs per batch, bytes read / bytes used, minor page faults per
+batch. Then: restore to the first batch at epoch 50 of a 1,000,000-record object
+(100,000 with ``--quick``; index cached), median of 5; and one epoch in the block order
+under each fault kind of the proxy (503, reset, truncated body, slow body): records
+lost, duplicated, partial. The slow contenders are timed over their first batches only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+import resource
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import _common
+import _objstore
+import _results
+import numpy as np
+import tensorflow as tf
+from _results import Column, Report, Table, Target
+
+from resumeloader import Pipeline, ResumableLoader, Workers
+from resumeloader.sources import (
+    ArrayRecordSource,
+    IndexableSource,
+    ObjectReads,
+    TFRecordSource,
+    fetch,
+    tfrecord_index,
+)
+
+BATCH = 128
+WARMUP = 4  # batches before the clock starts (the first one's time is its own column)
+OBJECTS = 16
+PAYLOAD = 3000
+LATENCY = 0.02
+READS = ObjectReads(cache_bytes=48 << 20, readahead_bytes=32 << 20)
+FEATURES = {"data": tf.io.FixedLenFeature((), tf.string)}
+
+
+def parse(batch: tf.Tensor, seeds: tf.Tensor) -> tf.Tensor:
+    return tf.strings.length(tf.io.parse_example(batch, FEATURES)["data"])
+
+
+def _urls(hand: PerRecord) -> list[str]:
+    return sorted({url for url, _, _ in hand.spans})
+
+
+def examples(count: int, seed: int) -> list[bytes]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        data = rng.integers(0, 256, PAYLOAD, dtype=np.uint8).tobytes()
+        feature = {"data": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data]))}
+        out.append(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    return out
+
+
+class PerRecord:
+    """The hand-written source: one ranged s3fs GET per record (offsets given)."""
+
+    def __init__(self, fs: Any, urls: list[str], offsets: list[np.ndarray], sizes: list[int]):
+        self.fs, self.spans = fs, []
+        for url, starts, size in zip(urls, offsets, sizes, strict=True):
+            stops = np.append(starts[1:], size)
+            self.spans += [(url, int(a), int(b)) for a, b in zip(starts, stops, strict=True)]
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __getitem__(self, index: int) -> bytes:
+        url, start, stop = self.spans[index]
+        return self.fs.cat_file(url, start=start, end=stop)[12:-4]
+
+
+class Run:
+    """One contender's measurement: records/s and what it cost through the proxy."""
+
+    def __init__(self, proxy: _objstore.RemoteProxy) -> None:
+        self.proxy = proxy
+
+    def __call__(self, batches: Any, limit: int, warmup: int = WARMUP) -> dict[str, float]:
+        """Times `limit` batches after `warmup` batches; with `warmup` 0 from the start
+        (the first batch included: for contenders whose every batch waits alike)."""
+        fetch.clear()
+        self.proxy.clear()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        reads, sent = self.proxy.reads, self.proxy.bytes_sent
+        begin = time.perf_counter()
+        batches = iter(batches)  # `for batch in loader` makes its first batch here
+        count = records = 0
+        first = None
+        start = begin
+        for batch in batches:
+            if first is None:
+                first = time.perf_counter() - begin
+            if count == 0 and warmup:
+                warmup -= 1
+                if not warmup:  # the clock starts after the warm-up batches
+                    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                    reads, sent = self.proxy.reads, self.proxy.bytes_sent
+                    start = time.perf_counter()
+                continue
+            records += int(np.shape(batch)[0])
+            count += 1
+            if count == limit:
+                break
+        seconds = time.perf_counter() - start
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        used = records * (PAYLOAD + 40)
+        return {
+            "rate": records / seconds, "first": (first or 0.0) * 1e3,
+            "gets": (self.proxy.reads - reads) / count,
+            "amplification": (self.proxy.bytes_sent - sent) / used, "faults": faults / count,
+        }
+
+
+def interleaved(cases: dict[str, Callable[[], dict[str, float]]], rounds: int) -> dict[str, Any]:
+    samples: dict[str, list[dict[str, float]]] = collections.defaultdict(list)
+    for _ in range(rounds):
+        for name, case in cases.items():
+            samples[name].append(case())
+            print(f"  {name}: {samples[name][-1]['rate']:,.1f} records/s", file=sys.stderr)
+    return {
+        name: {key: statistics.median(s[key] for s in runs) for key in runs[0]}
+        for name, runs in samples.items()
+    }
+
+
+def tf_data_on_s3(url: str) -> str:
+    try:
+        tf.io.gfile.glob(url)
+    except Exception as err:  # TensorFlow's own filesystems
+        return f"not available: {type(err).__name__}: {str(err).splitlines()[0][:80]}"
+    return "available"
+
+
+def restore_first_batch(store: dict[str, Any], num: int, rounds: int) -> tuple[float, float]:
+    """ms (median) and GETs from a new source + loader + set_state at epoch 50 to batch 1."""
+    key = f"big-{num}.tfrecord"
+    data = _objstore.tfrecord_bytes([i.to_bytes(8, "little") for i in range(num)])
+    store["put"](key, data)
+    url, index_dir, proxy = store["url"](key), store["index_dir"], store["proxy"]
+
+    def loader() -> ResumableLoader:
+        source = TFRecordSource(url, index_dir=index_dir, object_reads=READS)
+        pipeline = Pipeline(source, seed=0).shuffle(block="4MiB").batch(BATCH)
+        return ResumableLoader.from_pipeline(pipeline)
+
+    state = dict(loader().get_state(), epoch=50, offset=num // 2 // BATCH * BATCH)  # index built
+    times, gets = [], []
+    for _ in range(rounds):
+        fetch.clear()
+        proxy.clear()
+        start = time.perf_counter()
+        fresh = loader()
+        fresh.set_state(state)
+        next(iter(fresh))
+        times.append((time.perf_counter() - start) * 1e3)
+        gets.append(proxy.reads)
+    return statistics.median(times), statistics.median(gets)
+
+
+def faults_table(pipeline: Callable[[], Pipeline], expected: list[bytes], proxy: Any) -> Table:
+    table = Table(
+        "faults", "One epoch in the block order under each fault kind", "bench_objstore.py",
+        "Faults injected into every 7th object GET (8 per epoch), retried by `ObjectReads`; "
+        "the epoch's records compared with the records written.",
+        [Column("fault", "fault"), Column("injected", "injected", ",d"),
+         Column("lost", "records lost", ",d"), Column("duplicated", "duplicated", ",d"),
+         Column("partial", "partial records", ",d")],
+    )
+    load = _results.load_average()
+    want = collections.Counter(expected)
+    for kind in _objstore.FAULTS:
+        fetch.clear()
+        proxy.clear()
+        proxy.inject(kind, 8, every=7, slow=2.0)
+        loader = ResumableLoader.from_pipeline(pipeline(), num_epochs=1)
+        got = collections.Counter(r for b in loader for r in b.numpy().tolist())
+        table.add(
+            fault=kind, injected=proxy.faulted[kind], lost=sum((want - got).values()),
+            duplicated=sum((got - want).values()), partial=sum(1 for r in got if r not in want),
+        )
+    proxy.clear()
+    return table.finish(load)
+
+
+def array_record_table(written: list[bytes], folder: str, direct: Any, rounds: int) -> Table:
+    """ArrayRecord objects read through local copies: building (downloads), then epochs."""
+    from array_record.python import array_record_module
+
+    per_object = len(written) // OBJECTS
+    for part in range(OBJECTS):
+        path = os.path.join(folder, f"ar-{part:02d}.array_record")
+        writer = array_record_module.ArrayRecordWriter(path, "group_size:1")
+        for record in written[part * per_object : (part + 1) * per_object]:
+            writer.write(record)
+        writer.close()
+        direct.put_file(path, f"bench/ar-{part:02d}.array_record")
+    table = Table(
+        "array_record", "ArrayRecord objects through local copies of whole objects",
+        "bench_objstore.py",
+        "The array-record reader opens local paths only, so objects are copied whole into a "
+        "bounded local folder by version. Building the source with an empty folder downloads "
+        "every object; epochs then read the copies (block order, chunks = objects).",
+        [Column("name", "case"), Column("seconds", "seconds", ",.2f"),
+         Column("rate", "records/s", ",.0f")],
+    )
+    load = _results.load_average()
+    builds, s3_rates, local_rates = [], [], []
+    local = ArrayRecordSource(os.path.join(folder, "ar-*.array_record"))
+    for _ in range(rounds):
+        copies = tempfile.mkdtemp(prefix="copies-", dir=folder)
+        start = time.perf_counter()
+        on_s3 = ArrayRecordSource("s3://bench/ar-*.array_record", cache_dir=copies)
+        builds.append(time.perf_counter() - start)
+        for source, rates in ((on_s3, s3_rates), (local, local_rates)):
+            pipeline = Pipeline(source, seed=0).shuffle(block="4MiB").batch(BATCH).tf_map(parse)
+            start = time.perf_counter()
+            loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+            count = sum(int(b.shape[0]) for b in loader)
+            rates.append(count / (time.perf_counter() - start))
+    build = statistics.median(builds)
+    table.add(name="build the source, empty folder (downloads 16 objects)", seconds=build,
+              rate=len(written) / build)
+    table.add(name="one epoch, s3:// (copies in the folder)", rate=statistics.median(s3_rates))
+    table.add(name="one epoch, local disk", rate=statistics.median(local_rates))
+    return table.finish(load)
+
+
+def run(quick: bool, rounds: int) -> Report:
+    num = 4_000 if quick else 20_000
+    per_object = num // OBJECTS
+    folder = tempfile.mkdtemp(prefix="bench-objstore-")
+    with _objstore.s3_process(LATENCY) as (endpoint, proxy):
+        import s3fs
+
+        os.environ.update(_objstore.s3_environment(proxy.url))
+        direct = s3fs.S3FileSystem(endpoint_url=endpoint, key="testing", secret="testing")
+        direct.call_s3("create_bucket", Bucket="bench")
+        written = []
+        for part in range(OBJECTS):
+            records = examples(per_object, part)
+            written += records
+            data = _objstore.tfrecord_bytes(records)
+            with open(os.path.join(folder, f"train-{part:02d}.tfrecord"), "wb") as f:
+                f.write(data)
+            direct.pipe_file(f"bench/train-{part:02d}.tfrecord", data)
+        url = "s3://bench/train-*.tfrecord"
+        index_dir = os.path.join(folder, "index")
+        on_s3 = TFRecordSource(url, index_dir=index_dir, object_reads=READS)
+        local = TFRecordSource(os.path.join(folder, "train-*.tfrecord"), index_dir=index_dir)
+        wide = TFRecordSource(url, index_dir=index_dir, object_reads=ObjectReads(
+            cache_bytes=48 << 20, readahead_bytes=32 << 20, gap_bytes=64 << 10))
+        fs = s3fs.S3FileSystem(skip_instance_cache=True)  # the endpoint from AWS_ENDPOINT_URL
+        paths = [os.path.join(folder, f"train-{part:02d}.tfrecord") for part in range(OBJECTS)]
+        hand = PerRecord(
+            fs, [f"s3://bench/{os.path.basename(path)}" for path in paths],
+            [tfrecord_index.build(path) for path in paths], [os.path.getsize(p) for p in paths],
+        )
+        measure = Run(proxy)
+
+        def loader(pipeline: Pipeline, **kwargs: Any) -> Any:
+            return ResumableLoader.from_pipeline(pipeline.batch(BATCH).tf_map(parse), **kwargs)
+
+        epoch = num // BATCH - WARMUP
+        few = 4 if quick else 8
+        # Quick: 1 MiB chunks, so that its 4,000 records still make 4 windows (read ahead).
+        block = "1MiB" if quick else "4MiB"
+        names = {
+            "block": "TFRecordSource + tf_map, block order, s3:// (+20 ms)",
+            "local": "TFRecordSource + tf_map, block order, local disk",
+            "global": "TFRecordSource + tf_map, global shuffle, s3:// (+20 ms)",
+            "global64": "global shuffle, s3://, ObjectReads(gap_bytes=64 KiB)",
+            "order": "TFRecordSource + tf_map, unshuffled, s3:// (+20 ms)",
+            "hand": "hand-written fsspec __getitem__ (1 GET per record), s3://",
+            "hand8": "hand-written fsspec __getitem__, 8 thread workers, s3://",
+            "reference": "reference: every object read whole, 16 GETs at once",
+        }
+        cases = {
+            "block": lambda: measure(loader(Pipeline(on_s3, seed=0).shuffle(block=block)), epoch),
+            "local": lambda: measure(loader(Pipeline(local, seed=0).shuffle(block=block)), epoch),
+            "global": lambda: measure(
+                loader(Pipeline(on_s3, seed=0).shuffle()), few, warmup=1),
+            "global64": lambda: measure(
+                loader(Pipeline(wide, seed=0).shuffle()), few, warmup=1),
+            "order": lambda: measure(loader(Pipeline(on_s3, seed=0)), epoch),
+            "hand": lambda: measure(
+                loader(Pipeline(IndexableSource(hand), seed=0).shuffle()), 1, warmup=0),
+            "hand8": lambda: measure(loader(Pipeline(IndexableSource(hand), seed=0).shuffle(),
+                                            workers=Workers(8, kind="thread")), few * 2,
+                                    warmup=0),
+            "reference": lambda: measure(_reference(fs, hand), num // BATCH, warmup=0),
+        }
+        load = _results.load_average()
+        results = interleaved(cases, rounds)
+        table = Table(
+            "objstore", f"{num:,} TFRecord records of 3 KB in {OBJECTS} S3 objects, +20 ms per "
+            "request", "bench_objstore.py",
+            "Batch 128, tf_map(parse_example); medians of interleaved rounds; the S3 readers "
+            f"keep at most 48 MiB of the {len(written) * (PAYLOAD + 40) / 1e6:.0f} MB in cache; "
+            f"block order: {block} chunks, 4 per window; "
+            f"{WARMUP} warm-up batches. tf.data on the same URL: "
+            f"{tf_data_on_s3(url)}.",
+            [Column("name", "pipeline"), Column("rate", "records/s", ",.0f"),
+             Column("ratio", "vs block order", ".2f", "x"),
+             Column("first", "first batch", ",.0f", " ms"), Column("gets", "GETs/batch", ".2f"),
+             Column("amplification", "bytes read / used", ".2f"),
+             Column("faults", "minor faults/batch", ",.0f")],
+        )
+        for key, name in names.items():
+            row = results[key]
+            table.add(name=name, rate=row["rate"], ratio=row["rate"] / results["block"]["rate"],
+                      first=row["first"], gets=row["gets"], amplification=row["amplification"],
+                      faults=row["faults"])
+        table.finish(load)
+        per_batch_objects = _objects_per_batch(per_object, range(WARMUP, WARMUP + epoch))
+        store = {"put": lambda k, d: direct.pipe_file(f"bench/{k}", d),
+                 "url": lambda k: f"s3://bench/{k}", "index_dir": index_dir, "proxy": proxy}
+        load = _results.load_average()
+        first_ms, first_gets = restore_first_batch(store, 100_000 if quick else 1_000_000,
+                                                   3 if quick else 5)
+        restore = Table(
+            "restore", "Restore to the first batch at epoch 50 (index cached)", "bench_objstore.py",
+            "A new TFRecordSource and loader of one S3 object, set_state at epoch 50 "
+            "mid-epoch, the first batch of `for batch in loader` (block order); median.",
+            [Column("records", "records", ",d"), Column("ms", "ms", ",.0f"),
+             Column("gets", "GETs (listing excluded)", ",.0f")],
+        )
+        restore.add(records=100_000 if quick else 1_000_000, ms=first_ms, gets=first_gets)
+        restore.finish(load)
+        array_records = array_record_table(written, folder, direct, rounds)
+        faults = faults_table(
+            lambda: Pipeline(TFRecordSource(url, index_dir=index_dir, object_reads=ObjectReads(
+                backoff=0.01, timeout=1.0, cache_bytes=48 << 20)), seed=1).shuffle(block="1MiB")
+            .batch(BATCH), written, proxy)
+    block, by = results["block"]["rate"], results
+    targets = [
+        Target("block order over S3 (+20 ms) / same on local disk", block / by["local"]["rate"],
+               0.8, item="21"),
+        Target("block order over S3 / hand-written per-record source", block / by["hand"]["rate"],
+               20, item="21"),
+        Target("unshuffled: GETs per object per batch", by["order"]["gets"] / per_batch_objects,
+               1.0, unit="", at_most=True, item="21"),
+        Target("restore -> first batch, epoch 50, index cached", first_ms, 250, unit=" ms",
+               at_most=True, item="21"),
+        Target("records lost + duplicated + partial under every fault kind",
+               float(sum(r["lost"] + r["duplicated"] + r["partial"] for r in faults.rows)), 0,
+               unit="", at_most=True, item="21"),
+    ]
+    return Report([table, restore, array_records, faults], targets)
+
+
+def _objects_per_batch(per_object: int, batches: range) -> float:
+    """The mean number of objects the batches `batches` of consecutive records touch."""
+    touched = [len({(b * BATCH + k) // per_object for k in range(BATCH)}) for b in batches]
+    return float(np.mean(touched))
+
+
+def _reference(fs: Any, hand: PerRecord) -> Any:
+    """Every object read whole at once (16 GETs), then cut into batches of records."""
+    data = {f"s3://{key}": value for key, value in fs.cat(_urls(hand)).items()}
+    records = [data[url][a + 12 : b - 4] for url, a, b in hand.spans]
+    for start in range(0, len(records), BATCH):
+        yield records[start : start + BATCH]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="4,000 records, 1 round")
+    parser.add_argument("--rounds", type=int, default=3)
+    _common.add_json_option(parser)
+    args = parser.parse_args()
+    timer = _results.Timer(_results.command_line(), args.quick)
+    _common.finish(run(args.quick, 1 if args.quick else args.rounds), timer, args.json)
+
+
+if __name__ == "__main__":
+    main()

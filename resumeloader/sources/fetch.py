@@ -1,0 +1,264 @@
+"""Ranged reads of objects: pinned to their version, retried, in parallel, cached, read ahead.
+
+`read` takes the byte ranges a batch needs (object, start, stop) and returns their
+bytes. Ranges already in the process's span cache (or on their way) are taken from
+it; the others are grouped by object, widened to their *block* when the caller
+aligns reads to blocks (the block order's chunks), and neighbours closer than
+`ObjectReads.gap_bytes` are merged into one ranged GET of at most
+`ObjectReads.max_get_bytes` (never a multi-range request: servers answer those with
+the whole object). The GETs run at most `ObjectReads.concurrency` at a time per
+process on fsspec's event loop.
+
+Every GET is pinned to the version the object had when the source was built
+(S3 and HTTP ``If-Match``, the GCS ``generation``; the answer's version is checked
+too): an object that changed raises `ObjectChangedError` naming it, never a mix of
+old and new bytes. A GET that fails with a 5xx or 408/429 status, a reset or a
+refused connection, a timeout (`ObjectReads.timeout` per try) or a short body is
+tried again after a jittered exponential backoff, at most `ObjectReads.attempts`
+times and within `ObjectReads.deadline` seconds; then `ObjectReadError` names the
+object, the byte range, the tries and the last error. Other errors (403, 404) are
+not retried. Nothing is handed out before its whole range arrived.
+
+`prefetch` starts the GETs of ranges that a later batch will need (the order is
+known in advance) and returns at once; at most `ObjectReads.readahead_bytes` of
+prefetched bytes wait unread at any time. What is fetched only fills the cache: a
+read returns the same bytes with or without it. The cache holds at most
+`ObjectReads.cache_bytes` of finished spans (least recently used dropped first).
+One GET per protocol is `resumeloader.sources.protocols`; the cache,
+`resumeloader.sources.spans`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import errno
+import os
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from resumeloader.core import validate
+from resumeloader.sources import protocols, spans, storage
+from resumeloader.sources.protocols import ObjectChangedError
+
+__all__ = [
+    "ObjectChangedError", "ObjectReadError", "ObjectReads", "clear", "prefetch", "read", "stats",
+]
+
+Range = tuple[storage.Object, int, int]
+#: (object, start, stop) -> the block (start, stop) that holds it, for aligned reads.
+Blocks = Callable[[storage.Object, int, int], tuple[int, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectReads:
+    """How objects are read (not what is read: none of it changes the stream).
+
+    Attributes:
+        concurrency: GETs in flight at once in a process, >= 1.
+        attempts: tries of one GET before it fails, >= 1.
+        timeout: seconds one try may take (connecting, waiting, reading the body).
+        deadline: seconds all tries of one GET may take, waits included.
+        backoff: the first wait between tries (s); doubled per try, at most 5 s,
+            jittered by up to half.
+        gap_bytes: ranges of one object closer than this are read with one GET.
+        max_get_bytes: the most bytes one GET reads (merging stops there).
+        cache_bytes: the most bytes of finished GETs the process keeps.
+        readahead_bytes: the most prefetched bytes that wait unread.
+    """
+
+    concurrency: int = 16
+    attempts: int = 5
+    timeout: float = 30.0
+    deadline: float = 120.0
+    backoff: float = 0.1
+    gap_bytes: int = 1 << 20
+    max_get_bytes: int = 32 << 20
+    cache_bytes: int = 256 << 20
+    readahead_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "attempts", "max_get_bytes"):
+            validate.integer(name, getattr(self, name), low=1, high=validate.MAX_COUNT)
+        for name in ("gap_bytes", "cache_bytes", "readahead_bytes"):
+            validate.integer(name, getattr(self, name), low=0, high=validate.MAX_COUNT)
+        for name in ("timeout", "deadline", "backoff"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                msg = f"`{name}` must be a number of seconds >= 0. Received: {name}={value!r}."
+                raise ValueError(msg)
+
+
+class ObjectReadError(OSError):
+    """A ranged GET still failed after its tries (the message names the object, the
+    byte range, the tries and the last error).
+
+    Attributes:
+        url: the object.
+        start, stop: the byte range.
+    """
+
+    def __init__(self, msg: str, *, url: str, start: int, stop: int) -> None:
+        super().__init__(errno.EIO, msg)
+        self.url, self.start, self.stop = url, start, stop
+
+
+class _ShortBody(OSError):
+    pass
+
+
+_semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
+_counts: collections.Counter[str] = collections.Counter()
+
+
+async def _get(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -> bytes:
+    loop = asyncio.get_running_loop()
+    key = (os.getpid(), reads.concurrency)
+    gate = _semaphores.setdefault(key, asyncio.Semaphore(reads.concurrency))
+    deadline = loop.time() + reads.deadline
+    last: BaseException | None = None
+    tries = 0
+    for tries in range(1, reads.attempts + 1):
+        try:
+            async with gate:
+                _counts["gets"] += 1
+                left = max(0.001, min(reads.timeout, deadline - loop.time()))
+                data = await asyncio.wait_for(protocols.get_once(obj, start, stop), left)
+            if len(data) != stop - start:
+                raise _ShortBody(errno.EIO, f"short body: {len(data)} of {stop - start} bytes")
+            _counts["bytes"] += len(data)
+            return data
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            if not protocols.retryable(err):
+                if isinstance(err, ObjectChangedError):
+                    raise
+                last = err
+                break
+            last = err if not isinstance(err, asyncio.TimeoutError) else TimeoutError(
+                f"no answer within {reads.timeout} s"
+            )
+        _counts["retries"] += 1
+        wait = min(5.0, reads.backoff * 2 ** (tries - 1)) * (0.5 + random.random() / 2)
+        if tries == reads.attempts or loop.time() + wait >= deadline:
+            break
+        await asyncio.sleep(wait)
+    msg = (
+        f"Reading bytes [{start}, {stop}) of {obj} failed after {tries} "
+        f"{'try' if tries == 1 else 'tries'} (ObjectReads: attempts={reads.attempts}, "
+        f"deadline={reads.deadline} s); the last error: {type(last).__name__}: {last}"
+    )
+    raise ObjectReadError(msg, url=obj.url, start=start, stop=stop) from last
+
+
+def _submit(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -> Any:
+    import fsspec.asyn
+
+    loop = fsspec.asyn.get_loop()
+    return asyncio.run_coroutine_threadsafe(_get(obj, start, stop, reads), loop)
+
+
+_CACHE = spans.Cache()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _CACHE.__init__())  # type: ignore[misc]
+
+
+def _key(obj: storage.Object) -> tuple[str, str, int]:
+    return obj.url, obj.version, obj.size
+
+
+def _plan(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None) -> list[Range]:
+    """The GETs that cover `ranges` (none cached): widened to blocks, neighbours merged."""
+    wanted: dict[tuple[str, str, int], tuple[storage.Object, list[tuple[int, int]]]] = {}
+    for obj, start, stop in ranges:
+        if blocks is not None:
+            start, stop = blocks(obj, start, stop)
+        wanted.setdefault(_key(obj), (obj, []))[1].append((start, stop))
+    gets: list[Range] = []
+    for obj, wanted_spans in wanted.values():
+        wanted_spans.sort()
+        begin, end = wanted_spans[0]
+        for start, stop in wanted_spans[1:]:
+            if start - end <= reads.gap_bytes and max(end, stop) - begin <= reads.max_get_bytes:
+                end = max(end, stop)
+            else:
+                gets.append((obj, begin, end))
+                begin, end = start, stop
+        gets.append((obj, begin, end))
+    return gets
+
+
+def _spans(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None, *, ahead: bool,
+           budget: int | None = None) -> list[spans.Span | None]:
+    """The cached span of each range, the missing ones submitted (None where the
+    read-ahead `budget` would be exceeded)."""
+    with _CACHE.lock:
+        found = [_CACHE.find(_key(o), a, b, reads.max_get_bytes) for o, a, b in ranges]
+        missing = [r for r, span in zip(ranges, found, strict=True) if span is None]
+        for obj, start, stop in _plan(missing, reads, blocks) if missing else []:
+            if budget is not None and _CACHE.ahead + (stop - start) > budget:
+                break
+            span = spans.Span(start, stop, _submit(obj, start, stop, reads), ahead)
+            _CACHE.add(_key(obj), span)
+        out = [
+            span or _CACHE.find(_key(o), a, b, reads.max_get_bytes)
+            for (o, a, b), span in zip(ranges, found, strict=True)
+        ]
+        if not ahead:
+            for used in out:
+                if used is not None:
+                    _CACHE.used(used)
+        _CACHE.shrink(reads.cache_bytes)
+    return out
+
+
+def read(
+    ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None,
+    cache: bool = True,
+) -> list[memoryview]:
+    """The bytes of each (object, start, stop) of `ranges`, in that order (with `cache`
+    False: one GET each, not kept, e.g. for reading a whole object once).
+
+    Raises:
+        ObjectChangedError: an object is not the version it was.
+        ObjectReadError: a GET still failed after its tries.
+    """
+    if cache:
+        found = _spans(ranges, reads, blocks, ahead=False)
+    else:
+        found = [spans.Span(a, b, _submit(o, a, b, reads), False) for o, a, b in ranges]
+    out = []
+    wait = reads.deadline + reads.timeout + 5.0
+    for (_, start, stop), span in zip(ranges, found, strict=True):
+        assert span is not None
+        try:
+            data = span.future.result(timeout=wait)
+        except concurrent.futures.TimeoutError as err:
+            msg = f"No answer for bytes [{span.start}, {span.stop}) within {wait} s."
+            raise TimeoutError(msg) from err
+        out.append(memoryview(data)[start - span.start : stop - span.start])
+    return out
+
+
+def prefetch(ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None) -> bool:
+    """Starts reading `ranges` into the cache; False when the read-ahead budget is full
+    (then not every range was started)."""
+    spans = _spans(ranges, reads, blocks, ahead=True, budget=reads.readahead_bytes)
+    return all(span is not None for span in spans)
+
+
+def stats() -> dict[str, int]:
+    """This process's GETs (tries included), retries and bytes received so far."""
+    return {key: int(_counts[key]) for key in ("gets", "retries", "bytes")}
+
+
+def clear() -> None:
+    """Forgets every cached span; GETs in flight are cancelled."""
+    with _CACHE.lock:
+        for _, span in _CACHE.order.values():
+            span.future.cancel()
+        _CACHE.__init__()  # type: ignore[misc]
