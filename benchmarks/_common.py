@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import time
@@ -50,18 +51,150 @@ def versions() -> str:
 # -- timing ----------------------------------------------------------------------------
 
 
+# Minor page faults per batch of the last `steady_rate` / `graph_rate` measurement, and
+# the median of each contender of the last `interleaved` call (None: not measured).
+LAST_FAULTS: float | None = None
+FAULTS: dict[str, float | None] = {}
+# CPU seconds (all threads) per wall second of the same measurements: ~1.0 means the
+# work ran on one core.
+LAST_CPU: float | None = None
+CPU: dict[str, float | None] = {}
+
+
+def minor_faults() -> int:
+    """Minor page faults of this process so far (every thread)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Meter:
+    """Measures a timed part: minor faults per batch and CPU per wall second."""
+
+    def __enter__(self) -> Meter:
+        self.faults, self.cpu, self.wall = minor_faults(), cpu_seconds(), time.perf_counter()
+        return self
+
+    def done(self, batches: int) -> None:
+        global LAST_FAULTS, LAST_CPU
+        wall = time.perf_counter() - self.wall
+        LAST_FAULTS = (minor_faults() - self.faults) / max(batches, 1)
+        LAST_CPU = (cpu_seconds() - self.cpu) / wall if wall > 0 else None
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
 def interleaved(contenders: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
     """The median of `rounds` measurements of each contender (each returns e.g. records/s).
 
     A round runs every contender once, in turn, so a burst of load on a shared machine
-    hits all of them alike instead of one.
+    hits all of them alike instead of one. The medians of the faults per batch and the
+    CPU use that `steady_rate` and `graph_rate` measured go to `FAULTS` and `CPU`.
     """
+    global LAST_FAULTS, LAST_CPU
     samples: dict[str, list[float]] = {name: [] for name in contenders}
+    faults: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, measure in contenders.items():
+            LAST_FAULTS = LAST_CPU = None
             samples[name].append(measure())
-            print(f"  {name}: {samples[name][-1]:,.1f}", file=sys.stderr, flush=True)
+            if LAST_FAULTS is not None:
+                faults[name].append(LAST_FAULTS)
+            if LAST_CPU is not None:
+                cpu[name].append(LAST_CPU)
+            extra = "" if LAST_FAULTS is None else f" ({LAST_FAULTS:.1f} faults/batch)"
+            print(f"  {name}: {samples[name][-1]:,.1f}{extra}", file=sys.stderr, flush=True)
+    for name in contenders:
+        FAULTS[name] = statistics.median(faults[name]) if faults[name] else None
+        CPU[name] = statistics.median(cpu[name]) if cpu[name] else None
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+# -- the malloc regime ----------------------------------------------------------------
+
+# glibc's mallopt parameters.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: TensorFlow's value (GeneratorDatasetOp, once per process, at the first iterator of a
+#: ``from_generator`` dataset).
+TF_MMAP_THRESHOLD = 128 << 10
+#: What "healthy" sets: large allocations come from the heap and are reused, as with
+#: glibc's dynamic threshold after a few frees (its maximum is 32 MiB on 64 bits).
+HEALTHY_MMAP_THRESHOLD = 32 << 20
+
+
+def _mallopt(param: int, value: int) -> bool:
+    import ctypes
+
+    try:
+        return bool(ctypes.CDLL(None).mallopt(param, value))
+    except (OSError, AttributeError):  # not glibc
+        return False
+
+
+def set_mmap_threshold(nbytes: int) -> bool:
+    """Sets glibc's mmap threshold (and a trim threshold twice it) for the process."""
+    return _mallopt(_M_MMAP_THRESHOLD, nbytes) and _mallopt(_M_TRIM_THRESHOLD, 2 * nbytes)
+
+
+#: Whether this process is in TensorFlow's regime (`apply_tensorflow_patch` ran): the
+#: regime is known from what was set, not probed (a probe depends on the heap's state).
+TF_PATCHED = False
+
+
+def apply_tensorflow_patch() -> None:
+    """Iterates a ``from_generator`` dataset: TensorFlow sets malloc's mmap threshold to
+    128 KiB for the process, as in every job that calls ``dataset()`` or Keras ``fit``."""
+    global TF_PATCHED
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_generator(
+        lambda: iter([0]), output_signature=tf.TensorSpec((), tf.int32))
+    for _ in ds:
+        pass
+    TF_PATCHED = True
+
+
+def malloc_regime() -> str:
+    """The process's malloc regime now, in words (`_results.malloc_probe`)."""
+    return _results.describe_malloc(_results.malloc_probe())
+
+
+class healthy_malloc:
+    """Within it, glibc's mmap threshold is `HEALTHY_MMAP_THRESHOLD`; on exit it is
+    TensorFlow's 128 KiB again, the heap trimmed, if the process was in TensorFlow's
+    regime (`TF_PATCHED`)."""
+
+    def __enter__(self) -> healthy_malloc:
+        set_mmap_threshold(HEALTHY_MMAP_THRESHOLD)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if TF_PATCHED:
+            set_mmap_threshold(TF_MMAP_THRESHOLD)
+            _malloc_trim()  # the heap back to what TensorFlow's regime leaves
+
+
+def _malloc_trim() -> None:
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        ctypes.CDLL(None).malloc_trim(0)
+
+
+def healthy(measure: Callable[[], float]) -> Callable[[], float]:
+    """`measure`, run with `healthy_malloc`."""
+
+    def run() -> float:
+        with healthy_malloc():
+            return measure()
+
+    return run
 
 
 def _records(batch: Any) -> int:
@@ -79,12 +212,18 @@ def steady_rate(make: Callable[[], Iterable[Any]], share: float = 1.0) -> float:
     iterator = iter(make())
     for _ in range(WARMUP_BATCHES):
         next(iterator)
-    count, start = 0, time.perf_counter()
-    for batch in iterator:
-        count += _records(batch)
-        if time.perf_counter() - start > budget:
-            break
-    return count / (time.perf_counter() - start)
+    count, batches = 0, 0
+    with Meter() as meter:
+        start = time.perf_counter()
+        for batch in iterator:
+            count += _records(batch)
+            batches += 1
+            del batch  # its memory may go back to a pool before the next one is made
+            if time.perf_counter() - start > budget:
+                break
+        seconds = time.perf_counter() - start
+        meter.done(batches)
+    return count / seconds
 
 
 def graph_rate(dataset: Any, batches: int, *, loader: Any = None) -> float:
@@ -105,9 +244,12 @@ def graph_rate(dataset: Any, batches: int, *, loader: Any = None) -> float:
 
     iterator = iter(dataset)
     pull(iterator, tf.constant(WARMUP_BATCHES))
-    start = time.perf_counter()
-    records = int(pull(iterator, tf.constant(batches)))
-    return records / (time.perf_counter() - start)
+    with Meter() as meter:
+        start = time.perf_counter()
+        records = int(pull(iterator, tf.constant(batches)))
+        seconds = time.perf_counter() - start
+        meter.done(batches)
+    return records / seconds
 
 
 # -- user code -------------------------------------------------------------------------
@@ -288,6 +430,21 @@ def numpy_reference(arrays: Any) -> Iterator[Any]:
         for start in range(0, len(order), BATCH):
             batch = order[start : start + BATCH]
             yield tuple(leaf[batch] for leaf in leaves)
+
+
+def numpy_take_reference(arrays: Any) -> Iterator[Any]:
+    """The NumPy loop without allocation: a permutation per epoch and one ``np.take``
+    per array per batch into a batch allocated once (``mode="clip"``: unbuffered)."""
+    leaves = arrays if isinstance(arrays, tuple) else (arrays,)
+    rng = np.random.default_rng(SEED)
+    outs = [np.empty((BATCH, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
+    while True:
+        order = rng.permutation(len(leaves[0]))
+        for start in range(0, len(order) - BATCH + 1, BATCH):
+            batch = order[start : start + BATCH]
+            for leaf, out in zip(leaves, outs, strict=True):
+                np.take(leaf, batch, axis=0, out=out, mode="clip")
+            yield tuple(outs)
 
 
 def copy_bandwidth(size: int = 1 << 28) -> float:

@@ -209,9 +209,47 @@ def describe_machine(info: dict[str, Any]) -> str:
     return f"{info['machine']}, {info['cpus']} CPUs, " + ", ".join(versions)
 
 
+def malloc_probe(nbytes: int = 1 << 20) -> dict[str, int | bool]:
+    """Minor page faults of writing a fresh `nbytes` malloc block (the third in a row):
+    ~nbytes/4096 when large allocations are fresh mmaps (TensorFlow's 128 KiB mmap
+    threshold with the heap trimmed), ~0 when malloc reuses its heap. A probe of the
+    heap's state now, not of the threshold (glibc has no call that reads it). Linux
+    with glibc only: elsewhere ``{"faults": -1}``."""
+    import ctypes
+    import resource
+
+    try:
+        libc = ctypes.CDLL(None)
+        malloc, free = libc.malloc, libc.free
+    except (OSError, AttributeError):
+        return {"faults": -1, "mmapped": False}
+    malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    free.argtypes = [ctypes.c_void_p]
+    faults = 0
+    for _ in range(3):
+        block = malloc(nbytes)
+        if not block:
+            return {"faults": -1, "mmapped": False}
+        start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        ctypes.memset(block, 1, nbytes)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start
+        free(block)
+    return {"faults": faults, "mmapped": faults > nbytes // 4096 // 4}
+
+
+def describe_malloc(probe: dict[str, Any]) -> str:
+    if probe.get("faults", -1) < 0:
+        return "malloc: not probed (not glibc)"
+    kind = ("large allocations are fresh mmaps (TensorFlow's patch)" if probe["mmapped"]
+            else "large allocations reuse the heap")
+    return f"malloc: {kind}, {probe['faults']} minor faults per 1 MiB block"
+
+
 @dataclasses.dataclass
 class Run:
-    """How a results file was made: the command, quick or full, when, where, the load."""
+    """How a results file was made: the command, quick or full, when, where, the load,
+    and the malloc regime at the start and the end (`malloc_probe`; empty in files
+    written before it was recorded)."""
 
     command: str
     quick: bool
@@ -219,6 +257,7 @@ class Run:
     seconds: float
     machine: dict[str, Any]
     load_average: dict[str, list[float]]
+    malloc: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 class Timer:
@@ -228,12 +267,14 @@ class Timer:
         self.command, self.quick = command, quick
         self.date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         self.start_load = load_average()
+        self.start_malloc = malloc_probe()
         self.start = datetime.datetime.now().timestamp()
 
     def run(self) -> Run:
         seconds = round(datetime.datetime.now().timestamp() - self.start, 1)
         return Run(self.command, self.quick, self.date, seconds, machine(),
-                   {"start": self.start_load, "end": load_average()})
+                   {"start": self.start_load, "end": load_average()},
+                   {"start": self.start_malloc, "end": malloc_probe()})
 
 
 # run_all.py sets it for the scripts it starts: their results name the command it ran.

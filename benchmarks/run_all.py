@@ -7,9 +7,12 @@ same figures as data (benchmarks/results/<script>.json, one file per script).
 The docs' performance and reliability pages are generated from the JSON files
 (`python docs/_gen/generate.py`), so after a run, regenerate them and commit both.
 
-Runs every benchmark script in one process (the in-memory-array sizes and the Keras
-runs in fresh processes of their own) and writes their tables, each naming the script
-that produces it alone, under a table of issue 15's targets, met or missed. Every table
+Runs every benchmark script in a fresh process of its own (so that no script inherits
+another's malloc regime, heap or threads: TensorFlow's ``from_generator`` patch to
+malloc, once applied, holds for the whole process) and writes their tables, each naming
+the script that produces it alone, under a table of the targets, met or missed. For each
+script it prints the malloc regime at its start and end (`_results.malloc_probe`) and
+the largest minor-faults-per-batch figure of its tables. Every table
 states the CPU count and the load average at its start and end; the contenders of a
 table run in interleaved rounds and the medians are reported, so the ratios within a
 table are the result, and absolute numbers depend on the machine and its load.
@@ -20,15 +23,17 @@ The scripts: bench_loader.py ((a) in-memory throughput, (b) restore latency, (c)
 checkpoint size), bench_overhead.py ((d) fixed cost per batch, (e) per-record ``map_fn``
 overhead), bench_arrays.py ((f) in-memory arrays below and above 1 GiB), bench_map_fn.py
 ((g) workers for a Python ``map_fn`` against tf.data and grain), bench_workers.py ((h)
-worker start-up and Keras ``fit``, run in a process of its own since it imports
-TensorFlow at the top like a training script), bench_sampler.py (index throughput);
+worker start-up and Keras ``fit``, TensorFlow imported at the top like a training
+script), bench_sampler.py (index throughput), bench_tfrecord.py (TFRecord + ``tf_map``
+against tuned tf.data over 8 and 64 files, and the in-memory decode bound),
 bench_data.py, bench_mix.py, bench_batching.py, bench_history.py (lineage lookups,
 restore and state size with 16 amendments), faults.py, bench_objstore.py (object
 storage: TFRecord objects in a local S3 server behind 20 ms of latency) and
 bench_dask.py (the Dask backend: CPU-bound ``map_fn``, per-task cost, first batches,
-scaling) each run in a process of
-their own and write their results file themselves, which this script reads back. The
+scaling). Each writes its results file itself, which this script reads back. The
 contenders they share are in _common.py; the tables and results files, _results.py.
+Figures to publish come from two runs compared by compare_runs.py (only the figures
+both reproduced within 15%).
 """
 
 from __future__ import annotations
@@ -52,18 +57,14 @@ import _results  # noqa: E402
 SECTIONS = ("loader", "overhead", "arrays", "workers", "sampler", "data", "mix", "batching",
             "history", "faults", "objstore", "dask")
 
-# The scripts each section runs: in this process (in-process: a module with `run(quick)`)
-# or in a process of their own (the script writes its results file itself).
-_IN_PROCESS = {
+# The scripts each section runs, each in a process of its own.
+SCRIPTS = {
     "loader": ["bench_loader"],
     "overhead": ["bench_overhead"],
     "arrays": ["bench_arrays"],
-    "workers": ["bench_map_fn"],
+    "workers": ["bench_map_fn", "bench_workers"],
     "sampler": ["bench_sampler"],
-}
-_OWN_PROCESS = {
-    "workers": ["bench_workers"],
-    "data": ["bench_data"],
+    "data": ["bench_data", "bench_tfrecord"],
     "mix": ["bench_mix"],
     "batching": ["bench_batching"],
     "history": ["bench_history"],
@@ -73,13 +74,25 @@ _OWN_PROCESS = {
 }
 
 
-def _in_process(script: str, quick: bool, results: Path, command: str) -> _results.Report:
-    import importlib
+def _largest_faults(report: _results.Report) -> float | None:
+    values = [row["faults"] for table in report.tables for row in table.rows
+              if isinstance(row.get("faults"), (int, float))]
+    return max(values) if values else None
 
-    timer = _results.Timer(command, quick)
-    report = importlib.import_module(script).run(quick)
-    _results.write(results / f"{script}.json", report, timer.run())
-    return report
+
+def _say_malloc(script: str, path: Path) -> None:
+    """Prints the malloc regime at the script's start and end, and its largest faults."""
+    if not path.exists():
+        return
+    report, run = _results.read(path)
+    for when in ("start", "end"):
+        if run.malloc.get(when):
+            print(f"  {script} {when}: {_results.describe_malloc(run.malloc[when])}",
+                  file=sys.stderr, flush=True)
+    faults = _largest_faults(report)
+    if faults is not None:
+        print(f"  {script}: at most {faults:,.1f} minor faults per batch in its tables",
+              file=sys.stderr, flush=True)
 
 
 def _own_process(script: str, quick: bool, results: Path, run_command: str) -> _results.Report:
@@ -91,6 +104,7 @@ def _own_process(script: str, quick: bool, results: Path, run_command: str) -> _
     path.unlink(missing_ok=True)
     timeout = (1800 if quick else 5400) if script == "bench_workers" else (
         1800 if quick else 3600)
+    results.mkdir(parents=True, exist_ok=True)
     try:
         env = dict(os.environ, **{_results.PARENT_COMMAND: run_command})
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
@@ -110,10 +124,9 @@ def run(sections: list[str], quick: bool, results: Path, command: str) -> list[_
     reports = []
     for name in sections:
         print(f"== {name}", file=sys.stderr, flush=True)
-        for script in _IN_PROCESS.get(name, []):
-            reports.append(_in_process(script, quick, results, command))
-        for script in _OWN_PROCESS.get(name, []):
+        for script in SCRIPTS[name]:
             reports.append(_own_process(script, quick, results, command))
+            _say_malloc(script, results / f"{script}.json")
     return reports
 
 
@@ -157,7 +170,6 @@ def main() -> None:
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
-    _common.BUDGET_SECONDS = 1.0 if args.quick else _common.BUDGET_SECONDS
     start, start_load = time.perf_counter(), _results.load_average()
     command = "python benchmarks/run_all.py" + (" --quick" if args.quick else "")
     if args.sections != ",".join(SECTIONS):

@@ -580,3 +580,33 @@ def _dask_on_error() -> ResumableLoader:
     return ResumableLoader.from_pipeline(
         pipeline, num_epochs=2, with_metadata=True, workers=_dask_workers()
     )
+# Batch-level Python augmentation (issue 24, `Pipeline.map_batch`): inline, in thread
+# and process workers, with a shard, row-wise and not.
+@register("map_batch-rowwise-inline", num_steps=7)
+def _map_batch_inline() -> ResumableLoader:
+    pipeline = (Pipeline((_IMAGES, _LABELS), seed=40).shuffle().batch(5)
+                .map_batch(_worker_fns.flip_scale_batch))
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2)
+
+
+@register("map_batch-after-map_fn-thread-workers-shard-1-of-2", num_steps=4)
+def _map_batch_threads() -> ResumableLoader:
+    pipeline = (Pipeline(_IMAGES, seed=41).shuffle().map(_worker_fns.augment).batch(4)
+                .map_batch(_worker_fns.augment_batch))
+    return ResumableLoader.from_pipeline(
+        pipeline, num_epochs=2, shard=Shard(1, 2), workers=Workers(2, kind="thread"))
+
+
+@register("map_batch-process-workers-metadata", num_steps=9, break_points=(3, 8))
+def _map_batch_processes() -> ResumableLoader:
+    pipeline = (Pipeline(_IMAGES, seed=42).shuffle().batch(5)
+                .map_batch(_worker_fns.augment_batch))
+    return ResumableLoader.from_pipeline(
+        pipeline, num_epochs=2, with_metadata=True, workers=Workers(2, kind="process"))
+
+
+@register("map_batch-not-rowwise-tf_map", num_steps=7)
+def _map_batch_mixing() -> ResumableLoader:
+    pipeline = (Pipeline(_IMAGES, seed=43).shuffle().batch(5)
+                .map_batch(_worker_fns.mix_rows_batch, rowwise=False).tf_map(_tf_augment))
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2)

@@ -22,6 +22,32 @@ def augment(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return record + rng.normal(size=record.shape).astype(record.dtype)
 
 
+def augment_batch(batch: np.ndarray, rngs) -> np.ndarray:
+    """`augment`, vectorised over a batch: each row's keyed noise from its own generator."""
+    noise = np.stack([g.normal(size=batch.shape[1:]) for g in rngs]) if len(rngs) else 0
+    return batch + np.asarray(noise, dtype=batch.dtype)
+
+
+def flip_scale_batch(batch: tuple, rngs) -> tuple:
+    """A row-wise image-like augmentation: per-row flip of the last axis and scale."""
+    images, labels = batch
+    flip = rngs.random() < 0.5
+    images = np.where(flip[:, None], images[:, ::-1], images)
+    scale = rngs.uniform(0.5, 1.5).astype(images.dtype)
+    return images * scale[:, None], labels
+
+
+def mix_rows_batch(batch: np.ndarray, rngs) -> np.ndarray:
+    """Not row-wise: every row gets a keyed share of the batch mean (mixup-like)."""
+    weight = rngs.random().astype(batch.dtype)[:, None]
+    return batch * (1 - weight) + weight * batch.mean(axis=0, keepdims=True)
+
+
+def mix_rows_batch_pair(batch: tuple, rngs) -> tuple:
+    """`mix_rows_batch` on the images of an (images, labels) batch."""
+    return mix_rows_batch(batch[0], rngs), batch[1]
+
+
 def augment_tokens(record: dict, rng: np.random.Generator) -> dict:
     """Drops the label and adds keyed noise to a record's tokens."""
     noise = rng.integers(0, 3, size=len(record["tokens"]))

@@ -37,11 +37,14 @@ def _subtitle(script: str) -> str:
 def throughput() -> Path:
     script, key, alt = figures.PLOT_DATA["throughput"]
     table = figures.results(script)[0].table(key)
-    rows = table.rows[::-1]
+    # Rows whose rate a second run did not reproduce (compare_runs.py) are not drawn;
+    # a row measured in two malloc regimes is named with its regime.
+    rows = [row for row in table.rows[::-1] if isinstance(row.get("rate"), (int, float))]
     figure, axes = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.2))
     colors = [OURS if row["pipeline"].startswith("resumeloader") else OTHERS for row in rows]
-    axes.barh([row["pipeline"].replace("`", "") for row in rows],
-              [row["rate"] for row in rows], color=colors)
+    names = [row["pipeline"].replace("`", "") + (f" [{row['malloc']}]" if row.get("malloc")
+                                                  else "") for row in rows]
+    axes.barh(names, [row["rate"] for row in rows], color=colors)
     axes.set_xscale("log")
     axes.set_xlabel("records/s (log scale)")
     axes.set_title(f"{alt}\n{_subtitle(script)}", fontsize=10)

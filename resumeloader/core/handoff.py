@@ -1,7 +1,8 @@
 """Arrays the library made itself and nobody else holds: their memory may be handed over.
 
-A batch gathered from in-memory numeric columns (`gather`) is a fresh array, aligned as
-TensorFlow's kernels require (64 bytes), that no user code has seen. `for batch in
+A batch gathered from in-memory numeric columns (`gather`), or copied out of a worker's
+shared memory (`copy`), is a fresh array in recycled memory (`core/buffers.py`),
+aligned as TensorFlow's kernels require (64 bytes), that no user code has seen. `for batch in
 loader` may then give its memory to the eager tensor (DLPack) instead of copying it:
 nothing can write to it afterwards. Any other array (a view of a worker's shared
 memory, an array a source returned and may keep or reuse) is copied. `gather` marks
@@ -14,41 +15,78 @@ import weakref
 
 import numpy as np
 
-__all__ = ["ALIGNMENT", "gather", "mark", "take"]
+from resumeloader.core import buffers
+
+__all__ = ["ALIGNMENT", "check_indices", "copy", "gather", "mark", "take"]
 
 #: The alignment of TensorFlow's CPU tensors (Eigen's largest): a tensor over memory
 #: aligned less fails a check in its kernels (and aborts the process).
-ALIGNMENT = 64
+ALIGNMENT = buffers.ALIGNMENT
 
 # id -> array, for marked arrays still alive (an entry goes with its array).
 _FRESH: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
 
 
 def mark(array: np.ndarray) -> np.ndarray:
-    """Records `array`, just made here and referenced by no user code, as fresh."""
-    _FRESH[id(array)] = array
+    """Records `array`, just made here, referenced by no user code and 64-byte aligned
+    (`buffers.BufferPool.empty` of `buffers.MIN_BYTES` or more), as fresh; a smaller
+    array is left unmarked (a copy of it costs less than the hand-over)."""
+    if array.nbytes >= buffers.MIN_BYTES:
+        _FRESH[id(array)] = array
     return array
 
 
-def gather(column: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """``column[indices]`` in fresh memory aligned to `ALIGNMENT`, marked fresh; a
-    non-numeric column (strings, objects), or an array subclass with indexing of its
-    own, is indexed as usual, not marked."""
+def check_indices(indices: np.ndarray, rows: int) -> np.ndarray:
+    """`indices` as `gather` takes them unchecked: in ``[0, rows)`` (negative ones counted
+    from the end).
+
+    Raises:
+        IndexError: an index is outside ``[-rows, rows)``.
+    """
+    if not len(indices):
+        return indices
+    low, high = int(indices.min()), int(indices.max())
+    if low < -rows or high >= rows:
+        bad = indices[(indices < -rows) | (indices >= rows)][:3].tolist()
+        msg = (f"Record indices out of range for a column of {rows} records. "
+               f"Received: {bad}; expected indices in [{-rows}, {rows}).")
+        raise IndexError(msg)
+    return indices % rows if low < 0 else indices
+
+
+def gather(column: np.ndarray, indices: np.ndarray, *, checked: bool = False) -> np.ndarray:
+    """``column[indices]`` in recycled memory aligned to `ALIGNMENT` (`core/buffers.py`),
+    marked fresh; a non-numeric column (strings, objects), or an array subclass with
+    indexing of its own, is indexed as usual, not marked.
+
+    The rows are written straight into the batch: ``np.take(..., mode="clip")`` does
+    not buffer its output as the default ``mode="raise"`` does (a second temporary of
+    the batch's size), so the indices are checked here first (`check_indices`), unless
+    the caller did already (`checked`).
+
+    Raises:
+        IndexError: an index is outside ``[-len(column), len(column))``.
+    """
     if column.dtype.kind not in "iuf" or type(column) not in (np.ndarray, np.memmap):
         return column[indices]
-    shape = (len(indices), *column.shape[1:])
-    nbytes = int(np.prod(shape, dtype=np.int64)) * column.itemsize
-    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    out = raw[start : start + nbytes].view(column.dtype).reshape(shape)
-    np.take(column, indices, axis=0, out=out)
+    if not checked:
+        indices = check_indices(indices, len(column))
+    out = buffers.empty((len(indices), *column.shape[1:]), column.dtype)
+    np.take(column, indices, axis=0, out=out, mode="clip")
+    return mark(out)
+
+
+def copy(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of numeric `array` in recycled aligned memory, marked fresh
+    (a batch read out of a worker's shared memory, whose block is reused)."""
+    out = buffers.empty(array.shape, array.dtype.newbyteorder("="))
+    np.copyto(out, array)
     return mark(out)
 
 
 def take(array: np.ndarray) -> bool:
-    """Whether `array` was marked fresh and is aligned (and unmarks it: its memory is
-    handed over once)."""
-    if _FRESH.get(id(array)) is not array or array.ctypes.data % ALIGNMENT:
+    """Whether `array` was marked fresh (and unmarks it: its memory is handed over once)."""
+    if _FRESH.get(id(array)) is not array:  # marked arrays are aligned
         return False
     _FRESH.pop(id(array), None)
     return True

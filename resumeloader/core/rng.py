@@ -8,18 +8,22 @@ threads, workers or restores happened before.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 from numpy.random import bit_generator
 
 from resumeloader.core import sampler
 
-__all__ = ["metadata", "record_rng"]
+__all__ = ["BATCH_STREAM", "RecordRngs", "metadata", "record_rng"]
 
 _RNG_TAG = 0xA06_3E17_A71_0F_5EED
 _METADATA_SEED_TAG = 0x7F5EED
 _M64 = (1 << 64) - 1
+#: XORed into the seed for the generators of a batch-level stage (`RecordRngs`): a
+#: record's stream there is independent of the `rng` a ``map_fn`` gets for it.
+BATCH_STREAM = 0x5EED_BA7C_0000_0001
 # Philox copies its counter in; passing it as an array skips an int-to-words conversion.
 _ZERO_COUNTER = np.zeros(4, np.uint64)
 
@@ -107,3 +111,78 @@ def metadata(seed: int, indices: np.ndarray, epoch: int, position: int) -> dict[
         "position": np.arange(position, position + count, dtype=np.int64),
         "seed": seeds,
     }
+
+
+class RecordRngs(Sequence[np.random.Generator]):
+    """One `numpy.random.Generator` per row of a batch, each keyed by (seed, epoch,
+    the row's record index): what ``Pipeline.map_batch`` hands its function.
+
+    Row ``i``'s generator is ``record_rng(seed ^ BATCH_STREAM, epoch, indices[i])``:
+    a pure function of the record, so it is the same in any batch, any batch size,
+    any worker and after any restore, and independent of the ``rng`` a ``map_fn``
+    gets for the same record. Generators are made when first used. The helpers draw
+    one value (or one array of `shape`) per row from that row's generator and stack
+    them, so ``rngs.uniform(shape=(2,))[i]`` is what row ``i``'s generator alone gives.
+
+    Args:
+        seed: the pipeline's seed.
+        epoch: the batch's epoch.
+        indices: the record index of each row (int64).
+    """
+
+    __slots__ = ("_generators", "epoch", "indices", "seed")
+
+    def __init__(self, seed: int, epoch: int, indices: np.ndarray) -> None:
+        self.seed, self.epoch = seed, epoch
+        self.indices = np.asarray(indices, dtype=np.int64)
+        self._generators: list[np.random.Generator | None] = [None] * len(self.indices)
+
+    def __len__(self) -> int:
+        return len(self._generators)
+
+    @overload
+    def __getitem__(self, row: int) -> np.random.Generator: ...
+
+    @overload
+    def __getitem__(self, row: slice) -> list[np.random.Generator]: ...
+
+    def __getitem__(self, row: int | slice) -> Any:
+        if isinstance(row, slice):
+            return [self[i] for i in range(*row.indices(len(self)))]
+        generator = self._generators[row]
+        if generator is None:
+            index = int(self.indices[row])
+            generator = record_rng(self.seed ^ BATCH_STREAM, self.epoch, index)
+            self._generators[row] = generator
+        return generator
+
+    def __iter__(self) -> Iterator[np.random.Generator]:
+        return (self[i] for i in range(len(self)))
+
+    def _stack(self, draw: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        out = np.empty((len(self), *shape), dtype=dtype)
+        for i, generator in enumerate(self):
+            out[i] = draw(generator)
+        return out
+
+    def random(self, shape: tuple[int, ...] = ()) -> np.ndarray:
+        """Floats in [0, 1), ``[rows, *shape]``: row ``i`` is ``self[i].random(shape)``."""
+        return self._stack(lambda g: g.random(shape), shape, np.float64)
+
+    def uniform(self, low: float = 0.0, high: float = 1.0,
+                shape: tuple[int, ...] = ()) -> np.ndarray:
+        """``self[i].uniform(low, high, shape)`` for each row ``i``, stacked."""
+        return self._stack(lambda g: g.uniform(low, high, shape), shape, np.float64)
+
+    def normal(self, loc: float = 0.0, scale: float = 1.0,
+               shape: tuple[int, ...] = ()) -> np.ndarray:
+        """``self[i].normal(loc, scale, shape)`` for each row ``i``, stacked."""
+        return self._stack(lambda g: g.normal(loc, scale, shape), shape, np.float64)
+
+    def integers(self, low: int, high: int | None = None,
+                 shape: tuple[int, ...] = ()) -> np.ndarray:
+        """``self[i].integers(low, high, shape)`` (int64) for each row ``i``, stacked."""
+        return self._stack(lambda g: g.integers(low, high, shape), shape, np.int64)
+
+    def __repr__(self) -> str:
+        return f"RecordRngs(seed={self.seed}, epoch={self.epoch}, rows={len(self)})"

@@ -11,8 +11,11 @@ hands over the same bytes.
 
 Layout: ``k`` (one int64), then ``k`` int64 words — the number of records ``n``, the
 ``n * ndim`` record shapes (leaves with a ``None`` dimension only), the byte length of
-every string element (string leaves only) — then the values: every record's elements
-in row-major order, as raw bytes of the leaf's dtype, or the strings concatenated.
+every string element (string leaves only) — then zero words up to the next multiple
+of 64 bytes, then the values: every record's elements in row-major order, as raw
+bytes of the leaf's dtype, or the strings concatenated. The values start 64-byte
+aligned (the array is, `resumeloader.core.buffers`), so numeric values decode to a
+view TensorFlow can use in place.
 The words are little-endian; the format never leaves the machine that wrote it.
 """
 
@@ -24,12 +27,16 @@ from typing import Any
 
 import numpy as np
 
+from resumeloader.core import buffers
 from resumeloader.core import spec as spec_lib
 
 __all__ = ["Ragged", "decode", "encode"]
 
 _WORD = np.dtype("<i8")
 _BYTE = np.dtype(np.uint8)
+_ALIGN = buffers.ALIGNMENT
+# Strings of a batch larger than this are copied into place one by one, not joined first.
+_JOIN_BYTES = 64 << 10
 
 # What `decode` returns for a leaf with a None dimension: the flat values, and one
 # partition per dimension from the first record dimension to the last None one: the
@@ -59,6 +66,9 @@ def _strings(column: Sequence[Any], leaf: spec_lib.LeafSpec) -> list[bytes]:
 def encode(column: Sequence[Any], leaf: spec_lib.LeafSpec) -> np.ndarray:
     """One batch's leaf `column` (a record's value per item) as one flat uint8 array.
 
+    The array is written in place into recycled memory (`resumeloader.core.buffers`):
+    no temporary of the batch's size is made on the way.
+
     Args:
         column: the records' values of a variable leaf: arrays (of the leaf's dtype
             and rank, as `spec.leaf_array` returns them), or bytes and str for a
@@ -71,17 +81,44 @@ def encode(column: Sequence[Any], leaf: spec_lib.LeafSpec) -> np.ndarray:
     words: list[int] = [len(column)]
     if leaf.ragged:
         words += itertools.chain.from_iterable(np.shape(value) for value in column)
+    items: list[bytes] = []
+    arrays: list[np.ndarray] = []
     if leaf.is_string:
         items = _strings(column, leaf)
         words += map(len, items)
-        values = np.frombuffer(b"".join(items), dtype=_BYTE)
-    elif column:
-        flat = [np.asarray(value, dtype=leaf.dtype).ravel() for value in column]
-        values = np.concatenate(flat).view(_BYTE)
+        size = sum(words[len(words) - len(items) :])
     else:
-        values = np.empty(0, _BYTE)
-    header = np.array([len(words), *words], dtype=_WORD).view(_BYTE)
-    return np.concatenate([header, values])
+        arrays = [np.asarray(value, dtype=leaf.dtype) for value in column]
+        size = sum(a.nbytes for a in arrays)
+    start = _payload_start(len(words))
+    out = buffers.empty((start + size,), _BYTE)
+    head = out[:start].view(_WORD)
+    head[0] = len(words)
+    head[1 : len(words) + 1] = words
+    head[len(words) + 1 :] = 0
+    payload = out[start:]
+    at = 0
+    if leaf.is_string:
+        if size >= _JOIN_BYTES:  # no joined copy of the batch: item by item into place
+            memory = payload.data
+            for item in items:
+                memory[at : at + len(item)] = item
+                at += len(item)
+        elif items:
+            payload[:] = np.frombuffer(b"".join(items), dtype=_BYTE)
+    else:
+        values = payload.view(leaf.dtype) if size else payload
+        for array in arrays:
+            n = array.size
+            values[at : at + n] = array.ravel()
+            at += n
+    return out
+
+
+def _payload_start(count: int) -> int:
+    """Where the values start: after ``count + 1`` words, rounded up to `_ALIGN` bytes
+    (so that decoded numeric values are aligned as TensorFlow needs to use them in place)."""
+    return -(-(count + 1) * _WORD.itemsize // _ALIGN) * _ALIGN
 
 
 def decode(buffer: np.ndarray, leaf: spec_lib.LeafSpec) -> np.ndarray | Ragged:
@@ -90,15 +127,15 @@ def decode(buffer: np.ndarray, leaf: spec_lib.LeafSpec) -> np.ndarray | Ragged:
     buffer = np.asarray(buffer, dtype=_BYTE)
     count = int(buffer[:8].view(_WORD)[0])
     words = buffer[8 : 8 * (count + 1)].view(_WORD)
-    payload = buffer[8 * (count + 1) :]
+    payload = buffer[_payload_start(count) :]
     num_records, rank = int(words[0]), len(leaf.shape)
     used = 1 + (num_records * rank if leaf.ragged else 0)
     if leaf.is_string:
         ends = np.cumsum(words[used:]).tolist()
         starts = [0, *ends[:-1]][: len(ends)]
-        blob = payload.tobytes()
+        memory = payload.data  # each string copied out once, not the whole blob
         values = np.empty(len(ends), dtype=spec_lib.STRING)
-        values[:] = [blob[start:end] for start, end in zip(starts, ends, strict=True)]
+        values[:] = [memory[start:end].tobytes() for start, end in zip(starts, ends, strict=True)]
     else:
         values = payload.view(leaf.dtype)
     if not leaf.ragged:

@@ -145,9 +145,19 @@ class ArraySource(base.Source):
     def batched(self) -> bool:
         return True
 
+    @property
+    def exact_batches(self) -> bool:
+        """True for plain numeric arrays: a batch is one ``np.take`` of each, of its spec
+        (an array subclass indexes its own way, so it is checked)."""
+        return all(
+            isinstance(c, np.ndarray) and type(c) in (np.ndarray, np.memmap)
+            and c.dtype.kind in "biuf" for c in self._columns
+        )
+
     def read_batch(self, indices: np.ndarray) -> Any:
+        indices = handoff.check_indices(indices, self._length)  # once for every column
         batch = [  # fresh, aligned arrays an eager tensor may take over (core/handoff.py)
-            handoff.gather(c, indices)
+            handoff.gather(c, indices, checked=True)
             if isinstance(c, np.ndarray)
             else [c[i] for i in indices.tolist()]
             for c in self._columns

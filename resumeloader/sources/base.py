@@ -118,6 +118,12 @@ class Source:
         raise NotImplementedError(msg)
 
     @property
+    def exact_batches(self) -> bool:
+        """Whether `read_batch` always returns arrays that are exactly `record_spec`'s
+        leaves (then a batch the pipeline reads with that spec is not checked again)."""
+        return False
+
+    @property
     def reads_many(self) -> bool:
         """Whether `read_many` reads several records faster than one `read` each."""
         return False

@@ -6,6 +6,7 @@ every stage keeps is in ARCHITECTURE.md ("The stage contract"). No TensorFlow he
 
 from resumeloader.stages.base import (
     Batches,
+    BatchMapStage,
     BatchStage,
     Group,
     GroupError,
@@ -25,6 +26,7 @@ from resumeloader.stages.batching import (
 )
 from resumeloader.stages.blocks import BlockStage
 from resumeloader.stages.map import MapStage
+from resumeloader.stages.map_batch import MapBatchStage
 from resumeloader.stages.mix import MixStage
 from resumeloader.stages.pipeline import Pipeline
 from resumeloader.stages.plan import Plan, Task
@@ -32,6 +34,7 @@ from resumeloader.stages.sampler import SamplerStage
 from resumeloader.stages.tf_map import TFMapStage
 
 __all__ = [
+    "BatchMapStage",
     "BatchStage",
     "Batches",
     "BlockStage",
@@ -40,6 +43,7 @@ __all__ = [
     "Group",
     "GroupError",
     "IndexStage",
+    "MapBatchStage",
     "MapStage",
     "MixStage",
     "PackStage",

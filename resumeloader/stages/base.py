@@ -1,4 +1,4 @@
-"""The stage kinds: index, record, batch (plain or windowed) and tensor stages.
+"""The stage kinds: index, record, batch (plain or windowed), batch map and tensor stages.
 
 The contract every stage keeps — a pure function of (seed, epoch, position), its
 order fields, no state, picklable — is written once, in ARCHITECTURE.md ("The stage
@@ -19,6 +19,7 @@ import numpy as np
 from resumeloader.core import spec as spec_lib
 
 __all__ = [
+    "BatchMapStage",
     "BatchStage",
     "Batches",
     "Group",
@@ -255,6 +256,28 @@ class WindowedBatchStage(BatchStage):
         groups = self.group(columns, spec, seed=seed, epoch=epoch, window=window)
         leaves = [self.assemble_group(columns, spec, group) for group in groups]
         return Batches(leaves, [g.count for g in groups], [g.first_slots() for g in groups])
+
+
+class BatchMapStage(Stage):
+    """Transforms each batch in Python, after the batch stage (in the producer: the
+    calling thread or the workers); randomness only from each row's generator.
+
+    Subclasses give `apply_batch` and, when a row changes, `output_spec`; `rowwise`
+    says whether each output row depends only on its input row and its generator
+    (then a batch-size change keeps every row's bytes: elastic resume is exact).
+    """
+
+    kind = "batch_map"
+    #: Whether each output row is a function of its input row and its generator only.
+    rowwise: bool = True
+
+    def output_spec(self, spec: spec_lib.RecordSpec) -> spec_lib.RecordSpec:
+        """The spec of one row of the batches this stage returns, for rows of `spec`."""
+        return spec
+
+    def apply_batch(self, batch: Any, *, epoch: int, indices: np.ndarray) -> Any:
+        """The transformed batch; row ``i`` holds record `indices[i]` of `epoch`."""
+        raise NotImplementedError
 
 
 class TensorStage(Stage):

@@ -13,13 +13,13 @@ from resumeloader.core import history as history_lib
 from resumeloader.core import spec as spec_lib
 from resumeloader.core import validate
 from resumeloader.stages import amend as amend_lib
-from resumeloader.stages import base, blocks, mix, on_error, sampler, tf_map
+from resumeloader.stages import base, blocks, map_batch, mix, on_error, sampler, tf_map
 from resumeloader.stages import map as map_stage
 from resumeloader.stages.batching import bucket, fixed, pack, padded, tokens
 
 __all__ = ["Pipeline"]
 
-_KINDS = ("index", "record", "batch", "tensor")
+_KINDS = ("index", "record", "batch", "batch_map", "tensor")
 
 
 class Pipeline:
@@ -68,6 +68,7 @@ class Pipeline:
         )
         self._records: tuple[base.RecordStage, ...] = ()
         self._batch: base.BatchStage | None = None
+        self._batch_maps: tuple[base.BatchMapStage, ...] = ()
         self._tensors: tuple[base.TensorStage, ...] = ()
         self._on_error = on_error.ErrorPolicy()
         self._spec = _spec(output_signature)
@@ -127,8 +128,9 @@ class Pipeline:
     # -- composing ------------------------------------------------------------------
     def apply(self, stage: base.Stage) -> Pipeline:
         """The pipeline with `stage` added: an index stage replaces the order, a record
-        stage runs after the others, a batch stage groups the records, a tensor stage
-        (after the batch stage) runs after the other tensor stages.
+        stage runs after the others, a batch stage groups the records, a batch map stage
+        and a tensor stage (after the batch stage) run after the others of their kind
+        (every batch map stage, in Python, before any tensor stage).
 
         The methods below are shorthands for it; a stage of your own (the contract is in
         ARCHITECTURE.md, "The stage contract") is added the same way.
@@ -141,6 +143,10 @@ class Pipeline:
             raise TypeError(msg)
         if stage.kind == "index":
             return self._with(index=stage)
+        if stage.kind == "batch_map":
+            assert isinstance(stage, base.BatchMapStage)
+            map_batch.check_placement(stage, self._batch, self._tensors, repr(self))
+            return self._with(batch_maps=(*self._batch_maps, stage))
         if stage.kind == "tensor":
             if self._batch is None:
                 msg = (
@@ -275,6 +281,25 @@ class Pipeline:
         )
         return self.apply(stage)
 
+    def map_batch(
+        self, fn: Callable[[Any, Any], Any], *, output_signature: Any = None,
+        rowwise: bool = True,
+    ) -> Pipeline:
+        """Runs ``fn(batch, rngs)`` on every batch, in Python (the calling thread or the
+        workers), after the batch stage: vectorised NumPy augmentation once per batch.
+
+        ``rngs[i]`` is row ``i``'s `numpy.random.Generator`, keyed by (seed, epoch, the
+        row's record index) (`MapBatchStage`: the generators, the checks, and what
+        `rowwise` guarantees on a batch-size change). `output_signature` describes a row
+        of what ``fn`` returns (the input's when None). Must follow a plain batch stage
+        (`batch`, `padded_batch`).
+        """
+        stage = map_batch.MapBatchStage(
+            fn, seed=self._seed, rowwise=rowwise, output_signature=output_signature,
+            batch_size=None if rowwise or self._batch is None else self._batch.batch_size,
+        )
+        return self.apply(stage)
+
     def tf_map(self, fn: Callable[[Any, Any], Any]) -> Pipeline:
         """Runs ``fn(batch, seeds)``, a function of TensorFlow ops, on every batch, inside
         the loader's tf.data graph (`TFMapStage`: seeds, bytes, errors). Must follow the
@@ -347,7 +372,9 @@ class Pipeline:
         """The same pipeline with another batch size (the record order is unchanged)."""
         if self._batch is None:
             return self.batch(batch_size)
-        return self._with(batch=self._batch.resized(batch_size))  # the stage checks it
+        maps = tuple(map_batch.resized(stage, batch_size) for stage in self._batch_maps)
+        # the batch stage checks it
+        return self._with(batch=self._batch.resized(batch_size), batch_maps=maps)
 
     def _check_unbatched(self, what: str) -> None:
         if self._batch is not None:
@@ -363,6 +390,8 @@ class Pipeline:
     index_stage = property(lambda self: self._index, doc="The index stage.")
     record_stages = property(lambda self: self._records, doc="The record stages, in order.")
     batch_stage = property(lambda self: self._batch, doc="The batch stage, or None.")
+    batch_map_stages = property(lambda self: self._batch_maps,
+                                doc="The batch map stages, in order.")
     record_spec = property(lambda self: self._spec, doc="The records' `RecordSpec`, or None.")
     tensor_stages = property(lambda self: self._tensors, doc="The tensor stages, in order.")
     error_policy = property(lambda self: self._on_error, doc="The bad-record `ErrorPolicy`.")
@@ -370,9 +399,9 @@ class Pipeline:
 
     @property
     def stages(self) -> tuple[base.Stage, ...]:
-        """Every stage, in order: index, records, batch, tensor stages."""
+        """Every stage, in order: index, records, batch, batch map, tensor stages."""
         tail = () if self._batch is None else (self._batch,)
-        return (self._index, *self._records, *tail, *self._tensors)
+        return (self._index, *self._records, *tail, *self._batch_maps, *self._tensors)
 
     def python_part(self) -> Pipeline:
         """The pipeline without its tensor stages: what runs in Python (and is sent to

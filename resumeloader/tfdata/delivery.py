@@ -85,7 +85,8 @@ class Delivery:
         self.batch_dim = stage.batch_dim
         columns = plan.pipeline.source.columns()
         self.gatherer: gather.Gatherer | None = None
-        fixed = not self.spec.variable and stage.stacks
+        # Batch map stages run in Python on every batch: not on the graph's gather path.
+        fixed = not self.spec.variable and stage.stacks and not plan.pipeline.batch_map_stages
         inline = workers.kind == "inline"  # the gather path has no workers
         if self.producer.reads_batches and inline and columns is not None and fixed:
             leaves, treespec = columns

@@ -60,6 +60,8 @@ def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.Delivery) -> list[Ro
         if batch.window is not None:
             what += "; a restore inside a window recomputes that window"
         rows.append((batch.name, what, f"row {delivery.spec.describe()}", "derived"))
+    for stage in pipeline.batch_map_stages:
+        rows.append((stage.name, stage.describe(), f"row {delivery.spec.describe()}", "derived"))
     return rows
 
 

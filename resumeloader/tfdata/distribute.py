@@ -105,6 +105,15 @@ def pipeline(plan: plan_lib.Plan, input_context: Any) -> InputPipeline:
             f"batch_size={batch_size}. Create the loader with drop_remainder=True."
         )
         raise ValueError(msg)
+    mixing = [s for s in plan.pipeline.batch_map_stages if not s.rowwise]
+    if mixing and pipelines > 1:
+        msg = (
+            f"The batch map stage `{mixing[0].name}` is not row-wise: its rows depend on the "
+            "whole batch, which several input pipelines would each see a part of. "
+            f"Received: num_input_pipelines={pipelines}. Use one input pipeline, or a "
+            "row-wise function (`map_batch(fn, rowwise=True)`)."
+        )
+        raise ValueError(msg)
     sub_plan = plan.sharded(
         shard_index=plan.shard_index + plan.shard_count * input_context.input_pipeline_id,
         shard_count=plan.shard_count * pipelines,

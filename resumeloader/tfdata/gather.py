@@ -1,15 +1,18 @@
 """In-memory array sources without a ``map_fn``: batches gathered inside tf.data.
 
-For such sources Python only computes the record indices, CHUNK batches per
-``from_generator`` element; tf.data splits them into batches and gathers the records
-with ``tf.gather`` in its own threads, which costs much less than converting a NumPy
-batch per ``from_generator`` call. The stream is identical to the generic path: the
-same tasks, cut the same way.
+For such sources Python only computes the record indices, CHUNK batches of one size
+per ``from_generator`` element; tf.data gathers a chunk's records with one
+``tf.gather`` per column in its own threads and splits the chunk into its batches
+(``unbatch`` of a ``[batches, batch_size, ...]`` tensor), which costs much less than
+converting a NumPy batch per ``from_generator`` call. The stream is identical to the
+generic path: the same tasks, cut the same way.
 
 Memory: the gather reads the NumPy arrays in place (through DLPack) when TensorFlow
 can address them (C-contiguous, writeable or a read-only view of a writeable array,
-native byte order, 64-byte aligned); otherwise each array is copied once, per loader,
-into aligned memory. There is no
+native byte order, 64-byte aligned); otherwise the array is copied once into aligned
+memory, and that copy is shared by every loader and iterator over the same array
+(while any of them lives; a copy is matched by the array's memory, layout and
+sampled content digest). There is no
 size limit: nothing is embedded in a graph, and tf.data's static optimisations, whose
 graph rewrite would copy every captured tensor on each new iterator, are switched
 off for this dataset (its one map is parallel and ordered already).
@@ -17,6 +20,8 @@ off for this dataset (its one map is parallel and ordered already).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,7 +29,9 @@ import numpy as np
 import optree
 import tensorflow as tf
 
+from resumeloader.core import buffers
 from resumeloader.core import spec as spec_lib
+from resumeloader.sources import digest
 from resumeloader.tfdata import generator
 
 __all__ = ["Gatherer"]
@@ -85,37 +92,41 @@ class Gatherer:
         signature = (index_spec, element_spec[1]) if with_metadata else index_spec
         treespec = self._treespec
 
-        def gather(index: tf.Tensor) -> Any:
+        static = specs[0].shape[0]  # the batch size when every batch has it, else None
+
+        def split(value: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
+            """A chunk's rows [k * size, ...] as k batches [k, size, ...]."""
+            rows = static if static is not None else size
+            return tf.reshape(value, tf.concat([[-1, rows], tf.shape(value)[1:]], 0))
+
+        def gather(index: tf.Tensor, size: tf.Tensor) -> Any:
+            # One gather per column for the whole chunk: far less tf.data work per batch
+            # than a gather per batch (a third less CPU, measured).
             batch = [
-                tf.ensure_shape(tf.gather(column, index), spec.shape)
+                split(tf.gather(column, index), size)
                 for column, spec in zip(columns, specs, strict=True)
             ]
             return optree.tree_unflatten(treespec, batch)
-
-        def rows(flat: Any, lengths: tf.Tensor) -> tf.data.Dataset:
-            split = tf.nest.map_structure(
-                lambda values: tf.RaggedTensor.from_row_lengths(values, lengths), flat
-            )
-            return tf.data.Dataset.from_tensor_slices(split)
-
-        def shaped(spec: Any, value: Any) -> Any:
-            return tf.nest.map_structure(lambda s, v: tf.ensure_shape(v, s.shape), spec, value)
 
         chunk_spec = tf.nest.map_structure(
             lambda s: tf.TensorSpec((None, *s.shape[1:]), s.dtype), signature
         )
         ds = tf.data.Dataset.from_generator(
             lambda: generator.guarded(lambda: _chunks(indices(), with_metadata=with_metadata)),
-            output_signature=(chunk_spec, tf.TensorSpec((None,), tf.int64)),
-        ).flat_map(rows)
+            output_signature=(chunk_spec, tf.TensorSpec((), tf.int64)),
+        )
         if with_metadata:
             ds = ds.map(
-                lambda index, meta: (gather(index), shaped(element_spec[1], meta)),
+                lambda chunk, size: (
+                    gather(chunk[0], size),
+                    tf.nest.map_structure(lambda m: split(m, size), chunk[1]),
+                ),
                 num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True,
             )
         else:
             ds = ds.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.unbatch()
         return ds.with_options(_OPTIONS)
 
 
@@ -131,17 +142,56 @@ _OPTIONS = _options()
 
 
 def _tensor(leaf: np.ndarray) -> tf.Tensor:
-    """`leaf` as a tensor that shares its memory, or shares that of one aligned copy."""
+    """`leaf` as a tensor that shares its memory, or shares that of its aligned copy."""
     leaf = _unlocked(leaf)
     if not (
         leaf.flags.c_contiguous
         and leaf.flags.writeable  # NumPy exports no read-only array through DLPack
         and leaf.dtype.isnative
-        and leaf.ctypes.data % _ALIGNMENT == 0
+        and buffers.address(leaf) % _ALIGNMENT == 0
     ):
-        leaf = _aligned_copy(leaf)
+        leaf = _shared_copy(leaf)
     # The tensor keeps `leaf` (and the memory it views) alive until it is freed.
     return tf.experimental.dlpack.from_dlpack(leaf.__dlpack__())
+
+
+# (address, shape, strides, dtype, content digest) of an array -> (a weak reference to
+# the array that owns that memory, a weak reference to its aligned copy). Every loader
+# and iterator over one array shares one copy, alive while any of their tensors is.
+_COPIES: dict[tuple[Any, ...], tuple[weakref.ref[Any], weakref.ref[np.ndarray]]] = {}
+_COPIES_LOCK = threading.Lock()
+
+
+def _owner(leaf: np.ndarray) -> Any:
+    """The object that owns the memory `leaf` views (its last base), or `leaf`."""
+    owner: Any = leaf
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    return owner
+
+
+def _shared_copy(leaf: np.ndarray) -> np.ndarray:
+    """The aligned copy of `leaf` (`_aligned_copy`), made once for every loader over the
+    same array: keyed by its memory, layout and sampled content (`sources.digest`),
+    valid while the array that owns the memory lives."""
+    owner = _owner(leaf)
+    try:
+        owner_ref = weakref.ref(owner)
+    except TypeError:  # an owner without weak references: no sharing, one copy each
+        return _aligned_copy(leaf)
+    key = (leaf.ctypes.data, leaf.shape, leaf.strides, leaf.dtype.str,
+           digest.columns_digest([leaf]))
+    with _COPIES_LOCK:
+        for stale in [k for k, (o, c) in _COPIES.items() if o() is None or c() is None]:
+            del _COPIES[stale]
+        entry = _COPIES.get(key)
+        if entry is not None and entry[0]() is owner:
+            copy = entry[1]()
+            if copy is not None:
+                return copy
+        copy = _aligned_copy(leaf)
+        _COPIES[key] = (owner_ref, weakref.ref(copy))
+        return copy
 
 
 def _unlocked(leaf: np.ndarray) -> np.ndarray:
@@ -177,22 +227,25 @@ def _aligned_copy(leaf: np.ndarray) -> np.ndarray:
 
 
 def _chunks(batches: Iterator[Any], *, with_metadata: bool) -> Iterator[Any]:
-    """Groups CHUNK batches' index arrays (and metadata) into one generator element with
-    their lengths, so Python and from_generator run once per CHUNK batches."""
+    """Groups up to CHUNK consecutive batches of one size (their index arrays and
+    metadata) into one generator element with that size, so Python, from_generator
+    and the gather run once per CHUNK batches."""
     group: list[Any] = []
+    size = -1
     for item in batches:
-        group.append(item)
-        if len(group) == CHUNK:
-            yield _pack(group, with_metadata)
+        length = len(item[0] if with_metadata else item)
+        if group and (length != size or len(group) == CHUNK):
+            yield _pack(group, with_metadata), np.int64(size)
             group = []
+        group.append(item)
+        size = length
     if group:
-        yield _pack(group, with_metadata)
+        yield _pack(group, with_metadata), np.int64(size)
 
 
-def _pack(group: list[Any], with_metadata: bool) -> tuple[Any, np.ndarray]:
+def _pack(group: list[Any], with_metadata: bool) -> Any:
     if with_metadata:
         index = np.concatenate([indices for indices, _ in group])
         meta = {key: np.concatenate([m[key] for _, m in group]) for key in group[0][1]}
-        lengths = np.array([len(indices) for indices, _ in group], np.int64)
-        return (index, meta), lengths
-    return np.concatenate(group), np.array([len(indices) for indices in group], np.int64)
+        return index, meta
+    return np.concatenate(group)

@@ -172,6 +172,8 @@ def check_picklable(pipeline: pipeline_lib.Pipeline, *, kind: str) -> None:
     for stage in pipeline.record_stages:
         name = "map_fn" if stage.name == "map" else f"stage {stage.name}"
         parts.append((name, getattr(stage, "fn", stage)))
+    for stage in pipeline.batch_map_stages:
+        parts.append((f"{stage.name} function", getattr(stage, "fn", stage)))
     if pipeline.error_policy.fn is not None:
         parts.append(("on_error policy", pipeline.error_policy.fn))
     for name, value in parts:

@@ -68,9 +68,11 @@ def record(
 
 
 def batch(
-    spec: spec_lib.RecordSpec, batch: Any, indices: np.ndarray, *, epoch: int, position: int
+    spec: spec_lib.RecordSpec, batch: Any, indices: np.ndarray, *, epoch: int, position: int,
+    what: str = "read_batch",
 ) -> list[Any]:
-    """The leaves of a source's `read_batch` result for `indices`, checked against `spec`.
+    """The leaves of a source's `read_batch` result (or `what` else made the batch) for
+    `indices`, checked against `spec` (a ``dense`` leaf's None dimensions may be any size).
 
     Raises:
         RecordSpecError: the batch does not match, naming its first record.
@@ -83,16 +85,16 @@ def batch(
         problem = f"its structure differs: {err}"
         columns = []
     leaves: list[Any] = []
-    for column, want, path in zip(columns, spec.leaves, spec.paths(), strict=False):
+    for i, (column, want) in enumerate(zip(columns, spec.leaves, strict=False)):
         leaf, problem = _batch_leaf(column, want, size)
         if problem is not None:
-            problem = f"{path}: {problem}"
+            problem = f"{spec.paths()[i]}: {problem}"  # the paths only for the message
             break
         leaves.append(leaf)
     if problem is None:
         return leaves
     msg = (
-        f"read_batch returned a batch that does not match the element spec for the "
+        f"{what} returned a batch that does not match the element spec for the "
         f"{size} records starting at record index {first} (epoch {epoch}, position "
         f"{position}): {problem}. Expected per record: {spec.describe()}."
     )
@@ -123,7 +125,9 @@ def _batch_leaf(column: Any, want: spec_lib.LeafSpec, size: int) -> tuple[Any, s
     except TypeError as err:
         return None, str(err)
     shape = (size, *want.shape)
-    if array.dtype != want.dtype or array.shape != shape:
+    fits = len(array.shape) == len(shape) and all(
+        w is None or w == g for w, g in zip(shape, array.shape, strict=True))
+    if array.dtype != want.dtype or not fits:
         got = spec_lib.LeafSpec(array.shape, array.dtype).describe()
         hint = _shape_hint(want, array.shape, per_record=False)
         return None, f"the batch is {got}, expected {size} records of {want.describe()}{hint}"
@@ -174,11 +178,13 @@ def record_error(
 
 
 def batch_error(
-    call: str, err: Exception, indices: np.ndarray, epoch: int, position: int
+    call: str, err: Exception, indices: np.ndarray, epoch: int, position: int,
+    *, who: str | None = None,
 ) -> errors.RecordError:
     first = int(indices[0])
+    who = who or f"The source's {call}"
     msg = (
-        f"The source's {call} raised {type(err).__name__} on the batch starting at record "
+        f"{who} raised {type(err).__name__} on the batch starting at record "
         f"index {first} (epoch {epoch}, position {position}): {err}"
     )
     # A source that knows which record failed (e.g. a checksum) says so: point at it.

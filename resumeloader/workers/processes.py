@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from resumeloader import errors
-from resumeloader.core import exiting
+from resumeloader.core import exiting, handoff
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import backend, child, failures, messages, produce, worker_process
@@ -245,8 +245,11 @@ class ProcessPool:
 
     def _copy(self, worker: worker_process.WorkerProcess, done: messages.Done) -> produce.Produced:
         buffer = worker.blocks[done.placement.slot].buf
+        # Into recycled memory (`core/buffers.py`): the block is the worker's again as
+        # soon as this returns, and a fresh batch-sized allocation per batch would
+        # page-fault once TensorFlow has set malloc's mmap threshold.
         arrays = [
-            np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset).copy()
+            handoff.copy(np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset))
             for dtype, shape, offset in done.placement.layout
         ]
         return produce.Produced.unflatten(self._spec.treespec, arrays, done.header)

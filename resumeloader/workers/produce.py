@@ -98,8 +98,18 @@ class BatchProducer:
         if spec is None and not self._stages:
             spec = self._source.record_spec()
         self.spec = spec if spec is not None else spec_lib.RecordSpec.of(self._probe())
-        #: The spec of one row of the batches (what the batch stage makes of records).
-        self.output_spec = self._batch_stage.output_spec(self.spec)
+        # A source whose batches are its spec's by construction, read with that spec:
+        # its batches need no check (the cost of one per batch, for in-memory arrays).
+        self._exact = (self.reads_batches and self._source.exact_batches
+                       and self.spec == self._source.record_spec())
+        self._maps = pipeline.batch_map_stages
+        # The spec of a row as the batch stage makes it, then after each batch map stage.
+        self._map_specs = [self._batch_stage.output_spec(self.spec)]
+        for stage in self._maps:
+            self._map_specs.append(stage.output_spec(self._map_specs[-1]))
+        #: The spec of one row of the batches (what the batch stage and the batch map
+        #: stages make of records).
+        self.output_spec = self._map_specs[-1]
 
     def record(self, index: int, *, epoch: int, position: int) -> Any:
         """Reads record `index` and runs the record stages; user errors become `RecordError`."""
@@ -190,7 +200,31 @@ class BatchProducer:
             raise errors.RecordSpecError(
                 msg, record_index=index, epoch=task.epoch, position=position
             ) from err
-        return Produced([self._encoded(leaves) for leaves in made.leaves], made.counts, made.rows)
+        batches = made.leaves
+        if self._maps:
+            starts = np.cumsum([0, *made.counts[:-1]]).tolist()
+            batches = [
+                self._mapped(leaves, task, start, count)
+                for leaves, start, count in zip(batches, starts, made.counts, strict=True)
+            ]
+        return Produced([self._encoded(leaves) for leaves in batches], made.counts, made.rows)
+
+    def _mapped(self, leaves: list[Any], task: plan_lib.Task, start: int, count: int) -> list[Any]:
+        """A batch's leaves run through the batch map stages (a plain stage's batch: its
+        rows are the task's records from `start` on), each result checked."""
+        indices, position = task.indices[start : start + count], task.position + start
+        batch = optree.tree_unflatten(self._map_specs[0].treespec, leaves)
+        for stage, spec in zip(self._maps, self._map_specs[1:], strict=True):
+            try:
+                batch = stage.apply_batch(batch, epoch=task.epoch, indices=indices)
+            except Exception as err:
+                who = f"The `{stage.name}` function"
+                raise checks.batch_error(stage.name, err, indices, task.epoch, position,
+                                         who=who) from err
+            leaves = checks.batch(spec, batch, indices, epoch=task.epoch, position=position,
+                                  what=f"The `{stage.name}` function")
+            batch = optree.tree_unflatten(spec.treespec, leaves)
+        return leaves
 
     # -- the error policy's path: only for a batch in which a record failed --------
     def _batch_replacing(self, task: plan_lib.Task) -> Produced:
@@ -265,6 +299,8 @@ class BatchProducer:
             batch = self._source.read_batch(indices)
         except Exception as err:
             raise checks.batch_error("read_batch", err, indices, epoch, position) from err
+        if self._exact:
+            return self.spec.treespec.flatten_up_to(batch)
         return checks.batch(self.spec, batch, indices, epoch=epoch, position=position)
 
 

@@ -13,8 +13,9 @@ from resumeloader.core import handoff
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int64, np.float32])
 def test_gather_equals_fancy_index_aligned_and_marked(dtype):
-    column = np.arange(7 * 3 * 5).reshape(7, 3, 5).astype(dtype)
-    indices = np.array([6, 0, 3, 3])
+    """A gathered batch of MIN_BYTES or more is column[indices], aligned, handed over once."""
+    column = np.arange(7 * 64 * 1024).reshape(7, 64, 1024).astype(dtype)
+    indices = np.array([6, 0, 3, 3, -1])
 
     out = handoff.gather(column, indices)
 
@@ -22,6 +23,29 @@ def test_gather_equals_fancy_index_aligned_and_marked(dtype):
     assert out.ctypes.data % handoff.ALIGNMENT == 0
     assert handoff.take(out)
     assert not handoff.take(out)  # handed over once
+
+
+def test_gather_of_a_small_batch_is_correct_and_unmarked():
+    """A batch under MIN_BYTES is not handed over (a copy of it costs less)."""
+    column = np.arange(7 * 3 * 5).reshape(7, 3, 5).astype(np.int64)
+    indices = np.array([6, 0, -2])
+    out = handoff.gather(column, indices)
+    np.testing.assert_array_equal(out, column[indices])
+    assert not handoff.take(out)
+
+
+@pytest.mark.parametrize("bad", [[0, 7], [-8, 1]], ids=["past-the-end", "before-the-start"])
+def test_check_indices_out_of_range_names_them(bad):
+    """An index outside [-rows, rows) raises IndexError naming it and the bounds."""
+    with pytest.raises(IndexError, match=r"Received: \[-?\d+\]; expected indices in \[-7, 7\)"):
+        handoff.check_indices(np.array(bad), 7)
+
+
+def test_check_indices_counts_negative_ones_from_the_end():
+    """Negative indices become rows - k; non-negative ones are returned as they are."""
+    np.testing.assert_array_equal(handoff.check_indices(np.array([-1, 0, -7]), 7), [6, 0, 0])
+    indices = np.array([1, 2])
+    assert handoff.check_indices(indices, 7) is indices
 
 
 def test_gather_strings_and_subclasses_index_as_usual_unmarked():

@@ -1,0 +1,188 @@
+"""Two benchmark runs compared: only the figures both reproduced within a tolerance are kept.
+
+    python benchmarks/compare_runs.py RUN1 RUN2 [--output DIR] [--tolerance 0.15]
+                                      [--markdown PATH]
+
+RUN1 and RUN2 are folders of results files (``<script>.json``, as `run_all.py --results`
+writes them). Every number of every table row and every target of RUN1 is compared with
+the same cell of RUN2 (rows matched by their text cells, e.g. pipeline and malloc
+regime): it is *reproduced* when the larger of the two is at most ``1 + tolerance``
+times the smaller (and has the same sign), or when both are within an absolute floor of
+each other for a column whose figures are small counts (minor faults per batch: 0.2
+against 0.4 is the same "none"). The results written to ``--output`` (default:
+``benchmarks/results``, which the docs are generated from) are RUN1's figures with every
+figure that was not reproduced left empty (a target's value too, so it reads "not
+measured"), and each table's description says how many were dropped. Prints one line
+per dropped figure and a summary; exits with status 1 when a table or a target of RUN1
+has no counterpart in RUN2 (the runs are not comparable). A publication run::
+
+    python benchmarks/run_all.py --results /tmp/bench-run1 --output /tmp/bench-run1/RESULTS.md
+    python benchmarks/run_all.py --results /tmp/bench-run2 --output /tmp/bench-run2/RESULTS.md
+    python benchmarks/compare_runs.py /tmp/bench-run1 /tmp/bench-run2 \\
+        --markdown benchmarks/RESULTS.md
+    python docs/_gen/generate.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _results  # noqa: E402
+
+TOLERANCE = 0.15
+#: Columns of small counts: two figures within this of each other agree.
+ABSOLUTE_FLOORS = {"faults": 1.0}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def agree(a: float, b: float, tolerance: float = TOLERANCE, floor: float = 0.0) -> bool:
+    """Whether `a` and `b` agree: within `floor` of each other, or of one sign and the
+    larger at most ``1 + tolerance`` times the smaller."""
+    if abs(a - b) <= floor:
+        return True
+    if a == 0 or b == 0 or (a < 0) != (b < 0):
+        return False
+    small, large = sorted((abs(a), abs(b)))
+    return large <= (1 + tolerance) * small * (1 + 1e-12)  # 1.15 * 100 is 114.999...
+
+
+def _row_key(table: _results.Table, row: dict[str, Any], seen: dict[tuple, int]) -> tuple:
+    """A row's text cells, and which occurrence of them it is (rows may repeat them)."""
+    text = tuple((c.key, row.get(c.key)) for c in table.columns if not _number(row.get(c.key)))
+    seen[text] = seen.get(text, 0) + 1
+    return (*text, seen[text])
+
+
+def _rows(table: _results.Table) -> dict[tuple, dict[str, Any]]:
+    seen: dict[tuple, int] = {}
+    return {_row_key(table, row, seen): row for row in table.rows}
+
+
+@dataclasses.dataclass
+class Comparison:
+    """What comparing two runs found."""
+
+    kept: dict[str, _results.Report] = dataclasses.field(default_factory=dict)
+    runs: dict[str, _results.Run] = dataclasses.field(default_factory=dict)
+    dropped: list[str] = dataclasses.field(default_factory=list)  # one line per figure
+    compared: int = 0
+    unmatched: list[str] = dataclasses.field(default_factory=list)
+
+
+def compare_tables(script: str, one: _results.Table, two: _results.Table, tolerance: float,
+                   found: Comparison) -> _results.Table:
+    """`one` with the figures `two` does not reproduce emptied."""
+    others = _rows(two)
+    kept = dataclasses.replace(one, rows=[])
+    drops = 0
+    for key, row in _rows(one).items():
+        other = others.get(key)
+        row = dict(row)
+        for column in one.columns:
+            value = row.get(column.key)
+            if not _number(value):
+                continue
+            found.compared += 1
+            theirs = None if other is None else other.get(column.key)
+            if _number(theirs) and agree(value, theirs, tolerance,
+                                         ABSOLUTE_FLOORS.get(column.key, 0.0)):
+                continue
+            name = " / ".join(str(v) for _, v in key[:-1] if v not in (None, ""))
+            found.dropped.append(f"{script}: {one.key}: {name}: {column.label}: "
+                                 f"{column.cell(value)} vs {column.cell(theirs) or 'nothing'}")
+            row[column.key] = None
+            drops += 1
+        kept.rows.append(row)
+    if drops:
+        kept.description = (f"{one.description} {drops} figure(s) not reproduced within "
+                            f"{tolerance:.0%} by a second run are left out.").strip()
+    return kept
+
+
+def compare(first: Path, second: Path, tolerance: float = TOLERANCE) -> Comparison:
+    """Compares every results file of folder `first` with the same file of `second`."""
+    found = Comparison()
+    for path in sorted(first.glob("*.json")):
+        script = path.stem
+        one, run = _results.read(path)
+        found.runs[script] = run
+        other_path = second / path.name
+        if not other_path.exists():
+            found.unmatched.append(f"{script}: no {other_path}")
+            found.kept[script] = _results.Report(
+                [dataclasses.replace(t, rows=[]) for t in one.tables], [])
+            continue
+        two, _ = _results.read(other_path)
+        tables = []
+        for table in one.tables:
+            match = next((t for t in two.tables if t.key == table.key), None)
+            if match is None:
+                found.unmatched.append(f"{script}: no table {table.key!r} in {other_path}")
+                match = dataclasses.replace(table, rows=[])
+            tables.append(compare_tables(script, table, match, tolerance, found))
+        targets = []
+        theirs = {t.label: t for t in two.targets}
+        for target in one.targets:
+            other = theirs.get(target.label)
+            if other is None:
+                found.unmatched.append(f"{script}: no target {target.label!r} in {other_path}")
+            if target.value is not None:
+                found.compared += 1
+                if other is None or other.value is None or not agree(
+                        target.value, other.value, tolerance):
+                    shown = "nothing" if other is None else other.measured()
+                    found.dropped.append(f"{script}: target {target.label}: "
+                                         f"{target.measured()} vs {shown}")
+                    target = dataclasses.replace(target, value=None)
+            targets.append(target)
+        found.kept[script] = _results.Report(tables, targets)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("first", type=Path, help="the first run's results folder")
+    parser.add_argument("second", type=Path, help="the second run's results folder")
+    parser.add_argument("--output", type=Path, default=_results.RESULTS,
+                        help="where to write the reproduced results (default: %(default)s)")
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE,
+                        help="the largest relative difference kept (default: %(default)s)")
+    parser.add_argument("--markdown", type=Path,
+                        help="also write the reproduced tables as a RESULTS.md there")
+    args = parser.parse_args(argv)
+    if not any(args.first.glob("*.json")):
+        parser.error(f"{args.first} holds no results files (*.json)")
+    found = compare(args.first, args.second, args.tolerance)
+    for script, report in found.kept.items():
+        _results.write(args.output / f"{script}.json", report, found.runs[script])
+    for line in found.dropped:
+        print(f"dropped: {line}")
+    for line in found.unmatched:
+        print(f"unmatched: {line}", file=sys.stderr)
+    print(f"{len(found.dropped)} of {found.compared} figures not reproduced within "
+          f"{args.tolerance:.0%}; results written to {args.output}.")
+    if args.markdown:
+        import run_all
+
+        reports = list(found.kept.values())
+        command = (f"python benchmarks/compare_runs.py {args.first} {args.second} "
+                   f"(figures reproduced within {args.tolerance:.0%})")
+        seconds = sum(run.seconds for run in found.runs.values())
+        first_run = next(iter(found.runs.values()), None)
+        load = first_run.load_average["start"] if first_run else _results.load_average()
+        args.markdown.write_text(run_all.render(reports, command, seconds, load))
+    return 1 if found.unmatched else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

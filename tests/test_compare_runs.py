@@ -1,0 +1,97 @@
+"""benchmarks/compare_runs.py: only figures two runs reproduce within the tolerance are kept."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import _results  # noqa: E402
+import compare_runs  # noqa: E402
+
+
+def _run(folder: Path, rates: list[float], faults: list[float], target: float) -> Path:
+    table = _results.Table(
+        "throughput", "(a) t", "bench_x.py", "Rates.",
+        [_results.Column("pipeline", "pipeline"), _results.Column("malloc", "malloc"),
+         _results.Column("rate", "records/s", ",.0f"),
+         _results.Column("faults", "faults / batch", ",.1f")],
+    )
+    for (name, regime), rate, fault in zip(
+            [("ours", "patched"), ("ours", "healthy"), ("numpy", "healthy")], rates, faults,
+            strict=True):
+        table.add(pipeline=name, malloc=regime, rate=rate, faults=fault)
+    report = _results.Report([table], [_results.Target("ours / numpy", target, 0.6)])
+    run = _results.Run("python benchmarks/bench_x.py", False, "2026-12-02 00:00 UTC", 1.0,
+                       {"machine": "x86_64", "cpus": 2, "python": "3.11"},
+                       {"start": [0.1, 0.1, 0.1], "end": [0.1, 0.1, 0.1]})
+    return _results.write(folder / "bench_x.json", report, run)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "floor", "agreed"),
+    [(100.0, 115.0, 0.0, True), (100.0, 115.1, 0.0, False), (115.1, 100.0, 0.0, False),
+     (0.2, 0.9, 1.0, True), (0.2, 1.3, 1.0, False), (-1.0, 1.0, 0.0, False),
+     (0.0, 0.0, 0.0, True)],
+    ids=["15%", "over-15%", "over-15%-reversed", "within-floor", "over-floor",
+         "opposite-signs", "zeros"],
+)
+def test_agree_is_symmetric_relative_with_an_absolute_floor(a, b, floor, agreed):
+    """Two figures agree when the larger is at most 1.15x the smaller, or within the floor."""
+    assert compare_runs.agree(a, b, 0.15, floor) is agreed
+
+
+def test_compare_keeps_reproduced_figures_and_empties_the_others(tmp_path):
+    """A rate 30% off and a target 50% off are dropped; faults 0.1 vs 0.6 are kept."""
+    first = _run(tmp_path / "one", [1000.0, 2000.0, 3000.0], [0.1, 0.0, 0.2], 1.0)
+    _run(tmp_path / "two", [1300.0, 2100.0, 2900.0], [0.6, 0.0, 0.2], 0.5)
+
+    found = compare_runs.compare(first.parent, tmp_path / "two")
+
+    rows = found.kept["bench_x"].table("throughput").rows
+    assert [row["rate"] for row in rows] == [None, 2000.0, 3000.0]
+    assert [row["faults"] for row in rows] == [0.1, 0.0, 0.2]
+    assert found.kept["bench_x"].targets[0].value is None
+    assert found.compared == 7 and len(found.dropped) == 2
+    assert "ours / patched" in found.dropped[0] and "1,000 vs 1,300" in found.dropped[0]
+    assert not found.unmatched
+
+
+def test_compare_runs_command_writes_the_results_the_docs_read(tmp_path):
+    """The command writes the kept figures as results files and exits 0 when all match."""
+    _run(tmp_path / "one", [1000.0, 2000.0, 3000.0], [0.1, 0.0, 0.2], 1.0)
+    _run(tmp_path / "two", [1000.0, 2000.0, 3000.0], [0.1, 0.0, 0.2], 1.0)
+    out = tmp_path / "out"
+
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "compare_runs.py"), str(tmp_path / "one"),
+         str(tmp_path / "two"), "--output", str(out), "--markdown", str(tmp_path / "R.md")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "0 of 7 figures not reproduced" in done.stdout
+    kept = json.loads((out / "bench_x.json").read_text())
+    assert [row["rate"] for row in kept["tables"][0]["rows"]] == [1000.0, 2000.0, 3000.0]
+    assert "| ours | patched | 1,000 | 0.1 |" in (tmp_path / "R.md").read_text()
+
+
+def test_compare_runs_a_missing_script_in_the_second_run_exits_1(tmp_path):
+    """A results file of the first run without a counterpart makes the runs not comparable."""
+    _run(tmp_path / "one", [1000.0, 2000.0, 3000.0], [0.1, 0.0, 0.2], 1.0)
+    (tmp_path / "two").mkdir()
+    shutil.copy(tmp_path / "one" / "bench_x.json", tmp_path / "one" / "bench_y.json")
+    shutil.copy(tmp_path / "one" / "bench_x.json", tmp_path / "two" / "bench_x.json")
+
+    assert compare_runs.main([str(tmp_path / "one"), str(tmp_path / "two"),
+                              "--output", str(tmp_path / "out")]) == 1
+    kept = json.loads((tmp_path / "out" / "bench_y.json").read_text())
+    assert kept["tables"][0]["rows"] == []
