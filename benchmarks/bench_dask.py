@@ -71,10 +71,14 @@ def _cluster(workers: int, processes: bool) -> Any:
     # In-process workers talk to the scheduler in memory (inproc://); only the HTTP
     # servers listen, on 127.0.0.1 and ephemeral ports.
     network = {"host": "127.0.0.1", "scheduler_port": 0} if processes else {}
+    # In-process workers share this process: each would compare the whole process's
+    # memory (TensorFlow, the source) with its share of the machine's and pause at 80%
+    # (16 workers here: 1.5 GiB each; paused workers run nothing and the loader waits).
+    memory = {} if processes else {"memory_limit": 0}
     cluster = LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=processes,
         dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
-        silence_logs=logging.ERROR, **network,
+        silence_logs=logging.ERROR, **network, **memory,
     )
     client = Client(cluster, set_as_default=False)
     client.wait_for_workers(workers, timeout=120)
