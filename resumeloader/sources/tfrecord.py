@@ -221,17 +221,24 @@ class TFRecordSource(base.Source):
         try:
             buffer = handles.pread(ix.path, end - begin, begin, stamp=ix.stamp)
         except handles.StaleFileError as err:
-            index = int(self._starts[file] + numbers[group[0]])
-            msg = f"Record index {index}: {err}"
-            raise CorruptRecordError(msg, record_index=index) from err
+            raise self._bad(file, numbers[group[0]], err) from err
         for position in group:
             at, stop = int(starts[position]) - begin, int(stops[position]) - begin
             try:
                 out[position] = self._record(buffer, at, stop, file, int(numbers[position]), begin)
             except _Corrupt as err:
-                index = int(self._starts[file] + numbers[position])
-                msg = f"Record index {index}: {err}"
-                raise CorruptRecordError(msg, record_index=index) from None
+                raise self._bad(file, numbers[position], err) from None
+
+    def _bad(
+        self,
+        file: Any,
+        number: Any,
+        err: BaseException,
+        kind: type[CorruptRecordError | base.RecordReadError] = CorruptRecordError,
+    ) -> CorruptRecordError | base.RecordReadError:
+        """The error of `kind` naming the source index of record `number` of `file`."""
+        index = int(self._starts[int(file)] + number)
+        return kind(f"Record index {index}: {err}", record_index=index)
 
     def _read_objects(
         self,
@@ -251,19 +258,15 @@ class TFRecordSource(base.Source):
         except (fetch.ObjectChangedError, fetch.ObjectReadError) as err:
             paths = [self._indexes[files[p]].path for p in at]
             p = objects_lib.failing(err, at, paths, starts, stops)
-            index = int(self._starts[files[p]] + numbers[p])
-            msg = f"Record index {index}: {err}"
-            if isinstance(err, fetch.ObjectChangedError):
-                raise CorruptRecordError(msg, record_index=index) from err
-            raise base.RecordReadError(msg, record_index=index) from err
+            changed = isinstance(err, fetch.ObjectChangedError)
+            kind = CorruptRecordError if changed else base.RecordReadError
+            raise self._bad(files[p], numbers[p], err, kind) from err
         for p, view in zip(at, views, strict=True):
             file, number, begin = int(files[p]), int(numbers[p]), int(starts[p])
             try:
                 out[p] = self._record(bytes(view), 0, len(view), file, number, begin)
             except _Corrupt as err:
-                index = int(self._starts[file] + number)
-                msg = f"Record index {index}: {err}"
-                raise CorruptRecordError(msg, record_index=index) from None
+                raise self._bad(file, number, err) from None
 
     # -- object storage: the block order, read-ahead, what changed ----------------------
     def blocked(self, block_records: int | None) -> TFRecordSource:

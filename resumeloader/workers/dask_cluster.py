@@ -220,43 +220,34 @@ class Connection:
         return reply
 
     def lost(self, task: Task, err: BaseException) -> errors.WorkerError:
-        first = int(task.indices[0])
-        msg = (
+        return _error(
+            task,
             f"Lost the Dask scheduler at {self.address} while waiting for the batch of "
             f"{len(task.indices)} records at position {task.position} (epoch {task.epoch}, "
-            f"first record index {first}): {type(err).__name__}: {err} No batch was lost: "
-            "the position was not advanced. Restore the last checkpoint and resume, on "
-            "this cluster once its scheduler is back or on any other."
-        )
-        return errors.WorkerError(
-            msg, record_index=first, epoch=task.epoch, position=task.position
+            f"first record index {int(task.indices[0])}): {type(err).__name__}: {err} No "
+            "batch was lost: the position was not advanced. Restore the last checkpoint "
+            "and resume, on this cluster once its scheduler is back or on any other.",
         )
 
     def _failed(self, task: Task, err: BaseException) -> errors.WorkerError:
-        first = int(task.indices[0])
-        msg = (
+        return _error(
+            task,
             f"The Dask cluster at {self.address} failed the batch of {len(task.indices)} "
             f"records at position {task.position} (epoch {task.epoch}, first record index "
-            f"{first}) before resumeloader's task ran: {type(err).__name__}: {err} Is "
-            "resumeloader (and every module the pipeline's functions import) installed "
-            "on the workers, in the same versions? The position was not advanced."
-        )
-        return errors.WorkerError(
-            msg, record_index=first, epoch=task.epoch, position=task.position
+            f"{int(task.indices[0])}) before resumeloader's task ran: {type(err).__name__}: "
+            f"{err} Is resumeloader (and every module the pipeline's functions import) "
+            "installed on the workers, in the same versions? The position was not advanced.",
         )
 
     def _killed(self, task: Task, err: Any) -> errors.WorkerError:
-        first = int(task.indices[0])
-        msg = (
+        return _error(
+            task,
             f"The batch of {len(task.indices)} records at position {task.position} (epoch "
-            f"{task.epoch}, first record index {first}) was lost with {err.allowed_failures + 1}"
-            " Dask workers that died while making it (distributed.scheduler.allowed-failures"
-            f"={err.allowed_failures}; last on {err.last_worker.address}): a record that "
-            "kills its worker (out of memory, a crash in native code)? The position was "
-            "not advanced."
-        )
-        return errors.WorkerError(
-            msg, record_index=first, epoch=task.epoch, position=task.position
+            f"{task.epoch}, first record index {int(task.indices[0])}) was lost with "
+            f"{err.allowed_failures + 1} Dask workers that died while making it "
+            f"(distributed.scheduler.allowed-failures={err.allowed_failures}; last on "
+            f"{err.last_worker.address}): a record that kills its worker (out of memory, a "
+            "crash in native code)? The position was not advanced.",
         )
 
     def close(self) -> None:
@@ -292,3 +283,10 @@ def _connect(address: str) -> Any:
             "address of a running scheduler this machine can reach."
         )
         raise ConnectionError(msg) from err
+
+
+def _error(task: Task, msg: str) -> errors.WorkerError:
+    """A `WorkerError` for `task`'s batch, naming its position, epoch and first record."""
+    return errors.WorkerError(
+        msg, record_index=int(task.indices[0]), epoch=task.epoch, position=task.position
+    )
