@@ -23,7 +23,7 @@ import _worker_fns
 import numpy as np
 
 from resumeloader import Pipeline, ResumableLoader, Shard, Workers
-from resumeloader.sources import ArrayRecordSource, HuggingFaceSource, TFRecordSource
+from resumeloader.sources import ArrayRecordSource, FileSource, HuggingFaceSource, TFRecordSource
 
 REGISTRY: dict[str, Case] = {}
 
@@ -362,6 +362,10 @@ def _files() -> str:
         for record in records[:13]:
             writer.write(b"#" + record[::-1])
         writer.close()
+    os.mkdir(os.path.join(folder, "words"))  # the same records as one file each
+    for number, record in enumerate(records):
+        with open(os.path.join(folder, "words", f"{number:02d}.txt"), "wb") as f:
+            f.write(record)
     return folder
 
 
@@ -438,6 +442,15 @@ def _tfrecord_s3() -> ResumableLoader:
     pipeline = Pipeline(_object_tfrecords("s3"), seed=21).shuffle(chunk_records=4, window_chunks=2)
     return ResumableLoader.from_pipeline(
         pipeline.batch(5).tf_map(_lengths), num_epochs=2, with_metadata=True
+    )
+
+
+@register("file_source-block-order-process-workers", num_steps=7)
+def _file_source() -> ResumableLoader:
+    source = FileSource(os.path.join(_files(), "words", "*.txt"))
+    pipeline = Pipeline(source, seed=25).shuffle(chunk_records=4, window_chunks=2).batch(5)
+    return ResumableLoader.from_pipeline(
+        pipeline, num_epochs=2, workers=Workers(2, kind="process")
     )
 
 
