@@ -81,6 +81,8 @@ class DaskBackend:
 
     kind: ClassVar[str] = "dask"
     option_fields: ClassVar[tuple[str, ...]] = ("client", "address", "timeout", "window")
+    reads_in_this_process: ClassVar[bool] = False
+    parallel: ClassVar[bool] = True
 
     def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
         backend.check_picklable(producer.pipeline, kind=self.kind)

@@ -38,6 +38,8 @@ class ProcessBackend:
 
     kind: ClassVar[str] = "process"
     option_fields: ClassVar[tuple[str, ...]] = ("timeout", "window")
+    reads_in_this_process: ClassVar[bool] = False
+    parallel: ClassVar[bool] = True
 
     def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
         backend.check_picklable(producer.pipeline, kind=self.kind)
