@@ -134,7 +134,7 @@ def _check_window(
         return
     task = next(plan.tasks(position))
     at = task.position
-    for group in producer.groups(task):
+    for group in producer.groups(task, replacing=True):
         first, at = at, at + group.count
         if first < position < at:
             raise inside_a_batch(layout, position, first, at)

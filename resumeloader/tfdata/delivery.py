@@ -29,15 +29,22 @@ import tensorflow as tf
 from resumeloader.core import positions
 from resumeloader.handout import engine as engine_lib
 from resumeloader.handout import stream
-from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import generator, graph, prefetch, tf_map
 
-__all__ = ["AUTOTUNE", "DeliveryPath", "Row"]
+__all__ = ["AUTOTUNE", "DeliveryPath", "Row", "without_ends"]
 
 AUTOTUNE = tf.data.AUTOTUNE
 Watch = stream.Watch
 #: A row of ``loader.describe()``: stage, what, element, state.
 Row = tuple[str, str, str, str]
+
+
+def without_ends(made: Generator[tuple[Any, int], None, None]) -> Generator[Any, None, None]:
+    """The batches of ``Engine.batches`` without the position after each; closing it
+    closes `made` (and so stops its workers' run)."""
+    with contextlib.closing(made) as produced:
+        for batch, _ in produced:
+            yield batch
 
 
 class DeliveryPath:
@@ -85,6 +92,19 @@ class DeliveryPath:
             watch: ``watch(position, tasks)`` is called when an iteration begins and
                 its tasks pass through what it returns (the loader's ledger).
         """
+        plan = self.engine.plan
+
+        def begin() -> tuple[int, positions.Layout]:
+            position = start()
+            return position, (plan.rest_of_epoch(position) if rest_of_epoch else plan.layout)
+
+        return self.handover(begin, watch)
+
+    def handover(
+        self, begin: Callable[[], tuple[int, positions.Layout]], watch: Watch | None
+    ) -> tf.data.Dataset:
+        """The path's dataset (`dataset`): ``begin()``, called when an iteration begins,
+        gives its position and the layout cutting its stream."""
         raise NotImplementedError
 
     def source_row(self) -> Row:
@@ -100,26 +120,6 @@ class DeliveryPath:
         """The structure of `tf.TypeSpec` of one element with leading dimension `batch_dim`."""
         return self.finisher.element_spec(batch_dim)
 
-    def started(self, start: Callable[[], int], rest_of_epoch: bool) -> tuple[int, Any]:
-        """``(position, layout)`` of an iteration beginning now (see `dataset`)."""
-        position = start()
-        plan = self.engine.plan
-        return position, (plan.rest_of_epoch(position) if rest_of_epoch else plan.layout)
-
-    def batches(
-        self,
-        position: int,
-        *,
-        plan: plan_lib.Plan | None = None,
-        layout: positions.Layout | None = None,
-        watch: Watch | None = None,
-    ) -> Generator[Any, None, None]:
-        """The engine's batches from `position` (`Engine.batches`) without their ends."""
-        made = self.engine.batches(position, plan=plan, layout=layout, watch=watch)
-        with contextlib.closing(made) as produced:
-            for batch, _ in produced:
-                yield batch
-
     def prefetched(self, ds: tf.data.Dataset) -> tf.data.Dataset:
         """`ds` followed by the loader's prefetch."""
         return ds.prefetch(self.prefetch) if self.prefetch else ds
@@ -134,7 +134,7 @@ class DeliveryPath:
         """The finished elements of the produced batches of ``make_batches()``, prefetched.
 
         Args:
-            make_batches: a generator function of batches as `batches` yields them.
+            make_batches: a generator function of batches as `without_ends` yields them.
             batch_dim: the static size of the finished batches, or None.
             rebatch: cut every produced batch into batches of this size (one per
                 replica), after assembling and before the tensor stages.
@@ -180,7 +180,8 @@ class DeliveryPath:
         watch: Watch = lambda _, tasks: (tasks, ends.append)  # noqa: E731
         self.engine.backend.start()
         tensors = prefetch.prefetched(
-            lambda: self._tensors(self.batches(position, watch=watch)), depth
+            lambda: self._tensors(without_ends(self.engine.batches(position, watch=watch))),
+            depth,
         )
         return stream.EagerBatches(tensors, ends)
 

@@ -147,7 +147,8 @@ def dataset(
 
     def generate() -> Generator[Any, None, None]:
         start = pipe.start(position(), per_epoch)
-        yield from delivery.batches(start, plan=pipe.plan, layout=pipe.layout)
+        made = delivery.engine.batches(start, plan=pipe.plan, layout=pipe.layout)
+        yield from delivery_lib.without_ends(made)
 
     size = pipe.per_replica_batch_size
     rebatch = size if pipe.replicas_per_pipeline > 1 else None

@@ -73,15 +73,11 @@ class GatherPath(delivery.DeliveryPath):
         self._leaves, self._treespec = columns
         self._columns: list[tf.Tensor] | None = None
 
-    def dataset(
-        self,
-        start: Callable[[], int],
-        *,
-        rest_of_epoch: bool,
-        watch: delivery.Watch | None = None,
+    def handover(
+        self, begin: Callable[[], tuple[int, Any]], watch: delivery.Watch | None
     ) -> tf.data.Dataset:
         def indices() -> Iterator[Any]:
-            position, layout = self.started(start, rest_of_epoch)
+            position, layout = begin()
             return self.engine.indices(position, layout=layout, watch=watch)
 
         seeded = self.finisher.seeded

@@ -28,16 +28,13 @@ class ProducedPath(delivery.DeliveryPath):
     #: How the source is read, as ``describe()`` shows it.
     access: str
 
-    def dataset(
-        self,
-        start: Callable[[], int],
-        *,
-        rest_of_epoch: bool,
-        watch: delivery.Watch | None = None,
+    def handover(
+        self, begin: Callable[[], tuple[int, Any]], watch: delivery.Watch | None
     ) -> tf.data.Dataset:
         def make() -> Any:
-            position, layout = self.started(start, rest_of_epoch)
-            return self.batches(position, layout=layout, watch=watch)
+            position, layout = begin()
+            made = self.engine.batches(position, layout=layout, watch=watch)
+            return delivery.without_ends(made)
 
         return self.generated(make, self.batch_dim)
 

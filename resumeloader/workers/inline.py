@@ -21,6 +21,7 @@ class InlineBackend:
 
     kind: ClassVar[str] = "inline"
     option_fields: ClassVar[tuple[str, ...]] = ()
+    options_type: ClassVar[type | None] = None
     reads_in_this_process: ClassVar[bool] = True
     parallel: ClassVar[bool] = False
 

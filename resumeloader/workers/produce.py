@@ -148,16 +148,18 @@ class BatchProducer:
     def _batch(self, task: plan_lib.Task) -> Produced:
         return self._grouped(self._columns(task), task)
 
-    def groups(self, task: plan_lib.Task) -> list[stages_base.Group]:
+    def groups(self, task: plan_lib.Task, *, replacing: bool = False) -> list[stages_base.Group]:
         """The batches of a windowed stage's window `task` as groups of its slots (which
         records each batch holds: what lineage and a restore's check need), without
-        assembling them; a failing record is replaced as the error policy says."""
+        assembling them; `replacing`, a failing record is replaced as the error policy
+        says (the groups are then the stream's; which records replaced which is not
+        returned)."""
         stage = self._batch_stage
         assert isinstance(stage, stages_base.WindowedBatchStage)
         try:
             columns = self._columns(task)
         except errors.RecordError:
-            if self._policy is None:
+            if self._policy is None or not replacing:
                 raise
             columns = self._columns_replacing(task)[0]
         with self._naming_group_errors(task):

@@ -73,7 +73,7 @@ def _windowed_boundaries(plan: Plan) -> list[int]:
     producer = produce.BatchProducer(plan.pipeline)
     task = next(plan.tasks(0))
     ends, at = [], 0
-    for group in producer.groups(task):
+    for group in producer.groups(task, replacing=True):
         at += group.count
         ends.append(at)
     return ends
