@@ -1,0 +1,385 @@
+"""`Board`: a loader's per-stage counters and timers, counted once per batch, never per record.
+
+Each place where stages run — a thread of this process (the one handing batches out,
+a worker thread, the prefetch thread), a worker process, a Dask worker — counts into
+its own `Place`, so no two threads ever write the same counter and no lock is taken
+on the hot path. At every stage boundary the code making a batch calls `Lap.lap`
+once for the batch: one ``time.perf_counter_ns`` read, a few integer additions. The
+thread's CPU time (``time.thread_time_ns``, a system call) is read only on one batch
+in `CPU_EVERY` per place (the first included), at the same boundaries: a stage's CPU
+time is estimated as its wall time times the CPU share of its sampled batches.
+
+A place in another process sends what it counted since its last reply (`Place.take`)
+with the batch it made; the board of the process handing batches out merges it
+(`Board.merge`) under that place's name. `Consumer` times what the training loop
+waited for data per step, `Gauge` samples queue depths, `Counts` holds plain counters
+(the storage layer's GETs, retries, bytes). `resumeloader.core.stats.Stats` turns a
+board's `snapshot` into tables and the bottleneck. Counting is on unless the
+environment variable ``RESUMELOADER_STATS`` is ``0`` (`enabled`); it never changes a
+batch. Pure Python: no NumPy, no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from typing import Any
+
+__all__ = [
+    "CPU_EVERY", "ENV", "FIELDS", "Board", "Consumer", "Gauge", "Lap", "Meter", "Place",
+    "enabled", "timed",
+]
+
+#: The environment variable that switches counting off (``0``, ``off``, ``false``).
+ENV = "RESUMELOADER_STATS"
+#: A place reads its thread's CPU time on one batch in this many (the first included).
+CPU_EVERY = 8
+#: What a `Meter` counts, in the order `Meter.values` gives them.
+FIELDS = ("batches", "records_in", "records_out", "bytes_out", "wall_ns", "cpu_ns", "cpu_wall_ns")
+
+_now = time.perf_counter_ns
+_cpu = time.thread_time_ns
+
+
+def enabled() -> bool:
+    """Whether loaders made now count (``RESUMELOADER_STATS`` is not ``0``/``off``/``false``)."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+class Meter:
+    """What one stage did at one place: batches, records in and out, bytes out, wall
+    time, and the CPU time and wall time of the batches whose CPU time was read."""
+
+    __slots__ = FIELDS
+
+    def __init__(self) -> None:
+        self.batches = self.records_in = self.records_out = self.bytes_out = 0
+        self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
+
+    def values(self) -> tuple[int, ...]:
+        """The counts, in `FIELDS` order."""
+        return (self.batches, self.records_in, self.records_out, self.bytes_out,
+                self.wall_ns, self.cpu_ns, self.cpu_wall_ns)
+
+    def add(self, values: tuple[int, ...] | list[int]) -> None:
+        """Adds counts given in `FIELDS` order."""
+        (batches, records_in, records_out, bytes_out, wall, cpu, cpu_wall) = values
+        self.batches += batches
+        self.records_in += records_in
+        self.records_out += records_out
+        self.bytes_out += bytes_out
+        self.wall_ns += wall
+        self.cpu_ns += cpu
+        self.cpu_wall_ns += cpu_wall
+
+
+class Place(dict):  # type: ignore[type-arg]
+    """The meters of one place, by stage name (a missing stage's meter is made on use).
+
+    Args:
+        name: the place (``"resumeloader-worker-0"``, ``"process worker 1"``, ...).
+        parallel: how many calls it runs at once (tf.data's parallel map: the cores).
+    """
+
+    def __init__(self, name: str, *, parallel: int = 1) -> None:
+        super().__init__()
+        self.name = name
+        self.parallel = parallel
+        self.born_ns = _now()
+        #: Nanoseconds it has existed, as its own process tells (a remote place).
+        self.alive_ns: int | None = None
+        #: CPU nanoseconds of its whole process, as that process tells (a remote place).
+        self.process_cpu_ns: int | None = None
+        self._batches = 0
+        self._sent: dict[str, tuple[int, ...]] = {}
+
+    def __missing__(self, stage: str) -> Meter:
+        meter = self[stage] = Meter()
+        return meter
+
+    def lap(self) -> Lap:
+        """A `Lap` of one batch starting now (its CPU time read on one batch in `CPU_EVERY`)."""
+        self._batches += 1
+        return Lap(self, self._batches % CPU_EVERY == 1)
+
+    def take(self) -> tuple[str, int, int, dict[str, tuple[int, ...]]]:
+        """What was counted since the last `take`, to send to the board that hands
+        batches out: ``(name, ns alive, process CPU ns, {stage: counts})``."""
+        changed = {}
+        for stage, meter in list(self.items()):
+            values = meter.values()
+            sent = self._sent.get(stage)
+            if values != sent:
+                changed[stage] = values if sent is None else tuple(
+                    a - b for a, b in zip(values, sent, strict=True))
+                self._sent[stage] = values
+        return self.name, _now() - self.born_ns, time.process_time_ns(), changed
+
+
+class Lap:
+    """One batch through consecutive stages at one place: `lap` closes the stage that
+    ran since the previous boundary."""
+
+    __slots__ = ("_cpu", "_last")
+
+    def __init__(self, place: Place, sample_cpu: bool) -> None:
+        self._last = _now()
+        self._cpu = _cpu() if sample_cpu else -1
+
+    def lap(self, meter: Meter, records: int, nbytes: int = 0, *, out: int | None = None) -> int:
+        """Closes a stage of `records` records in (`out` out, default the same) and
+        `nbytes` bytes out: its time since the previous boundary goes to `meter`.
+        Returns that time in ns."""
+        now = _now()
+        wall = now - self._last
+        meter.batches += 1
+        meter.records_in += records
+        meter.records_out += records if out is None else out
+        meter.bytes_out += nbytes
+        meter.wall_ns += wall
+        if self._cpu >= 0:
+            cpu = _cpu()
+            meter.cpu_ns += cpu - self._cpu
+            meter.cpu_wall_ns += wall
+            self._cpu = cpu
+        self._last = now
+        return wall
+
+    def split(self, shares: list[tuple[Meter, int]], records: int) -> None:
+        """Closes several stages that ran interleaved (record by record) since the
+        previous boundary: the time is divided among the meters in proportion to
+        `shares` (each a meter and the ns measured on its sampled records)."""
+        now = _now()
+        wall = now - self._last
+        cpu = -1
+        if self._cpu >= 0:
+            cpu = _cpu()
+        total = sum(ns for _, ns in shares) or 1
+        for meter, ns in shares:
+            part = wall * ns // total
+            meter.batches += 1
+            meter.records_in += records
+            meter.records_out += records
+            meter.wall_ns += part
+            if cpu >= 0:
+                meter.cpu_ns += (cpu - self._cpu) * ns // total
+                meter.cpu_wall_ns += part
+        if cpu >= 0:
+            self._cpu = cpu
+        self._last = now
+
+    def skip(self) -> None:
+        """Restarts the clock: what ran since the previous boundary is not counted."""
+        self._last = _now()
+        if self._cpu >= 0:
+            self._cpu = _cpu()
+
+
+class Gauge:
+    """Samples of one queue's depth (of `capacity`, when it has one)."""
+
+    __slots__ = ("capacity", "count", "maximum", "total")
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.capacity = capacity
+        self.count = self.total = self.maximum = 0
+
+    def sample(self, depth: int) -> None:
+        """One sample of the depth."""
+        self.count += 1
+        self.total += depth
+        if depth > self.maximum:
+            self.maximum = depth
+
+
+class Consumer:
+    """What the consumer (the training loop) waited for data, step by step.
+
+    `handed` times a step exactly (``for batch in loader``: asked, got). `produced`
+    and `advanced` estimate it for ``dataset()`` consumed by a loop that advances the
+    loader eagerly (Keras with `ResumeCallback`, a Python loop): a step's wait is how
+    long after the previous advance (or the iteration's start) its batch left the
+    Python producer for tf.data.
+    """
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.wait_ns = 0
+        self.max_wait_ns = 0
+        self.compute_ns = 0  # between handing a batch out and asking for the next
+        self._handed_ns = -1  # when the last batch was handed out (-1: new loop)
+        self._advanced_ns = -1
+        self._started_ns = -1
+        self._made: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
+        self._lock = threading.Lock()
+
+    def _step(self, wait: int, compute: int) -> None:
+        self.steps += 1
+        self.wait_ns += wait
+        self.compute_ns += compute
+        if wait > self.max_wait_ns:
+            self.max_wait_ns = wait
+
+    # -- a loop that asks and gets (for batch in loader) --------------------------------
+    def begun(self) -> None:
+        """A new loop starts: the time before its first ask is not a step's."""
+        self._handed_ns = -1
+
+    def handed(self, asked_ns: int, got_ns: int) -> None:
+        """One step: the consumer asked for a batch at `asked_ns`, had it at `got_ns`."""
+        compute = asked_ns - self._handed_ns if self._handed_ns >= 0 else 0
+        self._handed_ns = got_ns
+        self._step(got_ns - asked_ns, compute)
+
+    # -- dataset() and an eager advance ------------------------------------------------
+    def started(self) -> None:
+        """A dataset() iteration starts (asked for its first batch) now."""
+        with self._lock:
+            self._made.clear()
+            self._started_ns = _now()
+            self._advanced_ns = -1
+
+    def produced(self, end: int) -> None:
+        """The batch ending at position `end` leaves the producer now."""
+        self._made.append((end, _now()))
+
+    def advanced(self, end: int) -> None:
+        """The consumer advanced to position `end` now (after its step)."""
+        now = _now()
+        with self._lock:
+            made = None
+            while self._made and self._made[0][0] <= end:
+                position, made = self._made.popleft()
+                if position == end:
+                    break
+            asked = max(self._advanced_ns, self._started_ns)
+            self._advanced_ns = now
+            if made is None or asked < 0:
+                return
+        wait = max(0, made - asked)
+        self._step(wait, now - max(made, asked))
+
+
+class Board:
+    """Every place's meters for one loader, the consumer, the gauges and the counts.
+
+    Args:
+        chain: the stages in the order batches pass them (the table's rows).
+    """
+
+    def __init__(self, chain: list[str] | tuple[str, ...] = ()) -> None:
+        self.chain = list(chain)
+        self.born_ns = _now()
+        self.process_cpu_ns = time.process_time_ns()
+        self.consumer = Consumer()
+        self.gauges: dict[str, Gauge] = {}
+        #: Plain counters (e.g. ``storage.gets``), added by `count` and merged deltas.
+        self.counts: collections.Counter[str] = collections.Counter()
+        #: Functions returning counters of this process to add to `counts` at snapshot
+        #: time (read once when registered, so that only what happens later counts).
+        self._sources: list[tuple[Any, dict[str, int]]] = []
+        self._places: dict[str, Place] = {}
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def here(self) -> Place:
+        """The calling thread's place (named after the thread; made on first use)."""
+        try:
+            return self._local.place  # type: ignore[no-any-return]
+        except AttributeError:
+            place = self._local.place = self.place(threading.current_thread().name)
+            return place
+
+    def place(self, name: str, *, parallel: int = 1) -> Place:
+        """The place named `name` (made on first use)."""
+        with self._lock:
+            place = self._places.get(name)
+            if place is None:
+                place = self._places[name] = Place(name, parallel=parallel)
+            return place
+
+    def gauge(self, name: str, capacity: int | None = None) -> Gauge:
+        """The gauge named `name` (made on first use, with `capacity`)."""
+        gauge = self.gauges.get(name)
+        if gauge is None:
+            gauge = self.gauges.setdefault(name, Gauge(capacity))
+        if capacity is not None:
+            gauge.capacity = capacity
+        return gauge
+
+    def watch_counts(self, read: Any, prefix: str) -> None:
+        """Adds ``read()``'s counters (what they grow by from now on) to `counts` under
+        ``prefix.``."""
+        self._sources.append(((read, prefix), dict(read())))
+
+    def merge(self, delta: tuple[str, int, int, dict[str, tuple[int, ...]]],
+              counts: dict[str, int] | None = None) -> None:
+        """Adds what a place elsewhere counted (`Place.take`) and its plain `counts`."""
+        name, alive, cpu, changed = delta
+        place = self.place(name)
+        place.alive_ns, place.process_cpu_ns = alive, cpu
+        for stage, values in changed.items():
+            place[stage].add(values)
+        if counts:
+            self.counts.update(counts)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything counted so far as plain data (what `resumeloader.core.stats.Stats`
+        reads)."""
+        now = _now()
+        counts = collections.Counter(self.counts)
+        for (read, prefix), base in self._sources:
+            for key, value in read().items():
+                counts[f"{prefix}.{key}"] += value - base.get(key, 0)
+        with self._lock:
+            places = list(self._places.values())
+        consumer = self.consumer
+        return {
+            "elapsed_ns": now - self.born_ns,
+            "process_cpu_ns": time.process_time_ns() - self.process_cpu_ns,
+            "chain": list(self.chain),
+            "places": [
+                {
+                    "name": place.name,
+                    "parallel": place.parallel,
+                    "alive_ns": place.alive_ns if place.alive_ns is not None
+                    else now - place.born_ns,
+                    "remote": place.alive_ns is not None,
+                    "process_cpu_ns": place.process_cpu_ns,
+                    "stages": {stage: dict(zip(FIELDS, meter.values(), strict=True))
+                               for stage, meter in list(place.items())},
+                }
+                for place in places
+            ],
+            "consumer": {
+                "steps": consumer.steps, "wait_ns": consumer.wait_ns,
+                "max_wait_ns": consumer.max_wait_ns, "compute_ns": consumer.compute_ns,
+            },
+            "gauges": {
+                name: {"samples": g.count, "total": g.total, "max": g.maximum,
+                       "capacity": g.capacity}
+                for name, g in list(self.gauges.items())
+            },
+            "counts": {key: int(value) for key, value in sorted(counts.items()) if value},
+        }
+
+
+def timed(iterator: Any, meter_of: Any, records: Any) -> Any:
+    """`iterator`'s items, each `next` timed into ``meter_of()`` (the calling thread's
+    meter of a stage) with ``records(item)`` records in and out."""
+    it = iter(iterator)
+    while True:
+        start = _now()
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        meter = meter_of()
+        count = records(item)
+        meter.batches += 1
+        meter.records_in += count
+        meter.records_out += count
+        meter.wall_ns += _now() - start
+        yield item
