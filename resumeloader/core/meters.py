@@ -92,6 +92,9 @@ class Place(dict):  # type: ignore[type-arg]
         self.alive_ns: int | None = None
         #: CPU nanoseconds of its whole process, as that process tells (a remote place).
         self.process_cpu_ns: int | None = None
+        #: Nanoseconds measured per stage on the sampled records of record-by-record
+        #: loops (how `Lap.split` divides such a loop's time among its stages).
+        self.shares: dict[str, int] = {}
         self._batches = 0
         self._sent: dict[str, tuple[int, ...]] = {}
 
@@ -120,11 +123,18 @@ class Place(dict):  # type: ignore[type-arg]
 
 class Lap:
     """One batch through consecutive stages at one place: `lap` closes the stage that
-    ran since the previous boundary."""
+    ran since the previous boundary.
 
-    __slots__ = ("_cpu", "_last")
+    Attributes:
+        place: where it runs (its meters by stage name).
+        sampled: whether this batch's CPU time is read (one in `CPU_EVERY`).
+    """
+
+    __slots__ = ("_cpu", "_last", "place", "sampled")
 
     def __init__(self, place: Place, sample_cpu: bool) -> None:
+        self.place = place
+        self.sampled = sample_cpu
         self._last = _now()
         self._cpu = _cpu() if sample_cpu else -1
 
@@ -146,6 +156,19 @@ class Lap:
             self._cpu = cpu
         self._last = now
         return wall
+
+    def more(self, meter: Meter) -> None:
+        """Adds the time since the previous boundary to `meter` (a stage already counted
+        for this batch, e.g. its batches' encoding after the batch map stages)."""
+        now = _now()
+        wall = now - self._last
+        meter.wall_ns += wall
+        if self._cpu >= 0:
+            cpu = _cpu()
+            meter.cpu_ns += cpu - self._cpu
+            meter.cpu_wall_ns += wall
+            self._cpu = cpu
+        self._last = now
 
     def split(self, shares: list[tuple[Meter, int]], records: int) -> None:
         """Closes several stages that ran interleaved (record by record) since the
@@ -315,10 +338,11 @@ class Board:
         self._sources.append(((read, prefix), dict(read())))
 
     def merge(self, delta: tuple[str, int, int, dict[str, tuple[int, ...]]],
-              counts: dict[str, int] | None = None) -> None:
-        """Adds what a place elsewhere counted (`Place.take`) and its plain `counts`."""
-        name, alive, cpu, changed = delta
-        place = self.place(name)
+              counts: dict[str, int] | None = None, *, name: str | None = None) -> None:
+        """Adds what a place elsewhere counted (`Place.take`), under `name` (default:
+        the name it sent), and its plain `counts`."""
+        sent, alive, cpu, changed = delta
+        place = self.place(sent if name is None else name)
         place.alive_ns, place.process_cpu_ns = alive, cpu
         for stage, values in changed.items():
             place[stage].add(values)

@@ -11,7 +11,9 @@ the batch wire format (`resumeloader.core.wire`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
 import dataclasses
 import functools
 from collections.abc import Callable, Iterator
@@ -21,12 +23,12 @@ import numpy as np
 import optree
 
 from resumeloader import errors
+from resumeloader.core import meters, wire
 from resumeloader.core import spec as spec_lib
-from resumeloader.core import wire
 from resumeloader.stages import base as stages_base
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import checks, skips
+from resumeloader.workers import checks, skips, timing
 
 __all__ = ["BatchProducer", "Produced"]
 
@@ -78,12 +80,19 @@ class BatchProducer:
             pipeline's (`Pipeline.record_spec`), else the source's own
             (`Source.record_spec`) if there is no record stage, else that of record 0
             (epoch 0) read and run through the record stages.
+        board: where each batch's stages are counted and timed (`core/meters.py`,
+            per batch, in the calling thread's place); None counts nothing.
     """
 
     def __init__(
-        self, pipeline: pipeline_lib.Pipeline, spec: spec_lib.RecordSpec | None = None
+        self, pipeline: pipeline_lib.Pipeline, spec: spec_lib.RecordSpec | None = None,
+        *, board: meters.Board | None = None,
     ) -> None:
         self.pipeline = pipeline.python_part()
+        #: Where batches are counted (None: not counted).
+        self.board = board
+        #: The meter names of the stages run here.
+        self.names = timing.Names.of(pipeline)
         self._source = pipeline.source
         self._stages = pipeline.record_stages
         assert pipeline.batch_stage is not None
@@ -138,15 +147,16 @@ class BatchProducer:
     def batch(self, task: plan_lib.Task) -> Produced:
         """The batches of `task`'s records, whose first record sits at ``task.position``;
         a failing record raises `RecordError` or is replaced, as the error policy says."""
+        lap = None if self.board is None else self.board.here().lap()
         try:
-            return self._batch(task)
+            return self._batch(task, lap)
         except errors.RecordError:
             if self._policy is None:
                 raise
-        return self._batch_replacing(task)
+        return self._batch_replacing(task, lap)
 
-    def _batch(self, task: plan_lib.Task) -> Produced:
-        return self._grouped(self._columns(task), task)
+    def _batch(self, task: plan_lib.Task, lap: meters.Lap | None = None) -> Produced:
+        return self._grouped(self._columns(task, lap), task, lap)
 
     def groups(self, task: plan_lib.Task, *, replacing: bool = False) -> list[stages_base.Group]:
         """The batches of a windowed stage's window `task` as groups of its slots (which
@@ -168,11 +178,34 @@ class BatchProducer:
                 window=task.window,
             )
 
-    def _columns(self, task: plan_lib.Task) -> list[Any]:
-        """The checked leaves of `task`'s records, column by column."""
+    def _columns(self, task: plan_lib.Task, lap: meters.Lap | None = None) -> list[Any]:
+        """The checked leaves of `task`'s records, column by column (timed by `lap`)."""
         indices, epoch, position = task.indices, task.epoch, task.position
         if self.reads_batches:
-            return self._read_batch(indices, epoch=epoch, position=position)
+            columns = self._read_batch(indices, epoch=epoch, position=position)
+            if lap is not None:
+                lap.lap(lap.place[timing.READ], len(indices), timing.nbytes(columns))
+            return columns
+        if lap is None:
+            return self._record_columns(task)
+        return timing.split(
+            lap, self.names, len(indices), lambda: self._record_columns(task),
+            lambda spent: functools.partial(self._timed(spent)._record_columns, task),
+        )
+
+    def _timed(self, spent: collections.Counter[str]) -> BatchProducer:
+        """A copy whose source and record stages add their time to ``spent[name]``."""
+        twin = copy.copy(self)
+        twin._source = timing.Timed(self._source, timing.READ, spent)
+        twin._stages = tuple(
+            timing.Timed(stage, name, spent)
+            for stage, name in zip(self._stages, self.names.records, strict=True)
+        )
+        return twin
+
+    def _record_columns(self, task: plan_lib.Task) -> list[Any]:
+        """The checked leaves of `task`'s records read and staged record by record."""
+        indices, epoch, position = task.indices, task.epoch, task.position
         # A source that reads many records at once is read once per batch.
         read = None
         if self._source.reads_many:
@@ -194,21 +227,31 @@ class BatchProducer:
         return columns
 
     # -- the batch stage's part ------------------------------------------------------
-    def _grouped(self, columns: list[Any], task: plan_lib.Task) -> Produced:
-        """The task's batches from its records' checked `columns`."""
+    def _grouped(
+        self, columns: list[Any], task: plan_lib.Task, lap: meters.Lap | None = None
+    ) -> Produced:
+        """The task's batches from its records' checked `columns` (timed by `lap`)."""
         with self._naming_group_errors(task):
             made = self._batch_stage.batches(
                 columns, self.spec, seed=self.pipeline.seed, epoch=task.epoch,
                 window=task.window,
             )
+        if lap is not None:
+            lap.lap(lap.place[self.names.batch], len(task.indices), out=sum(made.counts))
         batches = made.leaves
         if self._maps:
             starts = np.cumsum([0, *made.counts[:-1]]).tolist()
             batches = [
-                self._mapped(leaves, task, start, count)
+                self._mapped(leaves, task, start, count, lap)
                 for leaves, start, count in zip(batches, starts, made.counts, strict=True)
             ]
-        return Produced([self._encoded(leaves) for leaves in batches], made.counts, made.rows)
+        produced = Produced([self._encoded(leaves) for leaves in batches], made.counts,
+                            made.rows)
+        if lap is not None:
+            meter = lap.place[self.names.batch]
+            lap.more(meter)  # the wire encoding of variable leaves
+            meter.bytes_out += sum(map(timing.nbytes, batches))
+        return produced
 
     @contextlib.contextmanager
     def _naming_group_errors(self, task: plan_lib.Task) -> Iterator[None]:
@@ -225,12 +268,17 @@ class BatchProducer:
                 msg, record_index=index, epoch=task.epoch, position=position
             ) from err
 
-    def _mapped(self, leaves: list[Any], task: plan_lib.Task, start: int, count: int) -> list[Any]:
+    def _mapped(
+        self, leaves: list[Any], task: plan_lib.Task, start: int, count: int,
+        lap: meters.Lap | None = None,
+    ) -> list[Any]:
         """A batch's leaves run through the batch map stages (a plain stage's batch: its
-        rows are the task's records from `start` on), each result checked."""
+        rows are the task's records from `start` on), each result checked (and timed)."""
         indices, position = task.indices[start : start + count], task.position + start
         batch = optree.tree_unflatten(self._map_specs[0].treespec, leaves)
-        for stage, spec in zip(self._maps, self._map_specs[1:], strict=True):
+        for number, (stage, spec) in enumerate(
+            zip(self._maps, self._map_specs[1:], strict=True)
+        ):
             try:
                 batch = stage.apply_batch(batch, epoch=task.epoch, indices=indices)
             except Exception as err:
@@ -240,14 +288,18 @@ class BatchProducer:
             leaves = checks.batch(spec, batch, indices, epoch=task.epoch, position=position,
                                   what=f"The `{stage.name}` function")
             batch = optree.tree_unflatten(spec.treespec, leaves)
+            if lap is not None:
+                lap.lap(lap.place[self.names.maps[number]], count)
         return leaves
 
     # -- the error policy's path: only for a batch in which a record failed --------
-    def _batch_replacing(self, task: plan_lib.Task) -> Produced:
+    def _batch_replacing(self, task: plan_lib.Task, lap: meters.Lap | None = None) -> Produced:
         """`task`'s batches made again record by record, each failing record replaced as
         the error policy says; the replacements are left in `skips`."""
         columns, skips = self._columns_replacing(task)
-        produced = self._grouped(columns, task)
+        if lap is not None:  # the failed try and the records read again
+            lap.lap(lap.place[timing.READ], len(task.indices))
+        produced = self._grouped(columns, task, lap)
         self.skips.put(task, skips)
         return produced
 
