@@ -28,14 +28,18 @@ import time
 from typing import Any
 
 __all__ = [
-    "CPU_EVERY", "ENV", "FIELDS", "Board", "Consumer", "Gauge", "Lap", "Meter", "Place",
-    "enabled", "timed",
+    "CPU_EVERY", "ENV", "FIELDS", "HAND_OUT", "WORKER_THREADS", "Board", "Consumer", "Gauge",
+    "Lap", "Meter", "Place", "difference", "enabled", "timed",
 ]
 
 #: The environment variable that switches counting off (``0``, ``off``, ``false``).
 ENV = "RESUMELOADER_STATS"
 #: A place reads its thread's CPU time on one batch in this many (the first included).
 CPU_EVERY = 8
+#: The place every thread that is not a worker thread counts in.
+HAND_OUT = "hand-out"
+#: The name prefix of worker threads (each counts in a place of its own).
+WORKER_THREADS = "resumeloader-worker-"
 #: What a `Meter` counts, in the order `Meter.values` gives them.
 FIELDS = ("batches", "records_in", "records_out", "bytes_out", "wall_ns", "cpu_ns", "cpu_wall_ns")
 
@@ -95,17 +99,18 @@ class Place(dict):  # type: ignore[type-arg]
         #: Nanoseconds measured per stage on the sampled records of record-by-record
         #: loops (how `Lap.split` divides such a loop's time among its stages).
         self.shares: dict[str, int] = {}
-        self._batches = 0
+        self._laps: collections.Counter[str] = collections.Counter()
         self._sent: dict[str, tuple[int, ...]] = {}
 
     def __missing__(self, stage: str) -> Meter:
         meter = self[stage] = Meter()
         return meter
 
-    def lap(self) -> Lap:
-        """A `Lap` of one batch starting now (its CPU time read on one batch in `CPU_EVERY`)."""
-        self._batches += 1
-        return Lap(self, self._batches % CPU_EVERY == 1)
+    def lap(self, kind: str = "") -> Lap:
+        """A `Lap` of one batch starting now; its CPU time is read on one batch in
+        `CPU_EVERY` of each `kind` (the first included)."""
+        count = self._laps[kind] = self._laps[kind] + 1
+        return Lap(self, count % CPU_EVERY == 1)
 
     def take(self) -> tuple[str, int, int, dict[str, tuple[int, ...]]]:
         """What was counted since the last `take`, to send to the board that hands
@@ -304,15 +309,22 @@ class Board:
         #: time (read once when registered, so that only what happens later counts).
         self._sources: list[tuple[Any, dict[str, int]]] = []
         self._places: dict[str, Place] = {}
+        self._readers: dict[str, Any] = {}
         self._local = threading.local()
         self._lock = threading.Lock()
 
     def here(self) -> Place:
-        """The calling thread's place (named after the thread; made on first use)."""
+        """The calling thread's place: a worker thread's own (named after the thread),
+        or `HAND_OUT`, which every other thread shares (one hands batches out at a
+        time: the thread of ``for batch in loader``, its prefetch thread, or the one
+        tf.data runs the generator in)."""
         try:
             return self._local.place  # type: ignore[no-any-return]
         except AttributeError:
-            place = self._local.place = self.place(threading.current_thread().name)
+            name = threading.current_thread().name
+            if not name.startswith(WORKER_THREADS):
+                name = HAND_OUT
+            place = self._local.place = self.place(name)
             return place
 
     def place(self, name: str, *, parallel: int = 1) -> Place:
@@ -331,6 +343,12 @@ class Board:
         if capacity is not None:
             gauge.capacity = capacity
         return gauge
+
+    def watch_place(self, name: str, read: Any, *, parallel: int = 1) -> None:
+        """A place whose meters ``read()`` returns (``{stage: counts}``, absolute: e.g.
+        variables a graph adds to), read at snapshot time."""
+        self.place(name, parallel=parallel)
+        self._readers[name] = read
 
     def watch_counts(self, read: Any, prefix: str) -> None:
         """Adds ``read()``'s counters (what they grow by from now on) to `counts` under
@@ -359,6 +377,11 @@ class Board:
                 counts[f"{prefix}.{key}"] += value - base.get(key, 0)
         with self._lock:
             places = list(self._places.values())
+        for name, read in list(self._readers.items()):
+            place = self._places[name]
+            for stage, values in read().items():
+                place[stage] = meter = Meter()
+                meter.add(values)
         consumer = self.consumer
         return {
             "elapsed_ns": now - self.born_ns,
@@ -407,3 +430,38 @@ def timed(iterator: Any, meter_of: Any, records: Any) -> Any:
         meter.records_out += count
         meter.wall_ns += _now() - start
         yield item
+
+
+def difference(after: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
+    """What was counted between two snapshots of one board (`after` minus `before`;
+    maxima are those of `after`)."""
+    if before is None:
+        return after
+    earlier = {p["name"]: p for p in before["places"]}
+    places = []
+    for place in after["places"]:
+        old = earlier.get(place["name"])
+        stages = {}
+        for stage, values in place["stages"].items():
+            was = {} if old is None else old["stages"].get(stage, {})
+            stages[stage] = {key: value - was.get(key, 0) for key, value in values.items()}
+        alive = place["alive_ns"] - (0 if old is None else old["alive_ns"])
+        cpu = place["process_cpu_ns"]
+        if cpu is not None and old is not None and old["process_cpu_ns"] is not None:
+            cpu -= old["process_cpu_ns"]
+        places.append({**place, "stages": stages, "alive_ns": alive, "process_cpu_ns": cpu})
+    consumer = {key: value - (0 if key == "max_wait_ns" else before["consumer"][key])
+                for key, value in after["consumer"].items()}
+    gauges = {}
+    for name, gauge in after["gauges"].items():
+        was = before["gauges"].get(name, {"samples": 0, "total": 0})
+        gauges[name] = {**gauge, "samples": gauge["samples"] - was["samples"],
+                        "total": gauge["total"] - was["total"]}
+    counts = {key: value - before["counts"].get(key, 0) for key, value in after["counts"].items()}
+    return {
+        **after,
+        "elapsed_ns": after["elapsed_ns"] - before["elapsed_ns"],
+        "process_cpu_ns": after["process_cpu_ns"] - before["process_cpu_ns"],
+        "places": places, "consumer": consumer, "gauges": gauges,
+        "counts": {key: value for key, value in counts.items() if value},
+    }

@@ -18,22 +18,17 @@ from typing import Any
 
 __all__ = ["Stage", "Stats", "Worker", "where"]
 
-# Thread names of the library's own threads -> how a table names the place.
-_THREADS = (
-    (re.compile(r"resumeloader-worker-(\d+)"), "thread worker {}"),
-    (re.compile(r"resumeloader-prefetch"), "prefetch thread"),
-)
+_ENV = "RESUMELOADER_STATS"
+_WORKER_THREAD = re.compile(r"resumeloader-worker-(\d+)")
 
 
 def where(name: str) -> str:
-    """How a table names the place `name` (a thread's name becomes its role)."""
-    for pattern, label in _THREADS:
-        found = pattern.fullmatch(name)
-        if found:
-            return label.format(*found.groups())
-    if name.startswith(("process worker", "Dask worker", "tf.data")):
-        return name
-    return "hand-out thread"
+    """How a table names the place `name` (`resumeloader.core.meters.Board` names):
+    ``"hand-out thread"``, ``"thread worker 0"``, ``"process worker 1"``, ..."""
+    found = _WORKER_THREAD.fullmatch(name)
+    if found:
+        return f"thread worker {found.group(1)}"
+    return "hand-out thread" if name == "hand-out" else name
 
 
 def _kind(name: str) -> str:
@@ -116,6 +111,7 @@ class Stats:
             (total, longest); compute_s: the consumer's time between batches.
         queues: per queue, its mean and largest depth and its capacity.
         counts: plain counters (``storage.gets``, ``storage.bytes``, ...).
+        counting: False when counting was off (``RESUMELOADER_STATS=0``): all empty.
     """
 
     elapsed_s: float
@@ -128,6 +124,12 @@ class Stats:
     compute_s: float
     queues: dict[str, dict[str, float | int | None]]
     counts: dict[str, int]
+    counting: bool = True
+
+    @classmethod
+    def off(cls) -> Stats:
+        """The stats of a loader that counts nothing (``RESUMELOADER_STATS=0``)."""
+        return cls(0.0, 0.0, (), (), 0, 0.0, 0.0, 0.0, {}, {}, counting=False)
 
     @classmethod
     def of(cls, snapshot: dict[str, Any]) -> Stats:
@@ -203,6 +205,8 @@ class Stats:
 
     def summary(self) -> str:
         """One line: records, rate, the bottleneck, the data wait."""
+        if not self.counting:
+            return f"not counted: the environment variable {_ENV}=0 switched counting off"
         rate = self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
         text = f"{self.records:,} records in {self.elapsed_s:.2f} s ({rate:,.0f}/s)"
         name = self.bottleneck
@@ -219,6 +223,7 @@ class Stats:
     def to_dict(self) -> dict[str, Any]:
         """Everything as plain JSON-serialisable data (rates and the bottleneck included)."""
         return {
+            "counting": self.counting,
             "elapsed_s": self.elapsed_s,
             "process_cpu_s": self.process_cpu_s,
             "bottleneck": self.bottleneck,

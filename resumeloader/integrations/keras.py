@@ -118,6 +118,14 @@ class ResumeCallback(keras.callbacks.Callback):
             end once.
         save_at_epoch_end: save after every epoch.
         max_to_keep: checkpoints kept in `checkpoint` when it is a directory.
+        summaries: a directory or a `tf.summary.SummaryWriter`: the loader's stage
+            figures are written there as scalars (`ResumableLoader.write_summaries`:
+            ``resumeloader/data_wait_ms``, per stage ``ms_per_batch``, ...) every
+            `summaries_every` batches and at each epoch end, at the optimizer's
+            iteration count (the step Keras' `TensorBoard` callback writes batch
+            figures at), so TensorBoard shows the data wait beside the loss. None
+            writes none.
+        summaries_every: batches between two writes of `summaries`.
     """
 
     def __init__(
@@ -128,6 +136,8 @@ class ResumeCallback(keras.callbacks.Callback):
         save_every: int | None = None,
         save_at_epoch_end: bool = True,
         max_to_keep: int = 3,
+        summaries: str | os.PathLike[str] | tf.summary.SummaryWriter | None = None,
+        summaries_every: int = 100,
     ) -> None:
         super().__init__()
         if not isinstance(loader, loader_lib.ResumableLoader):
@@ -139,6 +149,18 @@ class ResumeCallback(keras.callbacks.Callback):
         )
         self._save_at_epoch_end = validate.boolean("save_at_epoch_end", save_at_epoch_end)
         self._max_to_keep = validate.integer("max_to_keep", max_to_keep, low=1)
+        self._summaries_every = validate.integer("summaries_every", summaries_every, low=1)
+        if summaries is not None and not isinstance(
+            summaries, (str, os.PathLike, tf.summary.SummaryWriter)
+        ):
+            msg = (
+                "`summaries` must be a directory, a tf.summary.SummaryWriter or None. "
+                f"Received: summaries={summaries!r:.80} of type {type(summaries).__name__}."
+            )
+            raise TypeError(msg)
+        self._summaries = summaries
+        self._writer: tf.summary.SummaryWriter | None = None
+        self._since_summary = 0
         self._manager: tf.train.CheckpointManager | None = None
         self._directory: str | None = None
         if isinstance(checkpoint, tf.train.CheckpointManager):
@@ -196,6 +218,12 @@ class ResumeCallback(keras.callbacks.Callback):
         self._track_fit_state(checkpoint, fit_state)
         self._saved_position = self._loader.position
         self._since_save = 0
+        if self._summaries is not None and self._writer is None:
+            summaries = self._summaries
+            self._writer = (
+                summaries if isinstance(summaries, tf.summary.SummaryWriter)
+                else tf.summary.create_file_writer(os.fspath(summaries))
+            )
         self._resumed_mid_epoch = self._loader.position % self._loader.plan.records_per_epoch > 0
         self._data_spec = callback_state.fit_data_spec(self.model)
         self._check_fit_arguments()
@@ -309,6 +337,10 @@ class ResumeCallback(keras.callbacks.Callback):
                 self._since_save += 1
                 self._counted += 1
             ended = self._loader.epoch != self._epoch or self._loader.exhausted
+        if self._writer is not None:
+            self._since_summary += 1
+            if self._since_summary >= self._summaries_every:
+                self._write_summaries()
         # The save due at an epoch's last batch waits for the epoch's end (validation and
         # the other callbacks' on_epoch_end): saved before them, a resumed fit would start
         # at the next epoch and they would never run for this one.
@@ -331,6 +363,15 @@ class ResumeCallback(keras.callbacks.Callback):
         due = self._save_every is not None and self._since_save >= self._save_every
         if self._save_at_epoch_end or due:
             self._save()
+        if self._writer is not None:
+            self._write_summaries()
+
+    def _write_summaries(self) -> None:
+        assert self._writer is not None
+        optimizer = self.model.optimizer
+        step = int(optimizer.iterations.numpy()) if optimizer is not None else 0
+        self._loader.write_summaries(step, self._writer)
+        self._since_summary = 0
 
     def _save(self) -> None:
         assert self._manager is not None

@@ -11,6 +11,9 @@ ends: the loop already counted its batches).
 
 `Position` also keeps the loader's `resumeloader.handout.consumption.Ledger`, through
 which every move is checked, and starts the live loop (`resumeloader.handout.loop`).
+With a `resumeloader.core.meters.Consumer` it tells it what the consumer waited for:
+each step of a live loop, and each eager advance after a ``dataset()`` iteration's
+batches (`watch`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from resumeloader import errors
-from resumeloader.core import positions, validate
+from resumeloader.core import meters, positions, validate
 from resumeloader.handout import consumption
 from resumeloader.handout import loop as loop_lib
 from resumeloader.tfdata import graph, ordering
@@ -76,10 +79,12 @@ class Position:
 
     Args:
         layout: the loader's batch arithmetic.
+        consumer: told what the consumer waited for (see the module docstring), or None.
     """
 
-    def __init__(self, layout: positions.Layout) -> None:
+    def __init__(self, layout: positions.Layout, consumer: meters.Consumer | None = None) -> None:
         self._layout = layout
+        self._consumer = consumer
         self.ledger = consumption.Ledger(layout)
         with tf.init_scope():
             self.variable = tf.Variable(
@@ -140,6 +145,8 @@ class Position:
         self.ledger.check_advance(start, end)
         self.variable.assign(end, read_value=False)
         self.ledger.moved()
+        if self._consumer is not None and end != start:
+            self._consumer.advanced(end)
 
     def _advance_by_host(self, num_batches: Any) -> None:
         """A graph advance for batches of varying size (a host callback reads where the
@@ -166,13 +173,31 @@ class Position:
         """
         self.ledger.check_no_loop(origin)
         position = self.read()
-        loop = loop_lib.EagerLoop(batches(position), position, origin=origin, on_close=self._ended)
+        loop = loop_lib.EagerLoop(batches(position), position, origin=origin, on_close=self._ended,
+                                  consumer=self._consumer)
         try:
             self.ledger.open_loop(loop)
         except BaseException:
             loop.live = False  # never started: nothing to hand back
             raise
         return loop
+
+    def watch(
+        self, position: int, tasks: Iterator[Any]
+    ) -> tuple[Iterator[Any], Callable[[int], None]]:
+        """The watch of a ``dataset()`` iteration (`consumption.Ledger.watch`), which also
+        tells the consumer meter when the iteration starts and each batch is produced."""
+        tasks, produced = self.ledger.watch(position, tasks)
+        consumer = self._consumer
+        if consumer is None:
+            return tasks, produced
+        consumer.started()
+
+        def observed(end: int) -> None:
+            produced(end)
+            consumer.produced(end)
+
+        return tasks, observed
 
     def _ended(self, loop: loop_lib.EagerLoop) -> None:
         self.ledger.close_loop(loop)

@@ -264,7 +264,7 @@ class ProcessPool:
 
     def _copy(self, worker: worker_process.WorkerProcess, done: messages.Done) -> produce.Produced:
         buffer = worker.blocks[done.placement.slot].buf
-        lap = None if self._board is None else self._board.here().lap()
+        lap = None if self._board is None else self._board.here().lap(timing.TRANSFER)
         # Into recycled memory (`core/buffers.py`): the block is the worker's again as
         # soon as this returns, and a fresh batch-sized allocation per batch would
         # page-fault once TensorFlow has set malloc's mmap threshold.
