@@ -63,9 +63,7 @@ class Pipeline:
     def __init__(self, source: Any, *, seed: validate.Int, output_signature: Any = None) -> None:
         self._source = sources.adapt(source)
         self._seed = validate.seed(seed)
-        self._index: base.IndexStage = sampler.SamplerStage(
-            len(self._source), seed=self._seed, shuffle=False
-        )
+        self._index: base.IndexStage = sampler.SamplerStage(len(self._source), shuffle=False)
         self._records: tuple[base.RecordStage, ...] = ()
         self._batch: base.BatchStage | None = None
         self._batch_maps: tuple[base.BatchMapStage, ...] = ()
@@ -113,8 +111,7 @@ class Pipeline:
             99
         """
         source, stage = mix.build(
-            sources, weights=weights, seed=seed, shuffle=shuffle,
-            records_per_epoch=records_per_epoch,
+            sources, weights=weights, shuffle=shuffle, records_per_epoch=records_per_epoch
         )
         return cls(source, seed=seed).apply(stage)
 
@@ -133,7 +130,12 @@ class Pipeline:
         (every batch map stage, in Python, before any tensor stage).
 
         The methods below are shorthands for it; a stage of your own (the contract is in
-        ARCHITECTURE.md, "The stage contract") is added the same way.
+        ARCHITECTURE.md, "The stage contract") is added the same way. A stage holds no
+        seed: it receives this pipeline's with every call.
+
+        Raises:
+            TypeError: `stage` is no stage, or holds a ``seed`` of its own.
+            ValueError: `stage` does not fit where it would go.
         """
         if not isinstance(stage, base.Stage) or stage.kind not in _KINDS:
             msg = (
@@ -141,6 +143,9 @@ class Pipeline:
                 f"Received: stage={stage!r:.80} of type {type(stage).__name__}."
             )
             raise TypeError(msg)
+        seed = getattr(stage, "seed", None)  # e.g. a stage of your own written for 0.3
+        if seed is not None:
+            raise TypeError(base.seed_refused(type(stage).__name__, seed))
         if stage.kind == "index":
             return self._with(index=stage)
         if stage.kind == "batch_map":
@@ -205,13 +210,13 @@ class Pipeline:
             raise ValueError(msg)
         source = self._source
         if block is None and chunk_records is None:
-            stage = sampler.SamplerStage(len(source), seed=self._seed, shuffle=enabled)
+            stage = sampler.SamplerStage(len(source), shuffle=enabled)
             return self.apply(stage)._with(source=source.blocked(None))
         ordered = blocks.build(
-            source, seed=self._seed, enabled=enabled, block=block,
+            source, enabled=enabled, block=block,
             window_chunks=window_chunks, chunk_records=chunk_records,
         )
-        chunk = ordered.order.chunk_records
+        chunk = ordered.chunk_records
         return self.apply(ordered)._with(source=source.blocked(chunk))
 
     def map(
@@ -224,7 +229,7 @@ class Pipeline:
         `output_signature` describes what ``fn`` returns (see `Pipeline`); inferred
         from record 0 when None.
         """
-        stage = map_stage.MapStage(fn, seed=self._seed)
+        stage = map_stage.MapStage(fn)
         return self.apply(stage)._with(spec=_spec(output_signature))
 
     def with_output_signature(self, output_signature: Any) -> Pipeline:
@@ -295,7 +300,7 @@ class Pipeline:
         (`batch`, `padded_batch`).
         """
         stage = map_batch.MapBatchStage(
-            fn, seed=self._seed, rowwise=rowwise, output_signature=output_signature,
+            fn, rowwise=rowwise, output_signature=output_signature,
             batch_size=None if rowwise or self._batch is None else self._batch.batch_size,
         )
         return self.apply(stage)

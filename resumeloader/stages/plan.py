@@ -165,7 +165,8 @@ class Plan:
 
     @property
     def sampler(self) -> sampler.IndexSampler:
-        """The `IndexSampler` equal to this plan's order (pipelines read through a sampler).
+        """The `IndexSampler` equal to this plan's order (pipelines read through a sampler):
+        the index stage's own fields, the pipeline's seed, the epochs and the shard.
 
         Raises:
             TypeError: the pipeline's index stage is not a sampler.
@@ -178,7 +179,7 @@ class Plan:
             )
             raise TypeError(msg)
         return sampler.IndexSampler(
-            self.num_records,
+            stage.num_records,
             seed=self.pipeline.seed,
             shuffle=stage.shuffle,
             num_epochs=self.num_epochs,
@@ -205,7 +206,7 @@ class Plan:
         if self.shard_count != 1:
             offsets *= self.shard_count
             offsets += self.shard_index
-        return self.pipeline.index_stage.indices(epoch, offsets)
+        return self.pipeline.index_stage.indices(epoch, offsets, seed=self.pipeline.seed)
 
     def rest_of_epoch(self, position: int) -> positions.Layout:
         """The layout that ends at the end of `position`'s epoch."""

@@ -39,7 +39,7 @@ def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.Delivery) -> list[Ro
         ("position", "int64 tf.Variable, advanced by the consumer", "int64", "CHECKPOINTED"),
         (
             pipeline.index_stage.name,
-            f"{pipeline.index_stage.describe()}, {epochs}, "
+            f"{pipeline.index_stage.describe()}, seed {pipeline.seed}, {epochs}, "
             f"shard {plan.shard_index}/{plan.shard_count}",
             "record index",
             "derived",

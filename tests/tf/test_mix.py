@@ -60,7 +60,7 @@ def test_mix_every_prefix_count_within_one_of_weight(parts, seed, num_positions)
     """The keys of any prefix of n positions hold weight x n records of each source, +-1."""
     pipeline = build(parts, seed, num_positions)
     stage = pipeline.index_stage
-    part, _, _ = decode(pipeline.source, stage.indices(0, np.arange(num_positions)))
+    part, _, _ = decode(pipeline.source, stage.indices(0, np.arange(num_positions), seed=seed))
     onehot = np.zeros((num_positions + 1, len(parts)), np.int64)
     onehot[np.arange(1, num_positions + 1), part] = 1
     counts = np.cumsum(onehot, axis=0)
@@ -76,7 +76,7 @@ def test_mix_each_source_walks_consecutive_permutations(parts, seed, epoch):
     """Per source, in stream order: lap j is a permutation of its records, laps in order."""
     pipeline = build(parts, seed, 300)
     stage = pipeline.index_stage
-    keys = np.concatenate([stage.indices(e, np.arange(300)) for e in range(epoch + 1)])
+    keys = np.concatenate([stage.indices(e, np.arange(300), seed=seed) for e in range(epoch + 1)])
     part, lap, record = decode(pipeline.source, keys)
     for k, (length, _) in enumerate(parts):
         walk_laps, walk = lap[part == k], record[part == k]
@@ -105,17 +105,20 @@ def test_mix_shard_union_is_global_order(parts, seed, shard_count):
 
 def test_mix_key_depends_only_on_position_not_on_calls():
     """Offsets asked in any order, alone or together, give the same keys (no history)."""
-    stage = mixed().index_stage
+    pipeline = mixed()
+    stage, seed = pipeline.index_stage, pipeline.seed
     offsets = np.arange(stage.num_records)
-    together = stage.indices(3, offsets)
+    together = stage.indices(3, offsets, seed=seed)
     shuffled = np.random.default_rng(0).permutation(offsets)
-    assert (stage.indices(3, shuffled) == together[shuffled]).all()
-    assert [int(stage.indices(3, np.array([o]))[0]) for o in offsets] == together.tolist()
+    assert (stage.indices(3, shuffled, seed=seed) == together[shuffled]).all()
+    assert [int(stage.indices(3, np.array([o]), seed=seed)[0]) for o in offsets] == (
+        together.tolist())
 
 
 def test_mix_golden_keys_pinned():
     """The first keys of the 70/30 mixture for seed 5 (changing them is a breaking change)."""
-    keys = mixed().index_stage.indices(0, np.arange(12)).tolist()
+    pipeline = mixed()
+    keys = pipeline.index_stage.indices(0, np.arange(12), seed=pipeline.seed).tolist()
     assert keys == GOLDEN_KEYS
 
 
@@ -224,7 +227,7 @@ def test_mix_restore_at_epoch_50_of_a_million_continues_exactly():
     fresh = ResumableLoader.from_pipeline(pipeline, prefetch=None, with_metadata=True)
     fresh.set_state(state)
     _, meta = next(iter(fresh))
-    expected = pipeline.index_stage.indices(50, np.arange(654_336, 654_400))
+    expected = pipeline.index_stage.indices(50, np.arange(654_336, 654_400), seed=pipeline.seed)
     assert meta["index"].numpy().tolist() == expected.tolist()
     assert (meta["epoch"].numpy() == 50).all()
 
@@ -386,7 +389,7 @@ def test_mix_bad_argument_raises_naming_it(kwargs, error, message):
 def test_mix_stage_mismatched_entries_raise():
     """A MixStage built by hand needs one name, length and weight per source."""
     with pytest.raises(ValueError, match="one entry per source") as info:
-        MixStage(["a", "b"], [3], [F(1), F(1)], seed=0, shuffle=True)
+        MixStage(["a", "b"], [3], [F(1), F(1)], shuffle=True)
     assert "2 names, 1 lengths, 2 weights" in str(info.value)
 
 

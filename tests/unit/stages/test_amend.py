@@ -35,7 +35,8 @@ def _keys(pipeline: Pipeline, stop: int) -> np.ndarray:
     positions = np.arange(stop, dtype=np.int64)
     epochs, offsets = np.divmod(positions, stage.num_records)
     return np.concatenate(
-        [stage.indices(int(e), offsets[epochs == e]) for e in np.unique(epochs).tolist()]
+        [stage.indices(int(e), offsets[epochs == e], seed=pipeline.seed)
+         for e in np.unique(epochs).tolist()]
     )
 
 
