@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import _conformance as conformance
-import _legacy
 import numpy as np
 import pytest
 
@@ -13,8 +12,6 @@ from resumeloader import Pipeline, ResumableLoader, ResumeMismatchError, testing
 from resumeloader.core import sampler
 from resumeloader.stages import IndexStage, RecordStage
 from resumeloader.workers import registry
-
-pytestmark = _legacy.KEYWORDS_OF_0_2
 
 
 @pytest.mark.parametrize("name", sorted(conformance.REGISTRY))
@@ -37,11 +34,11 @@ def test_registry_covers_every_delivery_path_and_feature(request):
     assert any("as constant tensors" in plan for plan in plans)
     assert any("read_batch(indices)" in plan for plan in plans)
     assert any("source[index]" in plan for plan in plans)
-    assert {loader.worker_type for loader in loaders.values() if loader.num_workers} == {
+    assert {loader.workers.kind for loader in loaders.values() if loader.workers.num_workers} == {
         "thread",
         "process",
     }
-    assert any(loader.plan.shard_count > 1 for loader in loaders.values())
+    assert any(loader.shard.count > 1 for loader in loaders.values())
     assert any(loader.with_metadata for loader in loaders.values())
     assert any(loader.num_epochs is None for loader in loaders.values())
 

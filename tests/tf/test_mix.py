@@ -7,19 +7,17 @@ import json
 import sys
 from pathlib import Path
 
-import _legacy
 import _worker_fns
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resumeloader import Pipeline, ResumableLoader, StateMismatchError, cli
+from resumeloader import Pipeline, ResumableLoader, Shard, StateMismatchError, Workers, cli
 from resumeloader.sources import ArraySource, ConcatSource
-from resumeloader.stages import MixStage, Plan
+from resumeloader.stages import MixStage
+from resumeloader.stages.plan import Plan
 from resumeloader.tools import inspect
-
-pytestmark = _legacy.KEYWORDS_OF_0_2
 
 F = fractions.Fraction
 SCRIPT = Path(__file__).parents[1] / "scripts" / "train_mix.py"
@@ -92,7 +90,7 @@ def test_mix_shard_union_is_global_order(parts, seed, shard_count):
     pipeline = build(parts, seed, 120).batch(4)
     whole = Plan(pipeline, num_epochs=2)
     shards = [
-        Plan(pipeline, num_epochs=2, shard_index=s, shard_count=shard_count)
+        Plan(pipeline, num_epochs=2, shard=Shard(s, shard_count))
         for s in range(shard_count)
     ]
     for epoch in range(2):
@@ -206,7 +204,8 @@ def test_mix_process_workers_stream_equals_calling_thread():
         [
             b.numpy().tolist()
             for b in ResumableLoader.from_pipeline(
-                pipeline, num_epochs=2, prefetch=None, num_workers=workers, worker_type="process"
+                pipeline, num_epochs=2, prefetch=None,
+                workers=Workers(workers, kind="process" if workers else None),
             )
         ]
         for workers in (0, 2)
@@ -293,8 +292,7 @@ def test_mix_elastic_resume_continues_global_stream(before, after):
                 pipeline.batch(global_batch // count),
                 num_epochs=2,
                 prefetch=None,
-                shard_index=s,
-                shard_count=count,
+                shard=Shard(s, count),
             )
             for s in range(count)
         ]

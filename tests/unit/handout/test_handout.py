@@ -11,7 +11,7 @@ import pytest
 
 from resumeloader import ErrorBudgetError, Pipeline, StreamIntegrityError
 from resumeloader.handout import consumption, loop, quarantine, stream
-from resumeloader.stages import Plan
+from resumeloader.stages.plan import Plan
 from resumeloader.workers import produce
 
 

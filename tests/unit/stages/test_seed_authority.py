@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from resumeloader import Pipeline
+from resumeloader import Pipeline, Shard
 from resumeloader.stages import (
     BlockStage,
     IndexStage,
@@ -108,14 +108,15 @@ def test_index_stage_receives_the_pipeline_seed(kind):
 
 @pytest.mark.parametrize(
     ("seed", "shuffle", "shard"),
-    [(0, True, (0, 1)), (7, True, (1, 3)), (2**64 - 1, True, (2, 4)), (3, False, (1, 2))],
+    [(0, True, Shard(0, 1)), (7, True, Shard(1, 3)), (2**64 - 1, True, Shard(2, 4)),
+     (3, False, Shard(1, 2))],
     ids=["seed-0", "seed-7-shard-1-of-3", "seed-max-shard-2-of-4", "unshuffled"],
 )
 def test_plan_sampler_is_the_order_the_plan_streams(seed, shuffle, shard):
     """`Plan.sampler` (what `loader.sampler` returns) gives the plan's indices, position
     by position, across epochs."""
     pipeline = Pipeline(np.arange(23), seed=seed).shuffle(shuffle).batch(4)
-    plan = Plan(pipeline, num_epochs=3, shard_index=shard[0], shard_count=shard[1])
+    plan = Plan(pipeline, num_epochs=3, shard=shard)
     sampler = plan.sampler
     streamed = np.concatenate([task.indices for task in plan.tasks(0)])
     assert sampler.seed == seed
