@@ -604,6 +604,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
         Returns:
             One `BatchRecords` per batch (``step``, ``epoch``, ``start``, ``stop``,
             ``records``: each record's ``position``, ``index`` and source key).
+
+        Raises:
+            TypeError: a step or position that is not an integer (any integer type,
+                NumPy's included, is one), named with what the argument accepts.
+            ValueError: a negative step or position, or one past the end.
         """
         plan = self._plan_with(batch_size)
         return lineage.records_at(plan, self._delivery.producer, steps=steps, positions=positions)
@@ -619,8 +624,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
         fresh loader of the same pipeline in the calling thread, without the batches
         before it and without moving this loader. Arguments as `records_at`.
         """
-        one = (None if step is None else [step], None if position is None else [position])
-        [found] = self.records_at(one[0], positions=one[1], batch_size=batch_size)
+        steps = None if step is None else [lineage.number("step", step)]
+        positions = None if position is None else [lineage.number("position", position)]
+        [found] = self.records_at(steps, positions=positions, batch_size=batch_size)
         plan = self._plan_with(batch_size)
         rebuilt = ResumableLoader.from_pipeline(
             plan.pipeline, num_epochs=plan.num_epochs, shard=plan.shard, prefetch=None,
@@ -657,13 +663,14 @@ class ResumableLoader(tf.train.experimental.PythonState):
             batch_size=self.batch_size,
         )
 
-    def set_state(self, state: dict[str, Any] | str) -> None:
+    def set_state(self, state: dict[str, Any] | str | bytes) -> None:
         """Restores a state from `get_state` (or its JSON text); validates before changing anything.
 
         States written by resumeloader 0.1 (version 1) are read too.
 
         Raises:
-            StateError: the state is malformed or corrupted.
+            StateError: the state is malformed or corrupted, or not a loader's JSON at
+                all (binary data, a pickle, truncated JSON), named as such.
             StateMismatchError: it was saved by a pipeline with another record order;
                 the message names each differing ``stage.field``.
             ElasticResumeError: the new shard count cannot continue it exactly, or the
@@ -711,9 +718,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 f"{string_value!r:.80}."
             )
             raise errors.StateError(msg)
-        if isinstance(string_value, bytes):
-            string_value = string_value.decode()
-        self.set_state(string_value)
+        self.set_state(string_value)  # bytes that are not UTF-8 JSON: a StateError
 
 
 def _start_distributed(position: position_lib.Position) -> int:
