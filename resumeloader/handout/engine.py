@@ -97,8 +97,10 @@ class Engine:
         produced = self.backend.run(tasks)
         if self.quarantine is not None:
             produced = quarantine_lib.handed_out(self.quarantine, plan, self.producer, produced)
-        seed = plan.pipeline.seed if self.labelled else None
-        return stream.batches(produced, layout, position, seed=seed, on_batch=on_batch)
+        return stream.batches(
+            produced, layout, position, seed=plan.pipeline.seed, with_metadata=self.labelled,
+            on_batch=on_batch,
+        )
 
     def indices(
         self, position: int, *, layout: positions.Layout | None = None, watch: Watch | None = None
@@ -112,11 +114,12 @@ class Engine:
         on_batch = None
         if watch is not None:
             tasks, on_batch = watch(position, tasks)
-        seed = plan.pipeline.seed if self.labelled else None
         for task in tasks:
             if on_batch is not None:
                 on_batch(layout.normalise(task.position + len(task.indices)))
-            yield stream.labelled(task.indices, task, None, seed=seed)
+            yield stream.labelled(
+                task.indices, task, None, seed=plan.pipeline.seed, with_metadata=self.labelled
+            )
 
     def _timed(self, tasks: Iterator[plan_lib.Task]) -> Iterator[plan_lib.Task]:
         """`tasks`, the computing of each one's record indices timed as the sampler's."""

@@ -93,6 +93,8 @@ class BatchProducer:
         self.board = board
         #: The meter names of the stages run here.
         self.names = timing.Names.of(pipeline)
+        #: The pipeline's seed: the one every stage receives with the epoch.
+        self._seed = pipeline.seed
         self._source = pipeline.source
         self._stages = pipeline.record_stages
         assert pipeline.batch_stage is not None
@@ -138,7 +140,7 @@ class BatchProducer:
             record = optree.tree_map(_read_only, record, none_is_leaf=True)
         for stage in self._stages:
             try:
-                record = stage.apply(record, epoch=epoch, index=index)
+                record = stage.apply(record, seed=self._seed, epoch=epoch, index=index)
             except Exception as err:
                 what = "`map_fn`" if stage.name == "map" else f"Stage `{stage.name}`"
                 raise checks.record_error(what, err, index, epoch, position) from err
@@ -174,7 +176,7 @@ class BatchProducer:
             columns = self._columns_replacing(task)[0]
         with self._naming_group_errors(task):
             return stage.group(
-                columns, self.spec, seed=self.pipeline.seed, epoch=task.epoch,
+                columns, self.spec, seed=self._seed, epoch=task.epoch,
                 window=task.window,
             )
 
@@ -233,7 +235,7 @@ class BatchProducer:
         """The task's batches from its records' checked `columns` (timed by `lap`)."""
         with self._naming_group_errors(task):
             made = self._batch_stage.batches(
-                columns, self.spec, seed=self.pipeline.seed, epoch=task.epoch,
+                columns, self.spec, seed=self._seed, epoch=task.epoch,
                 window=task.window,
             )
         if lap is not None:
@@ -280,7 +282,9 @@ class BatchProducer:
             zip(self._maps, self._map_specs[1:], strict=True)
         ):
             try:
-                batch = stage.apply_batch(batch, epoch=task.epoch, indices=indices)
+                batch = stage.apply_batch(
+                    batch, seed=self._seed, epoch=task.epoch, indices=indices
+                )
             except Exception as err:
                 who = f"The `{stage.name}` function"
                 raise checks.batch_error(stage.name, err, indices, task.epoch, position,
@@ -330,7 +334,7 @@ class BatchProducer:
     ) -> tuple[Any, dict[str, Any]]:
         assert self._policy is not None
         order = self.pipeline.index_stage
-        return self._policy.replace(err, read, check, order=order, seed=self.pipeline.seed)
+        return self._policy.replace(err, read, check, order=order, seed=self._seed)
 
     def _probe(self) -> Any:
         """Record 0 of epoch 0, whose spec is the batches' (replaced if it fails)."""
