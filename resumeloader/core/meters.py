@@ -1,22 +1,26 @@
-"""`Board`: a loader's per-stage counters and timers, counted once per batch, never per record.
+"""`Board`: a loader's per-stage counters and timers: per batch, never per record, sampled.
 
-Each place where stages run — a thread of this process (the one handing batches out,
-a worker thread, the prefetch thread), a worker process, a Dask worker — counts into
-its own `Place`, so no two threads ever write the same counter and no lock is taken
-on the hot path. At every stage boundary the code making a batch calls `Lap.lap`
-once for the batch: one ``time.perf_counter_ns`` read, a few integer additions. The
-thread's CPU time (``time.thread_time_ns``, a system call) is read only on one batch
-in `CPU_EVERY` per place (the first included), at the same boundaries: a stage's CPU
-time is estimated as its wall time times the CPU share of its sampled batches.
+Each place where stages run — the thread handing batches out, each worker thread, a
+worker process, a Dask worker — counts into its own `Place`, so no two threads write
+the same counter and no lock is taken on the hot path. A batch's run through a chain
+of stages at a place is a *lap* of some kind (the producer's, the sampler's, the
+hand-off's): every lap is counted (laps and records, exactly), and one lap in
+`every` of each kind (the first included) is *timed*: at each stage boundary
+`Lap.lap` reads ``time.perf_counter_ns`` once and adds to that stage's `Meter`. On
+one timed lap in `CPU_EVERY` the thread's CPU time (``time.thread_time_ns``, a
+system call) is read at the same boundaries. A stage's figures are the timed laps'
+scaled by laps / timed laps (`resumeloader.core.stats.Stats`): its time is an
+estimate from one batch in `every`, its batches and records are exact. Timing every
+batch would cost more than the cheapest pipelines spend per batch; the environment
+variable ``RESUMELOADER_STATS=all`` times every batch (`every` 1, for profiling),
+``RESUMELOADER_STATS=0`` counts nothing.
 
 A place in another process sends what it counted since its last reply (`Place.take`)
 with the batch it made; the board of the process handing batches out merges it
 (`Board.merge`) under that place's name. `Consumer` times what the training loop
-waited for data per step, `Gauge` samples queue depths, `Counts` holds plain counters
-(the storage layer's GETs, retries, bytes). `resumeloader.core.stats.Stats` turns a
-board's `snapshot` into tables and the bottleneck. Counting is on unless the
-environment variable ``RESUMELOADER_STATS`` is ``0`` (`enabled`); it never changes a
-batch. Pure Python: no NumPy, no TensorFlow.
+waited for data, every step; `Gauge` samples queue depths; `Board.counts` holds plain
+counters (the storage layer's GETs, retries, bytes). Counting never changes a batch.
+Pure Python: no NumPy, no TensorFlow.
 """
 
 from __future__ import annotations
@@ -28,39 +32,59 @@ import time
 from typing import Any
 
 __all__ = [
-    "CPU_EVERY", "ENV", "FIELDS", "HAND_OUT", "WORKER_THREADS", "Board", "Consumer", "Gauge",
-    "Lap", "Meter", "Place", "difference", "enabled", "timed",
+    "CPU_EVERY", "ENV", "EVERY", "FIELDS", "HAND_OUT", "SPLIT_EVERY", "WORKER_THREADS",
+    "Board", "Consumer", "Gauge", "Kind", "Lap", "Meter", "Place", "difference", "enabled",
+    "every", "timed",
 ]
 
-#: The environment variable that switches counting off (``0``, ``off``, ``false``).
+#: The environment variable: ``0`` (or ``off``) counts nothing, ``all`` times every
+#: batch, anything else (or unset) one batch in `EVERY`.
 ENV = "RESUMELOADER_STATS"
-#: A place reads its thread's CPU time on one batch in this many (the first included).
-CPU_EVERY = 8
+#: By default a place times one lap in this many of each kind (the first included).
+EVERY = 8
+#: A timed lap reads the thread's CPU time on one in this many timed laps.
+CPU_EVERY = 4
+#: A timed lap times a record loop's parts on one in this many timed laps.
+SPLIT_EVERY = 4
 #: The place every thread that is not a worker thread counts in.
 HAND_OUT = "hand-out"
 #: The name prefix of worker threads (each counts in a place of its own).
 WORKER_THREADS = "resumeloader-worker-"
 #: What a `Meter` counts, in the order `Meter.values` gives them.
 FIELDS = ("batches", "records_in", "records_out", "bytes_out", "wall_ns", "cpu_ns", "cpu_wall_ns")
+#: What a `Kind` counts, in the order `Kind.values` gives them.
+KIND_FIELDS = ("laps", "timed", "records", "timed_records")
 
 _now = time.perf_counter_ns
 _cpu = time.thread_time_ns
+_OFF = ("0", "off", "false", "no")
 
 
 def enabled() -> bool:
-    """Whether loaders made now count (``RESUMELOADER_STATS`` is not ``0``/``off``/``false``)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+    """Whether loaders made now count (``RESUMELOADER_STATS`` is not ``0``/``off``)."""
+    return os.environ.get(ENV, "1").strip().lower() not in _OFF
+
+
+def every() -> int:
+    """One lap in how many is timed: 1 with ``RESUMELOADER_STATS=all``, else `EVERY`."""
+    return 1 if os.environ.get(ENV, "").strip().lower() == "all" else EVERY
 
 
 class Meter:
-    """What one stage did at one place: batches, records in and out, bytes out, wall
-    time, and the CPU time and wall time of the batches whose CPU time was read."""
+    """What one stage did on the timed laps at one place: batches, records in and out,
+    bytes out, wall time, and the CPU time and wall time of the laps whose CPU time
+    was read.
 
-    __slots__ = FIELDS
+    Attributes:
+        kind: the kind of the laps that time it (`Place.lap`).
+    """
+
+    __slots__ = (*FIELDS, "kind")
 
     def __init__(self) -> None:
         self.batches = self.records_in = self.records_out = self.bytes_out = 0
         self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
+        self.kind = ""
 
     def values(self) -> tuple[int, ...]:
         """The counts, in `FIELDS` order."""
@@ -79,18 +103,43 @@ class Meter:
         self.cpu_wall_ns += cpu_wall
 
 
+class Kind:
+    """The laps of one kind at one place: all of them and the timed ones, with their
+    records; and the `Lap` object the timed ones reuse."""
+
+    __slots__ = (*KIND_FIELDS, "lap", "name")
+
+    def __init__(self, place: Place, name: str) -> None:
+        self.name = name
+        self.laps = self.timed = self.records = self.timed_records = 0
+        self.lap = Lap(place, self)
+
+    def values(self) -> tuple[int, ...]:
+        """The counts, in `KIND_FIELDS` order."""
+        return self.laps, self.timed, self.records, self.timed_records
+
+    def add(self, values: tuple[int, ...] | list[int]) -> None:
+        """Adds counts given in `KIND_FIELDS` order."""
+        self.laps += values[0]
+        self.timed += values[1]
+        self.records += values[2]
+        self.timed_records += values[3]
+
+
 class Place(dict):  # type: ignore[type-arg]
     """The meters of one place, by stage name (a missing stage's meter is made on use).
 
     Args:
-        name: the place (``"resumeloader-worker-0"``, ``"process worker 1"``, ...).
+        name: the place (``"hand-out"``, ``"resumeloader-worker-0"``, ...).
         parallel: how many calls it runs at once (tf.data's parallel map: the cores).
+        every: it times one lap in this many of each kind.
     """
 
-    def __init__(self, name: str, *, parallel: int = 1) -> None:
+    def __init__(self, name: str, *, parallel: int = 1, every: int = EVERY) -> None:
         super().__init__()
         self.name = name
         self.parallel = parallel
+        self.every = every
         self.born_ns = _now()
         #: Nanoseconds it has existed, as its own process tells (a remote place).
         self.alive_ns: int | None = None
@@ -99,60 +148,96 @@ class Place(dict):  # type: ignore[type-arg]
         #: Nanoseconds measured per stage on the sampled records of record-by-record
         #: loops (how `Lap.split` divides such a loop's time among its stages).
         self.shares: dict[str, int] = {}
-        self._laps: collections.Counter[str] = collections.Counter()
+        #: The laps of each kind.
+        self.kinds: dict[str, Kind] = {}
         self._sent: dict[str, tuple[int, ...]] = {}
+        self._sent_kinds: dict[str, tuple[int, ...]] = {}
 
     def __missing__(self, stage: str) -> Meter:
         meter = self[stage] = Meter()
         return meter
 
-    def lap(self, kind: str = "") -> Lap:
-        """A `Lap` of one batch starting now; its CPU time is read on one batch in
-        `CPU_EVERY` of each `kind` (the first included)."""
-        count = self._laps[kind] = self._laps[kind] + 1
-        return Lap(self, count % CPU_EVERY == 1)
+    def lap(self, kind: str, records: int) -> Lap | None:
+        """Counts a lap of `kind` over `records` records; returns its `Lap`, restarted
+        now, if this lap is timed (one in `every`, the first included), else None."""
+        counter = self.kinds.get(kind)
+        if counter is None:
+            counter = self.kinds[kind] = Kind(self, kind)
+        counter.laps += 1
+        counter.records += records
+        if (counter.laps - 1) % self.every:
+            return None
+        counter.timed += 1
+        counter.timed_records += records
+        lap = counter.lap
+        lap.splits = counter.timed % SPLIT_EVERY == 1
+        lap.sampled = counter.timed % CPU_EVERY == 1
+        lap._cpu = _cpu() if lap.sampled else -1
+        lap._last = _now()
+        return lap
 
-    def take(self) -> tuple[str, int, int, dict[str, tuple[int, ...]]]:
+    def take(self) -> tuple[str, int, int, dict[str, Any]]:
         """What was counted since the last `take`, to send to the board that hands
-        batches out: ``(name, ns alive, process CPU ns, {stage: counts})``."""
-        changed = {}
+        batches out: ``(name, ns alive, process CPU ns, changes)``."""
+        changed: dict[str, Any] = {}
         for stage, meter in list(self.items()):
             values = meter.values()
             sent = self._sent.get(stage)
             if values != sent:
-                changed[stage] = values if sent is None else tuple(
-                    a - b for a, b in zip(values, sent, strict=True))
+                changed[stage] = (meter.kind, _minus(values, sent))
                 self._sent[stage] = values
-        return self.name, _now() - self.born_ns, time.process_time_ns(), changed
+        kinds = {}
+        for kind, counter in list(self.kinds.items()):
+            values = counter.values()
+            sent = self._sent_kinds.get(kind)
+            if values != sent:
+                kinds[kind] = _minus(values, sent)
+                self._sent_kinds[kind] = values
+        return (self.name, _now() - self.born_ns, time.process_time_ns(),
+                {"stages": changed, "kinds": kinds})
+
+    def merge(self, changes: dict[str, Any]) -> None:
+        """Adds the changes another process's place sent (`take`)."""
+        for stage, (kind, values) in changes["stages"].items():
+            meter = self[stage]
+            meter.kind = kind
+            meter.add(values)
+        for kind, values in changes["kinds"].items():
+            counter = self.kinds.get(kind)
+            if counter is None:
+                counter = self.kinds[kind] = Kind(self, kind)
+            counter.add(values)
+
+
+def _minus(values: tuple[int, ...], sent: tuple[int, ...] | None) -> tuple[int, ...]:
+    return values if sent is None else tuple(a - b for a, b in zip(values, sent, strict=True))
 
 
 class Lap:
-    """One batch through consecutive stages at one place: `lap` closes the stage that
-    ran since the previous boundary.
+    """A timed lap: one batch through consecutive stages at one place; `lap` closes
+    the stage that ran since the previous boundary.
 
     Attributes:
         place: where it runs (its meters by stage name).
-        sampled: whether this batch's CPU time is read (one in `CPU_EVERY`).
+        kind: its kind's counts.
+        sampled: whether this lap reads the thread's CPU time.
+        splits: whether its record loops are timed part by part
+            (`resumeloader.workers.timing.split`).
     """
 
-    __slots__ = ("_cpu", "_last", "place", "sampled")
+    __slots__ = ("_cpu", "_last", "kind", "place", "sampled", "splits")
 
-    def __init__(self, place: Place, sample_cpu: bool) -> None:
+    def __init__(self, place: Place, kind: Kind) -> None:
         self.place = place
-        self.sampled = sample_cpu
+        self.kind = kind
+        self.sampled = self.splits = False
         self._last = _now()
-        self._cpu = _cpu() if sample_cpu else -1
+        self._cpu = -1
 
-    def lap(self, meter: Meter, records: int, nbytes: int = 0, *, out: int | None = None) -> int:
-        """Closes a stage of `records` records in (`out` out, default the same) and
-        `nbytes` bytes out: its time since the previous boundary goes to `meter`.
-        Returns that time in ns."""
+    def _close(self, meter: Meter) -> int:
+        """Adds the time since the previous boundary to `meter`; returns it."""
         now = _now()
         wall = now - self._last
-        meter.batches += 1
-        meter.records_in += records
-        meter.records_out += records if out is None else out
-        meter.bytes_out += nbytes
         meter.wall_ns += wall
         if self._cpu >= 0:
             cpu = _cpu()
@@ -162,18 +247,21 @@ class Lap:
         self._last = now
         return wall
 
+    def lap(self, meter: Meter, records: int, nbytes: int = 0, *, out: int | None = None) -> int:
+        """Closes a stage of `records` records in (`out` out, default the same) and
+        `nbytes` bytes out: its time since the previous boundary goes to `meter`.
+        Returns that time in ns."""
+        meter.kind = self.kind.name
+        meter.batches += 1
+        meter.records_in += records
+        meter.records_out += records if out is None else out
+        meter.bytes_out += nbytes
+        return self._close(meter)
+
     def more(self, meter: Meter) -> None:
         """Adds the time since the previous boundary to `meter` (a stage already counted
         for this batch, e.g. its batches' encoding after the batch map stages)."""
-        now = _now()
-        wall = now - self._last
-        meter.wall_ns += wall
-        if self._cpu >= 0:
-            cpu = _cpu()
-            meter.cpu_ns += cpu - self._cpu
-            meter.cpu_wall_ns += wall
-            self._cpu = cpu
-        self._last = now
+        self._close(meter)
 
     def split(self, shares: list[tuple[Meter, int]], records: int) -> None:
         """Closes several stages that ran interleaved (record by record) since the
@@ -181,12 +269,12 @@ class Lap:
         `shares` (each a meter and the ns measured on its sampled records)."""
         now = _now()
         wall = now - self._last
-        cpu = -1
-        if self._cpu >= 0:
-            cpu = _cpu()
+        cpu = _cpu() if self._cpu >= 0 else -1
         total = sum(ns for _, ns in shares) or 1
+        name = self.kind.name
         for meter, ns in shares:
             part = wall * ns // total
+            meter.kind = name
             meter.batches += 1
             meter.records_in += records
             meter.records_out += records
@@ -197,12 +285,6 @@ class Lap:
         if cpu >= 0:
             self._cpu = cpu
         self._last = now
-
-    def skip(self) -> None:
-        """Restarts the clock: what ran since the previous boundary is not counted."""
-        self._last = _now()
-        if self._cpu >= 0:
-            self._cpu = _cpu()
 
 
 class Gauge:
@@ -257,9 +339,14 @@ class Consumer:
 
     def handed(self, asked_ns: int, got_ns: int) -> None:
         """One step: the consumer asked for a batch at `asked_ns`, had it at `got_ns`."""
-        compute = asked_ns - self._handed_ns if self._handed_ns >= 0 else 0
+        wait = got_ns - asked_ns
+        if self._handed_ns >= 0:
+            self.compute_ns += asked_ns - self._handed_ns
         self._handed_ns = got_ns
-        self._step(got_ns - asked_ns, compute)
+        self.steps += 1
+        self.wait_ns += wait
+        if wait > self.max_wait_ns:
+            self.max_wait_ns = wait
 
     # -- dataset() and an eager advance ------------------------------------------------
     def started(self) -> None:
@@ -295,10 +382,16 @@ class Board:
 
     Args:
         chain: the stages in the order batches pass them (the table's rows).
+        every: each place times one lap in this many of each kind; default: `every()`
+            (the environment variable's choice).
     """
 
-    def __init__(self, chain: list[str] | tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, chain: list[str] | tuple[str, ...] = (), *, every: int | None = None
+    ) -> None:
         self.chain = list(chain)
+        #: One lap in how many is timed.
+        self.every = globals()["every"]() if every is None else every
         self.born_ns = _now()
         self.process_cpu_ns = time.process_time_ns()
         self.consumer = Consumer()
@@ -332,7 +425,7 @@ class Board:
         with self._lock:
             place = self._places.get(name)
             if place is None:
-                place = self._places[name] = Place(name, parallel=parallel)
+                place = self._places[name] = Place(name, parallel=parallel, every=self.every)
             return place
 
     def gauge(self, name: str, capacity: int | None = None) -> Gauge:
@@ -355,15 +448,15 @@ class Board:
         ``prefix.``."""
         self._sources.append(((read, prefix), dict(read())))
 
-    def merge(self, delta: tuple[str, int, int, dict[str, tuple[int, ...]]],
+    def merge(self, delta: tuple[str, int, int, dict[str, Any]],
               counts: dict[str, int] | None = None, *, name: str | None = None) -> None:
         """Adds what a place elsewhere counted (`Place.take`), under `name` (default:
         the name it sent), and its plain `counts`."""
-        sent, alive, cpu, changed = delta
+        sent, alive, cpu, changes = delta
         place = self.place(sent if name is None else name)
-        place.alive_ns, place.process_cpu_ns = alive, cpu
-        for stage, values in changed.items():
-            place[stage].add(values)
+        place.alive_ns = max(alive, place.alive_ns or 0)
+        place.process_cpu_ns = cpu
+        place.merge(changes)
         if counts:
             self.counts.update(counts)
 
@@ -395,8 +488,13 @@ class Board:
                     else now - place.born_ns,
                     "remote": place.alive_ns is not None,
                     "process_cpu_ns": place.process_cpu_ns,
-                    "stages": {stage: dict(zip(FIELDS, meter.values(), strict=True))
-                               for stage, meter in list(place.items())},
+                    "stages": {
+                        stage: {**dict(zip(FIELDS, meter.values(), strict=True)),
+                                "kind": meter.kind}
+                        for stage, meter in list(place.items())
+                    },
+                    "kinds": {kind: dict(zip(KIND_FIELDS, counter.values(), strict=True))
+                              for kind, counter in list(place.kinds.items())},
                 }
                 for place in places
             ],
@@ -413,22 +511,27 @@ class Board:
         }
 
 
-def timed(iterator: Any, meter_of: Any, records: Any) -> Any:
-    """`iterator`'s items, each `next` timed into ``meter_of()`` (the calling thread's
-    meter of a stage) with ``records(item)`` records in and out."""
+def timed(iterator: Any, place_of: Any, stage: str, records: Any) -> Any:
+    """`iterator`'s items, each `next` a lap of kind `stage` at ``place_of()`` (the
+    calling thread's place, asked once), timed into its meter `stage`, with
+    ``records(item)`` records."""
     it = iter(iterator)
+    place = place_of()
+    meter = place[stage]
     while True:
-        start = _now()
+        lap = place.lap(stage, 0)
+        kind = place.kinds[stage]
         try:
             item = next(it)
-        except StopIteration:
+        except StopIteration:  # that lap never was
+            kind.laps -= 1
+            kind.timed -= lap is not None
             return
-        meter = meter_of()
         count = records(item)
-        meter.batches += 1
-        meter.records_in += count
-        meter.records_out += count
-        meter.wall_ns += _now() - start
+        kind.records += count
+        if lap is not None:
+            kind.timed_records += count
+            lap.lap(meter, count)
         yield item
 
 
@@ -444,12 +547,18 @@ def difference(after: dict[str, Any], before: dict[str, Any] | None) -> dict[str
         stages = {}
         for stage, values in place["stages"].items():
             was = {} if old is None else old["stages"].get(stage, {})
-            stages[stage] = {key: value - was.get(key, 0) for key, value in values.items()}
+            stages[stage] = {key: value if key == "kind" else value - was.get(key, 0)
+                             for key, value in values.items()}
+        kinds = {}
+        for kind, values in place["kinds"].items():
+            was = {} if old is None else old["kinds"].get(kind, {})
+            kinds[kind] = {key: value - was.get(key, 0) for key, value in values.items()}
         alive = place["alive_ns"] - (0 if old is None else old["alive_ns"])
         cpu = place["process_cpu_ns"]
         if cpu is not None and old is not None and old["process_cpu_ns"] is not None:
             cpu -= old["process_cpu_ns"]
-        places.append({**place, "stages": stages, "alive_ns": alive, "process_cpu_ns": cpu})
+        places.append({**place, "stages": stages, "kinds": kinds, "alive_ns": alive,
+                       "process_cpu_ns": cpu})
     consumer = {key: value - (0 if key == "max_wait_ns" else before["consumer"][key])
                 for key, value in after["consumer"].items()}
     gauges = {}

@@ -2,12 +2,13 @@
 
 Made from a `resumeloader.core.meters.Board` snapshot (``loader.stats()``). One row per
 stage, in the order batches pass them, its counts summed over the places that ran it
-(threads, worker processes, Dask workers). A stage *allows* ``records / (wall time /
-places)`` records per second: what it would deliver if it alone ran, as often as it
-has places to run in (its measured wall time includes waiting for the GIL, so threads
-that contend are not counted twice). The **bottleneck** is the stage that allows the
-fewest. The consumer's row says what the training loop waited for data per step.
-Pure Python: no TensorFlow.
+(threads, worker processes, Dask workers), each place's timed laps scaled to all its
+laps (batches and records exact, times estimated from the timed batches). A stage
+*allows* ``records / (wall time / places)`` records per second: what it would deliver
+if it alone ran, as often as it has places to run in (its measured wall time includes
+waiting for the GIL, so threads that contend are not counted twice). The
+**bottleneck** is the stage that allows the fewest. The consumer's figures say what
+the training loop waited for data per step. Pure Python: no TensorFlow.
 """
 
 from __future__ import annotations
@@ -37,6 +38,21 @@ def _kind(name: str) -> str:
         if label.startswith(kind):
             return kind
     return label
+
+
+def _scaled(place: dict[str, Any], stage: str) -> dict[str, float]:
+    """A place's figures of `stage`, from its timed laps to all its laps: times and bytes
+    scaled by laps / timed laps of its kind, records by records / timed records."""
+    values = place["stages"][stage]
+    kind = place.get("kinds", {}).get(values.get("kind", ""))
+    laps = records = 1.0
+    if kind is not None and kind["timed"]:
+        laps = kind["laps"] / kind["timed"]
+        records = kind["records"] / kind["timed_records"] if kind["timed_records"] else laps
+    out = {key: values[key] * laps for key in ("batches", "bytes_out", "wall_ns")}
+    out.update({key: values[key] * records for key in ("records_in", "records_out")})
+    out.update({key: values[key] for key in ("cpu_ns", "cpu_wall_ns")})
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +159,8 @@ class Stats:
             ran = [p for p in places if p["stages"].get(name, {}).get("batches")]
             if not ran:
                 continue
-            total = {k: sum(p["stages"][name][k] for p in ran) for k in ran[0]["stages"][name]}
+            scaled = [_scaled(p, name) for p in ran]
+            total = {k: sum(s[k] for s in scaled) for k in scaled[0]}
             cpu = None
             if total["cpu_wall_ns"]:
                 cpu = total["wall_ns"] * total["cpu_ns"] / total["cpu_wall_ns"] / 1e9
@@ -156,15 +173,16 @@ class Stats:
             else:
                 label = f"{len(ran)} places"
             stages.append(Stage(
-                name, label, count, total["batches"], total["records_in"],
-                total["records_out"], total["bytes_out"], total["wall_ns"] / 1e9, cpu,
+                name, label, count, round(total["batches"]), round(total["records_in"]),
+                round(total["records_out"]), round(total["bytes_out"]), total["wall_ns"] / 1e9,
+                cpu,
             ))
         workers = []
         for place in places:
             kind = _kind(place["name"])
             if kind not in ("thread worker", "process worker", "Dask worker"):
                 continue
-            busy = sum(s["wall_ns"] for s in place["stages"].values()) / 1e9
+            busy = sum(_scaled(place, s)["wall_ns"] for s in place["stages"]) / 1e9
             cpu = place["process_cpu_ns"]
             workers.append(Worker(where(place["name"]), busy, place["alive_ns"] / 1e9,
                                   None if cpu is None else cpu / 1e9))

@@ -126,7 +126,7 @@ class Engine:
         board = self.board
         if board is None:
             return tasks
-        return meters.timed(tasks, lambda: board.here()[SAMPLER], _records)
+        return meters.timed(tasks, board.here, SAMPLER, _records)
 
     # -- state -----------------------------------------------------------------------
     def state_of(self, position: int) -> dict[str, Any]:

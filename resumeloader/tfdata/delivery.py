@@ -173,12 +173,17 @@ class DeliveryPath:
             if not spec.variable:
                 yield from batches
                 return
-            meter = None if board is None else board.here()[timing.HAND_OFF]
+            place = None if board is None else board.here()
             for item in batches:
-                lap = None if board is None else board.here().lap(timing.HAND_OFF)
+                lap = None if place is None else place.lap(timing.HAND_OFF, 0)
                 decoded = graph.decode(spec, item[0] if seeded else item)
-                if lap is not None and meter is not None:
-                    lap.lap(meter, _rows(spec, decoded))
+                if place is not None:
+                    count = _rows(spec, decoded)
+                    kind = place.kinds[timing.HAND_OFF]
+                    kind.records += count
+                    if lap is not None:
+                        kind.timed_records += count
+                        lap.lap(place[timing.HAND_OFF], count)
                 yield (decoded, item[1]) if seeded else decoded
         finally:
             batches.close()

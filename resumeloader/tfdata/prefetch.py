@@ -26,6 +26,8 @@ __all__ = ["PREFETCHED", "prefetched", "rows", "to_tensors"]
 PREFETCHED = "prefetched"
 #: The meter of the conversion to tensors (the hand-off to TensorFlow).
 _HAND_OFF = "hand-off"
+# The queue's depth is sampled when the consumer asks for one batch in this many.
+_GAUGE_EVERY = 8
 
 _POLL_SECONDS = 0.1
 _JOIN_SECONDS = 0.25
@@ -86,14 +88,18 @@ def _converted(batches: Iterator[Any], board: meters.Board | None) -> Iterator[A
     place = board.here()
     meter = place[_HAND_OFF]
     for batch in batches:
-        lap = place.lap(_HAND_OFF)
+        count = rows(batch)
+        lap = place.lap(_HAND_OFF, count)
         tensors = to_tensors(batch)
-        lap.lap(meter, rows(batch))
+        if lap is not None:
+            lap.lap(meter, count)
         yield tensors
 
 
 def rows(batch: Any) -> int:
     """The rows of a batch: the leading dimension of its first leaf (0 if it has none)."""
+    if type(batch) is np.ndarray:
+        return len(batch) if batch.ndim else 0
     leaf = batch
     while isinstance(leaf, (dict, tuple, list)) and leaf:
         leaf = next(iter(leaf.values())) if isinstance(leaf, dict) else leaf[0]
@@ -159,8 +165,10 @@ def prefetched(
     thread = threading.Thread(target=produce, name="resumeloader-prefetch", daemon=True)
     thread.start()
     try:
+        asked = 0
         while True:
-            if gauge is not None:
+            asked += 1
+            if gauge is not None and asked % _GAUGE_EVERY == 1:
                 gauge.sample(slots.qsize())
             item = slots.get()
             if isinstance(item, _End):

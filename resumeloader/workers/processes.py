@@ -264,7 +264,9 @@ class ProcessPool:
 
     def _copy(self, worker: worker_process.WorkerProcess, done: messages.Done) -> produce.Produced:
         buffer = worker.blocks[done.placement.slot].buf
-        lap = None if self._board is None else self._board.here().lap(timing.TRANSFER)
+        lap = None
+        if self._board is not None:
+            lap = self._board.here().lap(timing.TRANSFER, sum(done.header[0]))
         # Into recycled memory (`core/buffers.py`): the block is the worker's again as
         # soon as this returns, and a fresh batch-sized allocation per batch would
         # page-fault once TensorFlow has set malloc's mmap threshold.

@@ -149,7 +149,9 @@ class BatchProducer:
     def batch(self, task: plan_lib.Task) -> Produced:
         """The batches of `task`'s records, whose first record sits at ``task.position``;
         a failing record raises `RecordError` or is replaced, as the error policy says."""
-        lap = None if self.board is None else self.board.here().lap()
+        lap = None
+        if self.board is not None:
+            lap = self.board.here().lap(timing.PRODUCE, len(task.indices))
         try:
             return self._batch(task, lap)
         except errors.RecordError:
@@ -186,7 +188,7 @@ class BatchProducer:
         if self.reads_batches:
             columns = self._read_batch(indices, epoch=epoch, position=position)
             if lap is not None:
-                lap.lap(lap.place[timing.READ], len(indices), timing.nbytes(columns))
+                lap.lap(lap.place[timing.READ], len(indices))
             return columns
         if lap is None:
             return self._record_columns(task)
@@ -251,8 +253,9 @@ class BatchProducer:
                             made.rows)
         if lap is not None:
             meter = lap.place[self.names.batch]
-            lap.more(meter)  # the wire encoding of variable leaves
-            meter.bytes_out += sum(map(timing.nbytes, batches))
+            if self.output_spec.variable:
+                lap.more(meter)  # the wire encoding of variable leaves
+            meter.bytes_out += sum([timing.nbytes(leaves) for leaves in batches])
         return produced
 
     @contextlib.contextmanager

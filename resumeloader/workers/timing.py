@@ -4,7 +4,7 @@
 of a batch: after the read, the batch stage, each batch map stage. A record-by-record
 loop (read, the record stages, the spec check, per record) is timed whole on every
 batch and divided among its parts in proportion to what they took on sampled
-batches (one in `meters.CPU_EVERY` per place): there, a *twin* of the producer runs
+batches (one in `meters.SPLIT_EVERY` per place): there, a *twin* of the producer runs
 the loop with its source and record stages behind `Timed` proxies that time each
 call. Per-record clocks on every record would cost more than the stages they time.
 
@@ -24,10 +24,12 @@ from resumeloader.core import meters
 from resumeloader.stages import pipeline as pipeline_lib
 
 __all__ = [
-    "CHECK", "HAND_OFF", "READ", "SAMPLER", "TRANSFER", "Names", "Report", "Timed", "nbytes",
-    "split", "storage_counts",
+    "CHECK", "HAND_OFF", "PRODUCE", "READ", "SAMPLER", "TRANSFER", "Names", "Report", "Timed",
+    "nbytes", "split", "storage_counts",
 ]
 
+#: The laps of the producer (a task through read, record stages, batch stages).
+PRODUCE = "produce"
 #: The read of a task's records (one call, or one per record).
 READ = "read"
 #: The check of each record a record stage made against the record spec.
@@ -92,29 +94,31 @@ class Timed:
 
     def __init__(self, target: Any, name: str, spent: collections.Counter[str]) -> None:
         self._target = target
-        self._name = name
-        self._spent = spent
+        for attribute in ("read", "read_many", "read_batch", "apply"):
+            method = getattr(target, attribute, None)
+            if method is not None:
+                setattr(self, attribute, _timed(method, name, spent))
 
     def __getattr__(self, attribute: str) -> Any:
-        value = getattr(self._target, attribute)
-        if attribute not in ("read", "read_many", "read_batch", "apply"):
-            return value
+        return getattr(self._target, attribute)
 
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            start = _now()
-            try:
-                return value(*args, **kwargs)
-            finally:
-                self._spent[self._name] += _now() - start
 
-        return timed
+def _timed(method: Any, name: str, spent: collections.Counter[str]) -> Any:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = _now()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            spent[name] += _now() - start
+
+    return timed
 
 
 def split(lap: meters.Lap, names: Names, records: int, run: Any, twin: Any) -> Any:
     """Runs a record-by-record loop (``run()``, or ``twin(spent)()`` on a sampled batch,
     which fills ``spent`` by stage) and divides its time among `names`' loop stages."""
     place = lap.place
-    if lap.sampled:
+    if lap.splits:
         spent: collections.Counter[str] = collections.Counter()
         start = _now()
         out = twin(spent)()
@@ -130,7 +134,7 @@ def split(lap: meters.Lap, names: Names, records: int, run: Any, twin: Any) -> A
 
 def nbytes(arrays: Any) -> int:
     """The bytes of a list of arrays (what is not an array counts 0)."""
-    return sum(getattr(a, "nbytes", 0) for a in arrays)
+    return sum([getattr(a, "nbytes", 0) for a in arrays])
 
 
 def storage_counts(last: dict[str, int]) -> dict[str, int]:
