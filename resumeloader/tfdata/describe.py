@@ -4,9 +4,8 @@ One row per stage (a batch stage that only stacks records has none), from the
 checkpointed position down to what tf.data hands to the training step: what the
 stage is, the element it produces, and whether it is checkpointed, derived from the
 checkpoint on every (re)start, or recomputed. The order stages come from the `Plan`,
-the rest from the `Delivery`. Once batches were made, a ``live`` column shows what
-each stage measured (`resumeloader.core.stats.Stats`) and the caption names the
-bottleneck.
+the rest from the `Delivery`. Once batches were made, the measured figures of each
+stage follow the table (`resumeloader.core.stats.Stats`), the bottleneck named.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from rich.text import Text
 from resumeloader.core import stats as stats_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import delivery as delivery_lib
-from resumeloader.workers import timing
 
 __all__ = ["describe"]
 
@@ -74,11 +72,10 @@ def describe(
 ) -> str:
     """Renders a loader's stages as a table titled `title`; returns it as plain text.
 
-    The text depends only on the configuration and the position in `title`, and on
-    `live` (the loader's `Stats`) once a stage ran: then a ``live`` column holds each
-    stage's microseconds per record and the records/s it allows, and the caption
-    starts with a summary naming the bottleneck. When `console` is given, the table is
-    also printed to it (with its colours and width).
+    The table depends only on the configuration and the position in `title`. Once a
+    stage ran, `live` (the loader's `Stats`) follows it: a summary naming the
+    bottleneck and the measured figures of each stage. When `console` is given, both
+    are also printed to it (the table with its colours and width).
 
     Examples:
         >>> import numpy as np, resumeloader
@@ -111,15 +108,8 @@ def describe(
     table.add_column("stage", no_wrap=True)
     for column in ("what", "element", "state"):
         table.add_column(column, overflow="fold")
-    order, rows = _order_rows(plan, delivery), delivery.describe_rows()
-    cells = None
-    if live is not None and live.stages:
-        table.add_column("live", overflow="fold")
-        table.caption = f"{live.summary()}\n{_CAPTION}"
-        cells = _live_cells(plan, len(order), [*order, *rows], live)
-    for number, row in enumerate([*order, *rows]):
-        extra = () if cells is None else (cells[number],)
-        table.add_row(*(Text(cell) for cell in (*row, *extra)))  # Text: `[i]` stays
+    for row in [*_order_rows(plan, delivery), *delivery.describe_rows()]:
+        table.add_row(*(Text(cell) for cell in row))  # Text: no markup, `[i]` stays
     buffer = io.StringIO()
     # force_jupyter=False: in a notebook rich would otherwise display the table and
     # leave the buffer (the returned text) empty.
@@ -129,38 +119,11 @@ def describe(
     plain.print(table)
     if console is not None:
         console.print(table)
-    return buffer.getvalue()
+    text = buffer.getvalue()
+    if live is not None and live.stages:
+        figures = f"Measured since the loader was made: {live}"
+        if console is not None:
+            console.print(Text(figures))
+        text += figures + "\n"
+    return text
 
-
-def _live_cells(
-    plan: plan_lib.Plan, count: int, rows: list[Row], live: stats_lib.Stats
-) -> list[str]:
-    """The ``live`` cell of each row: its stage's figures (the first `count` rows are the
-    order rows of `_order_rows`, the rest the delivery's)."""
-    pipeline = plan.pipeline
-    names = timing.Names.of(pipeline)
-    meters: list[str | None] = [None, timing.SAMPLER, timing.READ, *names.records]
-    batch = pipeline.batch_stage
-    if batch is not None and not batch.stacks:
-        meters.append(names.batch)
-    meters += names.maps
-    tensors = iter(names.tensors)
-    tensor_names = {stage.name for stage in pipeline.tensor_stages}
-    for row in rows[count:]:
-        if row[0] == "workers":
-            meters.append(timing.TRANSFER)
-        elif row[0] == "from_generator":
-            meters.append(timing.HAND_OFF)
-        elif row[0] in tensor_names:
-            meters.append(next(tensors, None))
-        else:
-            meters.append(None)
-    cells = []
-    for name in meters:
-        stage = None if name is None else live.stage(name)
-        if stage is None or stage.us_per_record is None or stage.allows is None:
-            cells.append("")
-            continue
-        mark = " (bottleneck)" if name == live.bottleneck else ""
-        cells.append(f"{stage.us_per_record:,.1f} us/rec, allows {stage.allows:,.0f}/s{mark}")
-    return cells

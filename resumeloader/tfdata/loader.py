@@ -410,9 +410,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
         Returns:
             The plan as plain text (92 columns, no colours); before the first batch it
             depends only on the configuration and the position (an example is in
-            `resumeloader.tfdata.describe.describe`); once batches were made, a
-            ``live`` column holds each stage's measured time per record and the
-            records/s it allows, and a last line names the bottleneck (`stats`).
+            `resumeloader.tfdata.describe.describe`); once batches were made, the
+            measured figures follow it (`stats`: each stage's time per record and the
+            records/s it allows), the bottleneck named.
         """
         if self._layout.known_counts:
             title = (
