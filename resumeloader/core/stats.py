@@ -17,6 +17,8 @@ import dataclasses
 import re
 from typing import Any
 
+from resumeloader.core import meters
+
 __all__ = ["Stage", "Stats", "Worker", "where"]
 
 _ENV = "RESUMELOADER_STATS"
@@ -141,6 +143,7 @@ class Stats:
     queues: dict[str, dict[str, float | int | None]]
     counts: dict[str, int]
     counting: bool = True
+    snapshot: dict[str, Any] | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
     def off(cls) -> Stats:
@@ -197,7 +200,19 @@ class Stats:
             tuple(sorted(workers, key=lambda w: w.name)), consumer["steps"],
             consumer["wait_ns"] / 1e9, consumer["max_wait_ns"] / 1e9,
             consumer["compute_ns"] / 1e9, queues, dict(snapshot["counts"]),
+            snapshot=snapshot,
         )
+
+    def since(self, earlier: Stats) -> Stats:
+        """What was counted between `earlier` and these stats (both of one loader)."""
+        if self.snapshot is None or earlier.snapshot is None:
+            return self
+        return Stats.of(meters.difference(self.snapshot, earlier.snapshot))
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds of this process and of the worker processes that reported theirs."""
+        return self.process_cpu_s + sum(w.process_cpu_s or 0.0 for w in self.workers)
 
     # -- what it says ------------------------------------------------------------------
     def stage(self, name: str) -> Stage | None:

@@ -11,9 +11,12 @@
   identical to the uninterrupted one, 1 when it differs, 2 on a usage error.
 * ``index`` builds TFRecord offset indexes and writes them next to objects in storage
   (`resumeloader.tools.index`), so that fresh machines do not read the objects.
+* ``profile`` times each stage of your pipeline for some batches without a model, names
+  the bottleneck and measures the settings that keep the stream
+  (`resumeloader.tools.profile`).
 
-Only ``inspect`` and ``show`` import TensorFlow in this process; the training runs in
-subprocesses.
+Only ``inspect``, ``show`` and ``profile`` import TensorFlow in this process; the
+training runs in subprocesses.
 """
 
 from __future__ import annotations
@@ -128,6 +131,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     index.add_argument("paths", nargs="+", help="URLs (s3://, gs://, ...), globs, or files")
     index.add_argument("--index-dir", help="where local files' indexes go (the default cache)")
+    profile = sub.add_parser(
+        "profile",
+        help="time each stage of your pipeline, name the bottleneck, measure settings",
+        description="Builds your loader or pipeline, consumes --batches batches without a "
+        "model with every batch timed, and prints each stage's cost per record, the records/s "
+        "it allows and the bottleneck; then measures the worker kinds and counts and prefetch "
+        "depths on fresh loaders of the same pipeline (and the block order for data in "
+        "storage) and recommends the fastest measured setting.",
+    )
+    profile.add_argument("factory", metavar="MODULE:FACTORY",
+                         help="a function returning your ResumableLoader or Pipeline")
+    profile.add_argument("--batches", type=int, default=50, metavar="N",
+                         help="batches profiled (50)")
+    profile.add_argument("--trial-batches", type=int, default=None, metavar="N",
+                         help="batches timed per setting tried (default: half of --batches, "
+                         ">= 10)")
+    profile.add_argument("--no-tune", action="store_true",
+                         help="only the per-stage table: try no settings")
+    profile.add_argument("--json", action="store_true", help="one JSON object")
     return parser
 
 
@@ -154,6 +176,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from resumeloader.tools import index as index_tool
 
             return index_tool.main(args.paths, out, index_dir=args.index_dir)
+        if args.action == "profile":
+            from resumeloader.tools import profile as profile_tool
+
+            if args.batches < 2:
+                msg = f"--batches must be at least 2. Received: --batches {args.batches}."
+                raise ValueError(msg)
+            return profile_tool.main(
+                args.factory, out, batches=args.batches, tune=not args.no_tune,
+                trial_batches=args.trial_batches, as_json=args.json,
+            )
         _check_workdir(args.workdir)
         if args.action == "demo":
             return _demo(args, out, err)
