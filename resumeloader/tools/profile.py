@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from resumeloader.core import meters
 from resumeloader.tools import factory
@@ -224,21 +223,10 @@ def main(spec: str, out: Console, *, batches: int = 50, tune: bool = True,
                   "records/s", markup=False)
     if not trials:
         return 0
-    table = Table(title=f"Settings measured on fresh loaders of the same pipeline ({WARMUP} "
-                  f"warm-up batches, then {result['trial_batches']} timed)",
-                  title_justify="left")
-    for column in ("setting", "records/s", "CPU us/record", "vs current", "bottleneck"):
-        table.add_column(column, justify="left" if column in ("setting", "bottleneck")
-                         else "right")
+    out.print(f"Settings measured on fresh loaders of the same pipeline ({WARMUP} warm-up "
+              f"batches, then {result['trial_batches']} timed):", markup=False)
+    out.print(_table(trials), markup=False, highlight=False, soft_wrap=True)
     base = trials[0].records_per_s or 1.0
-    for number, trial in enumerate(trials):
-        name = trial.label + (" (current)" if number == 0 else "")
-        if trial.error is not None:
-            table.add_row(name, "-", "-", "-", trial.error[:60])
-            continue
-        table.add_row(name, f"{trial.records_per_s:,.0f}", f"{trial.cpu_us_per_record:,.1f}",
-                      f"{trial.records_per_s / base:.2f}x", trial.bottleneck or "-")
-    out.print(table)
     assert best is not None
     if best is trials[0]:
         out.print(f"Recommendation (measured): keep the current workers ({best.label}); "
@@ -253,3 +241,25 @@ def main(spec: str, out: Console, *, batches: int = 50, tune: bool = True,
                   "setting; it changes the order (a new run: a checkpoint of the current order "
                   "does not restore into it).", markup=False)
     return 0
+
+
+def _table(trials: list[Trial]) -> str:
+    """The trials as a plain text table (one line each, never wrapped)."""
+    base = trials[0].records_per_s or 1.0
+    rows = [("setting", "records/s", "CPU us/record", "vs current", "bottleneck")]
+    for number, trial in enumerate(trials):
+        name = trial.label + (" (current)" if number == 0 else "")
+        if trial.error is not None:
+            rows.append((name, "-", "-", "-", f"failed: {trial.error[:60]}"))
+            continue
+        rows.append((name, f"{trial.records_per_s:,.0f}", f"{trial.cpu_us_per_record:,.1f}",
+                     f"{trial.records_per_s / base:.2f}x", trial.bottleneck or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for number, row in enumerate(rows):
+        cells = [cell.ljust(width) if i in (0, 4) else cell.rjust(width)
+                 for i, (cell, width) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+        if number == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
