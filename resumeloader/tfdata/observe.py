@@ -101,8 +101,22 @@ class Observer:
         threading.Thread(target=run, name="resumeloader-stats", daemon=True).start()
 
 
+def _metadata(plugin: str) -> Any:
+    """The summary metadata TensorBoard's plugin `plugin` reads (its plugin data version 0,
+    serialized empty): what ``tf.summary.scalar`` and ``tf.summary.text`` write, without
+    needing the TensorBoard package."""
+    metadata = tf.compat.v1.SummaryMetadata()
+    metadata.plugin_data.plugin_name = plugin
+    return metadata
+
+
+def _scalar(tag: str, value: float, step: Any) -> None:
+    tf.summary.write(tag, tf.constant(value, tf.float32), step=step,
+                     metadata=_metadata("scalars"))
+
+
 def _write(interval: stats_lib.Stats, step: Any) -> None:
-    scalar = tf.summary.scalar
+    scalar = _scalar
     if interval.steps:
         scalar(f"{_PREFIX}/data_wait_ms", interval.wait_s / interval.steps * 1e3, step=step)
         share = interval.wait_share
@@ -117,4 +131,5 @@ def _write(interval: stats_lib.Stats, step: Any) -> None:
         if stage.allows is not None:
             scalar(f"{name}/allows_records_per_s", stage.allows, step=step)
     if interval.bottleneck is not None:
-        tf.summary.text(f"{_PREFIX}/bottleneck", interval.bottleneck, step=step)
+        tf.summary.write(f"{_PREFIX}/bottleneck", tf.constant(interval.bottleneck),
+                         step=step, metadata=_metadata("text"))
