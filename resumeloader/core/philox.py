@@ -118,16 +118,17 @@ class Key(bit_generator.ISeedSequence):
     takes its key from ``generate_state(2, uint64)``: the same key, the same stream.
     """
 
-    __slots__ = ("_words",)
+    __slots__ = ("words",)
 
     def __init__(self, low: int, high: int) -> None:
-        self._words = (low, high)
+        #: (low, high): the key's two 64-bit words.
+        self.words = (low, high)
 
     def generate_state(self, n_words: int, dtype: Any = np.uint32) -> Any:
         """The key as `n_words` words of `dtype`, least significant first (128 bits)."""
         if n_words == 2 and dtype is np.uint64:  # what Philox asks for
-            return np.array(self._words, np.uint64)
-        key = self._words[0] | self._words[1] << 64
+            return np.array(self.words, np.uint64)
+        key = self.words[0] | self.words[1] << 64
         bits = np.dtype(dtype).itemsize * 8
         if n_words * bits != 128 or bits not in (32, 64):
             msg = (
@@ -139,13 +140,13 @@ class Key(bit_generator.ISeedSequence):
         return np.array([key >> (bits * i) & mask for i in range(n_words)], dtype=dtype)
 
     def __getstate__(self) -> tuple[int, int]:
-        return self._words
+        return self.words
 
     def __setstate__(self, words: tuple[int, int]) -> None:
-        self._words = words
+        self.words = words
 
     def __repr__(self) -> str:
-        return f"RecordKey(0x{self._words[1]:016x}_{self._words[0]:016x})"
+        return f"RecordKey(0x{self.words[1]:016x}_{self.words[0]:016x})"
 
 
 def generator(low_key: int, high_key: int) -> np.random.Generator:
@@ -156,23 +157,25 @@ def generator(low_key: int, high_key: int) -> np.random.Generator:
 
 
 def move(
-    philox: np.random.BitGenerator, low_key: int, high_key: int, words: int,
+    philox: np.random.BitGenerator, low_key: int, high_key: int, words: int = 0,
     has_half: bool = False, half: int = 0,
 ) -> None:
     """Puts `philox` after `words` words of the stream of key ``high_key << 64 | low_key``,
-    with NumPy's buffered 32-bit half-word (`has_half`, `half`) as given."""
-    counter = np.zeros(WORDS, np.uint64)
-    counter[0] = words // WORDS
-    philox.state = {
+    with NumPy's buffered 32-bit half-word (`has_half`, `half`) as given. A `Key` seed
+    sequence of `philox` is set to the new key."""
+    philox.state = {  # type: ignore[assignment]  # NumPy's setter takes any sequences
         "bit_generator": "Philox",
-        "state": {"counter": counter, "key": np.array([low_key, high_key], np.uint64)},
-        "buffer": np.zeros(WORDS, np.uint64),
+        "state": {"counter": (words // WORDS, 0, 0, 0), "key": (low_key, high_key)},
+        "buffer": (0, 0, 0, 0),
         "buffer_pos": WORDS,  # empty: the next word starts block words // 4
         "has_uint32": int(has_half),
-        "uinteger": int(half),
+        "uinteger": half,
     }
     if words % WORDS:  # into the block: it fills NumPy's block buffer
         philox.random_raw(words % WORDS)
+    key = philox.seed_seq
+    if isinstance(key, Key):
+        key.words = (low_key, high_key)
 
 
 def place(philox: np.random.BitGenerator) -> tuple[int, bool, int]:

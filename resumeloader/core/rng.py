@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
@@ -16,7 +18,7 @@ import numpy as np
 
 from resumeloader.core import draws, philox, sampler, streams
 
-__all__ = ["BATCH_STREAM", "RecordRngs", "metadata", "record_rng"]
+__all__ = ["BATCH_STREAM", "RecordRngs", "give_back", "lend", "metadata", "record_rng"]
 
 _RNG_TAG = 0xA06_3E17_A71_0F_5EED
 _METADATA_SEED_TAG = 0x7F5EED
@@ -50,6 +52,47 @@ def record_rng(seed: int, epoch: int, record_index: int) -> np.random.Generator:
         msg = f"`record_index` must be in [0, 2**64). Received: record_index={record_index!r}."
         raise ValueError(msg)
     return philox.generator(int(record_index), _epoch_word(seed, epoch))
+
+
+# The generator a thread's `give_back` kept for its next `lend`.
+_RETURNED = threading.local()
+
+
+def lend(seed: int, epoch: int, record_index: int) -> np.random.Generator:
+    """`record_rng(seed, epoch, record_index)` for one call of user code, then `give_back`.
+
+    The generator is the same stream as `record_rng`'s, and a real
+    `numpy.random.Generator` the user code may keep; it may be an object given back by
+    an earlier call in this thread, restarted on the new key (which costs a quarter of
+    making one: the per-record ``map_fn`` path makes one per record).
+    """
+    generator = getattr(_RETURNED, "generator", None)
+    if generator is None or not 0 <= record_index <= _M64:
+        return record_rng(seed, epoch, record_index)
+    _RETURNED.generator = None
+    philox.move(generator.bit_generator, int(record_index), _epoch_word(seed, epoch))
+    return generator
+
+
+def give_back(generator: np.random.Generator) -> None:
+    """Keeps `generator` (from `lend`) for this thread's next `lend`, unless something
+    besides the caller's one variable still holds it or its bit generator: a generator
+    the user code kept is never reused."""
+    if (sys.getrefcount(generator), sys.getrefcount(generator.bit_generator)) == _UNSHARED:
+        _RETURNED.generator = generator
+
+
+def _counts(generator: np.random.Generator) -> tuple[int, int]:
+    # The same references as in `give_back`, whose caller holds one variable.
+    return sys.getrefcount(generator), sys.getrefcount(generator.bit_generator)
+
+
+def _unshared() -> tuple[int, int]:
+    generator = philox.generator(0, 0)
+    return _counts(generator)
+
+
+_UNSHARED = _unshared()
 
 
 def metadata(seed: int, indices: np.ndarray, epoch: int, position: int) -> dict[str, np.ndarray]:

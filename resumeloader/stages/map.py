@@ -39,7 +39,10 @@ class MapStage(base.RecordStage):
     )
 
     def apply(self, record: Any, *, epoch: int, index: int) -> Any:
-        return self.fn(record, rng.record_rng(self.seed, epoch, index))
+        generator = rng.lend(self.seed, epoch, index)
+        record = self.fn(record, generator)
+        rng.give_back(generator)
+        return record
 
     def describe(self) -> str:
         name = getattr(self.fn, "__qualname__", type(self.fn).__name__)

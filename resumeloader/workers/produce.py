@@ -89,6 +89,12 @@ class BatchProducer:
         self._batch_stage = pipeline.batch_stage
         # Without record stages a batched source returns whole batches in one call.
         self.reads_batches = not self._stages and self._source.batched
+        # With record stages, a source whose batches are exactly its records stacked
+        # (in-memory numeric arrays) is still read a batch at a time, its records the
+        # rows of that batch: one gather per batch instead of a read per record.
+        source_spec = self._source.record_spec() if self._stages else None
+        self._row_split = (source_spec.treespec if source_spec is not None
+                           and self._source.batched and self._source.exact_batches else None)
         policy = pipeline.error_policy
         self._policy = policy if policy.replaces else None
         #: The replacements in the batches made here, until the consumer side takes them.
@@ -164,7 +170,9 @@ class BatchProducer:
             return self._read_batch(indices, epoch=epoch, position=position)
         # A source that reads many records at once is read once per batch.
         read = None
-        if self._source.reads_many:
+        if self._row_split is not None:
+            read = self._rows(indices, epoch=epoch, position=position)
+        elif self._source.reads_many:
             read = self._read_many(indices, epoch=epoch, position=position)
         columns: list[list[np.ndarray]] = [[] for _ in self.spec.leaves]
         single = columns[0] if len(columns) == 1 else None
@@ -290,6 +298,22 @@ class BatchProducer:
                 msg, record_index=int(indices[0]), epoch=epoch, position=position
             )
         return records
+
+    def _rows(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
+        """The records at `indices` as the read-only rows of one `read_batch`."""
+        treespec = self._row_split
+        assert treespec is not None
+        try:
+            batch = self._source.read_batch(indices)
+        except Exception as err:
+            raise checks.batch_error("read_batch", err, indices, epoch, position) from err
+        columns = treespec.flatten_up_to(batch)
+        for column in columns:
+            column.flags.writeable = False  # its rows, the records, too
+        if treespec.is_leaf():
+            return list(columns[0])
+        return [optree.tree_unflatten(treespec, leaves)
+                for leaves in zip(*(list(column) for column in columns), strict=True)]
 
     def _check(self, record: Any, *, index: int, epoch: int, position: int) -> list[np.ndarray]:
         return checks.record(self.spec, record, index=index, epoch=epoch, position=position)
