@@ -163,7 +163,7 @@ def move(
     """Puts `philox` after `words` words of the stream of key ``high_key << 64 | low_key``,
     with NumPy's buffered 32-bit half-word (`has_half`, `half`) as given. A `Key` seed
     sequence of `philox` is set to the new key."""
-    philox.state = {  # type: ignore[assignment]  # NumPy's setter takes any sequences
+    philox.state = {  # NumPy's setter takes any sequences
         "bit_generator": "Philox",
         "state": {"counter": (words // WORDS, 0, 0, 0), "key": (low_key, high_key)},
         "buffer": (0, 0, 0, 0),
