@@ -25,7 +25,7 @@ from resumeloader.core import wire
 from resumeloader.stages import base as stages_base
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import checks, skips
+from resumeloader.workers import checks, records, skips
 
 __all__ = ["BatchProducer", "Produced"]
 
@@ -89,12 +89,7 @@ class BatchProducer:
         self._batch_stage = pipeline.batch_stage
         # Without record stages a batched source returns whole batches in one call.
         self.reads_batches = not self._stages and self._source.batched
-        # With record stages, a source whose batches are exactly its records stacked
-        # (in-memory numeric arrays) is still read a batch at a time, its records the
-        # rows of that batch: one gather per batch instead of a read per record.
-        source_spec = self._source.record_spec() if self._stages else None
-        self._row_split = (source_spec.treespec if source_spec is not None
-                           and self._source.batched and self._source.exact_batches else None)
+        self._records = records.Records(self._source, self._stages)
         policy = pipeline.error_policy
         self._policy = policy if policy.replaces else None
         #: The replacements in the batches made here, until the consumer side takes them.
@@ -119,26 +114,7 @@ class BatchProducer:
 
     def record(self, index: int, *, epoch: int, position: int) -> Any:
         """Reads record `index` and runs the record stages; user errors become `RecordError`."""
-        try:
-            record = self._source.read(index)
-        except Exception as err:
-            raise checks.record_error("The source", err, index, epoch, position) from err
-        return self._transform(record, index=index, epoch=epoch, position=position)
-
-    def _transform(self, record: Any, *, index: int, epoch: int, position: int) -> Any:
-        if not self._stages:
-            return record
-        if type(record) is np.ndarray:
-            record = _read_only(record)
-        else:
-            record = optree.tree_map(_read_only, record, none_is_leaf=True)
-        for stage in self._stages:
-            try:
-                record = stage.apply(record, epoch=epoch, index=index)
-            except Exception as err:
-                what = "`map_fn`" if stage.name == "map" else f"Stage `{stage.name}`"
-                raise checks.record_error(what, err, index, epoch, position) from err
-        return record
+        return self._records.read(index, epoch=epoch, position=position)
 
     def batch(self, task: plan_lib.Task) -> Produced:
         """The batches of `task`'s records, whose first record sits at ``task.position``;
@@ -168,27 +144,7 @@ class BatchProducer:
         indices, epoch, position = task.indices, task.epoch, task.position
         if self.reads_batches:
             return self._read_batch(indices, epoch=epoch, position=position)
-        # A source that reads many records at once is read once per batch.
-        read = None
-        if self._row_split is not None:
-            read = self._rows(indices, epoch=epoch, position=position)
-        elif self._source.reads_many:
-            read = self._read_many(indices, epoch=epoch, position=position)
-        columns: list[list[np.ndarray]] = [[] for _ in self.spec.leaves]
-        single = columns[0] if len(columns) == 1 else None
-        for offset, index in enumerate(indices.tolist()):
-            at = position + offset
-            if read is None:
-                record = self.record(index, epoch=epoch, position=at)
-            else:
-                record = self._transform(read[offset], index=index, epoch=epoch, position=at)
-            leaves = self._check(record, index=index, epoch=epoch, position=at)
-            if single is not None:
-                single.append(leaves[0])
-            else:
-                for column, leaf in zip(columns, leaves, strict=True):
-                    column.append(leaf)
-        return columns
+        return self._records.columns(self.spec, indices, epoch=epoch, position=position)
 
     # -- the batch stage's part ------------------------------------------------------
     def _grouped(self, columns: list[Any], task: plan_lib.Task) -> Produced:
@@ -283,38 +239,6 @@ class BatchProducer:
         ]
         return optree.tree_unflatten(self.output_spec.treespec, encoded)
 
-    def _read_many(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
-        try:
-            records = list(self._source.read_many(indices))
-        except Exception as err:
-            raise checks.batch_error("read", err, indices, epoch, position) from err
-        if len(records) != len(indices):
-            msg = (
-                f"The source's read_many returned {len(records)} records for the "
-                f"{len(indices)} records starting at record index {int(indices[0])} "
-                f"(epoch {epoch}, position {position}). Expected: one per index."
-            )
-            raise errors.RecordError(
-                msg, record_index=int(indices[0]), epoch=epoch, position=position
-            )
-        return records
-
-    def _rows(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
-        """The records at `indices` as the read-only rows of one `read_batch`."""
-        treespec = self._row_split
-        assert treespec is not None
-        try:
-            batch = self._source.read_batch(indices)
-        except Exception as err:
-            raise checks.batch_error("read_batch", err, indices, epoch, position) from err
-        columns = treespec.flatten_up_to(batch)
-        for column in columns:
-            column.flags.writeable = False  # its rows, the records, too
-        if treespec.is_leaf():
-            return list(columns[0])
-        return [optree.tree_unflatten(treespec, leaves)
-                for leaves in zip(*(list(column) for column in columns), strict=True)]
-
     def _check(self, record: Any, *, index: int, epoch: int, position: int) -> list[np.ndarray]:
         return checks.record(self.spec, record, index=index, epoch=epoch, position=position)
 
@@ -326,12 +250,4 @@ class BatchProducer:
         if self._exact:
             return self.spec.treespec.flatten_up_to(batch)
         return checks.batch(self.spec, batch, indices, epoch=epoch, position=position)
-
-
-def _read_only(value: Any) -> Any:
-    if isinstance(value, np.ndarray) and value.flags.writeable:
-        value = value.view()
-        value.flags.writeable = False
-    return value
-
 
