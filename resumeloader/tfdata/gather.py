@@ -1,26 +1,25 @@
 """In-memory array sources without a ``map_fn``: batches gathered inside tf.data.
 
 For such sources Python only computes the record indices, CHUNK batches of one size
-per ``from_generator`` element; tf.data gathers a chunk's records with one
-``tf.gather`` per column in its own threads and splits the chunk into its batches
-(``unbatch`` of a ``[batches, batch_size, ...]`` tensor), which costs much less than
-converting a NumPy batch per ``from_generator`` call. The stream is identical to the
-generic path: the same tasks, cut the same way.
+per ``from_generator`` element; tf.data gathers a chunk's records with one gather per
+column in its own threads and splits the chunk into its batches (``unbatch`` of a
+``[batches, batch_size, ...]`` tensor), which costs much less than converting a NumPy
+batch per ``from_generator`` call. The stream is identical to the generic path: the
+same tasks, cut the same way.
 
-Memory: the gather reads the NumPy arrays in place (through DLPack) when TensorFlow
-can address them (C-contiguous, writeable or a read-only view of a writeable array,
-native byte order, 64-byte aligned); otherwise the array is copied once into aligned
-memory, and that copy is shared by every loader and iterator over the same array
-(while any of them lives; a copy is matched by the array's memory, layout and
-sampled content digest). There is no
+Memory: nothing is copied before the first batch, whatever the array. A `Column` is
+read in place by ``tf.gather`` (through DLPack) when TensorFlow can address it
+(C-contiguous, writeable or a read-only view of a writeable array, native byte order,
+64-byte aligned: TensorFlow's kernels abort the process on a tensor aligned less,
+and ``np.load`` and large ``np.empty`` arrays start 16 bytes past such a boundary);
+otherwise NumPy gathers each chunk's rows into recycled aligned memory
+(``tf.numpy_function``; `core/buffers.py`), which TensorFlow takes over. There is no
 size limit: nothing is embedded in a graph, and tf.data's static optimisations, whose
 graph rewrite would copy every captured tensor on each new iterator, are switched
 off for this dataset (its one map is parallel and ordered already).
 """
-
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,17 +28,16 @@ import numpy as np
 import optree
 import tensorflow as tf
 
-from resumeloader.core import buffers
+from resumeloader.core import buffers, exiting, handoff
 from resumeloader.core import spec as spec_lib
-from resumeloader.sources import digest
 from resumeloader.tfdata import generator
 
-__all__ = ["Gatherer"]
+__all__ = ["Column", "Gatherer"]
 
 _KINDS = "biuf"  # bool, signed, unsigned, float
-# TensorFlow's kernels assume buffers aligned to EIGEN_MAX_ALIGN_BYTES (at most 64) and
-# abort the process on a misaligned one, so only such arrays are read in place.
-_ALIGNMENT = 64
+# TensorFlow's kernels check that a tensor's buffer is aligned to EIGEN_MAX_ALIGN_BYTES
+# (64) and abort the process otherwise, so only such arrays are read in place.
+_ALIGNMENT = buffers.ALIGNMENT
 # Batches whose index arrays travel through from_generator together.
 CHUNK = 16
 
@@ -54,7 +52,7 @@ class Gatherer:
     def __init__(self, leaves: list[np.ndarray], treespec: Any) -> None:
         self._leaves = leaves
         self._treespec = treespec
-        self._columns: list[tf.Tensor] | None = None
+        self._columns: list[Column] | None = None
 
     @staticmethod
     def supports(leaves: list[np.ndarray], treespec: Any, spec: spec_lib.RecordSpec) -> bool:
@@ -83,8 +81,7 @@ class Gatherer:
             with_metadata: whether elements are ``(batch, metadata)``.
         """
         if self._columns is None:
-            with tf.init_scope():
-                self._columns = [_tensor(leaf) for leaf in self._leaves]
+            self._columns = [Column(leaf) for leaf in self._leaves]
         columns = self._columns
         data_spec = element_spec[0] if with_metadata else element_spec
         specs = optree.tree_leaves(data_spec, is_leaf=_is_spec, none_is_leaf=True)
@@ -102,10 +99,7 @@ class Gatherer:
         def gather(index: tf.Tensor, size: tf.Tensor) -> Any:
             # One gather per column for the whole chunk: far less tf.data work per batch
             # than a gather per batch (a third less CPU, measured).
-            batch = [
-                split(tf.gather(column, index), size)
-                for column, spec in zip(columns, specs, strict=True)
-            ]
+            batch = [split(column.gather(index), size) for column in columns]
             return optree.tree_unflatten(treespec, batch)
 
         chunk_spec = tf.nest.map_structure(
@@ -141,57 +135,72 @@ def _options() -> tf.data.Options:
 _OPTIONS = _options()
 
 
-def _tensor(leaf: np.ndarray) -> tf.Tensor:
-    """`leaf` as a tensor that shares its memory, or shares that of its aligned copy."""
-    leaf = _unlocked(leaf)
-    if not (
-        leaf.flags.c_contiguous
-        and leaf.flags.writeable  # NumPy exports no read-only array through DLPack
-        and leaf.dtype.isnative
-        and buffers.address(leaf) % _ALIGNMENT == 0
-    ):
-        leaf = _shared_copy(leaf)
-    # The tensor keeps `leaf` (and the memory it views) alive until it is freed.
-    return tf.experimental.dlpack.from_dlpack(leaf.__dlpack__())
+class Column:
+    """One in-memory column as tf.data gathers its rows (see the module docstring): in
+    place through ``tf.gather`` when TensorFlow can address the array, else by NumPy into
+    recycled aligned memory. Nothing is copied when it is made.
+
+    Args:
+        leaf: the column (first dimension: records).
+    """
+
+    def __init__(self, leaf: np.ndarray) -> None:
+        leaf = _unlocked(leaf)
+        #: Whether ``tf.gather`` reads the array's own memory.
+        self.in_place = bool(
+            leaf.flags.c_contiguous
+            and leaf.flags.writeable  # NumPy exports no read-only array through DLPack
+            and leaf.dtype.isnative
+            and buffers.address(leaf) % _ALIGNMENT == 0
+        )
+        self._leaf = leaf
+        self._dtype = leaf.dtype.newbyteorder("=")
+        self._tensor: tf.Tensor | None = None
+
+    def gather(self, index: tf.Tensor) -> tf.Tensor:
+        """The rows at `index` (an int64 vector tensor, within the column), as TensorFlow ops."""
+        if self.in_place:
+            if self._tensor is None:
+                with tf.init_scope():
+                    # The tensor keeps `leaf` (and the memory it views) alive until freed.
+                    self._tensor = tf.experimental.dlpack.from_dlpack(self._leaf.__dlpack__())
+            return tf.gather(self._tensor, index)
+        exiting.install()
+        rows = tf.numpy_function(
+            _weak_take(self), [index], tf.as_dtype(self._dtype), stateful=False
+        )
+        rows.set_shape((index.shape[0], *self._leaf.shape[1:]))
+        return rows
+
+    def take(self, index: np.ndarray) -> np.ndarray:
+        """``leaf[index]`` in native byte order, in recycled memory aligned for TensorFlow
+        (`core/buffers.py`) when large enough to be worth it."""
+        index = handoff.check_indices(index, len(self._leaf))
+        rows = buffers.empty((len(index), *self._leaf.shape[1:]), self._dtype)
+        if self._leaf.dtype.isnative:
+            np.take(self._leaf, index, axis=0, out=rows, mode="clip")  # unbuffered
+        else:
+            rows[...] = self._leaf[index]
+        return rows
 
 
-# (address, shape, strides, dtype, content digest) of an array -> (a weak reference to
-# the array that owns that memory, a weak reference to its aligned copy). Every loader
-# and iterator over one array shares one copy, alive while any of their tensors is.
-_COPIES: dict[tuple[Any, ...], tuple[weakref.ref[Any], weakref.ref[np.ndarray]]] = {}
-_COPIES_LOCK = threading.Lock()
+def _weak_take(column: Column) -> Callable[[np.ndarray], np.ndarray]:
+    """`column.take` for ``tf.numpy_function``, holding the column only weakly: in eager
+    mode TensorFlow keeps every ``numpy_function`` callable for the life of the process
+    (see `resumeloader.tfdata.generator`), and with it the array. Each call is
+    `exiting.busy` and refused once the interpreter exits."""
+    ref = weakref.ref(column)
 
+    def take(index: np.ndarray) -> np.ndarray:
+        with exiting.busy():
+            exiting.check("dataset() batches")
+            target = ref()
+            if target is None:
+                msg = "This dataset's loader was garbage collected; keep the dataset referenced."
+                raise RuntimeError(msg)
+            return target.take(index)
 
-def _owner(leaf: np.ndarray) -> Any:
-    """The object that owns the memory `leaf` views (its last base), or `leaf`."""
-    owner: Any = leaf
-    while isinstance(owner, np.ndarray) and owner.base is not None:
-        owner = owner.base
-    return owner
-
-
-def _shared_copy(leaf: np.ndarray) -> np.ndarray:
-    """The aligned copy of `leaf` (`_aligned_copy`), made once for every loader over the
-    same array: keyed by its memory, layout and sampled content (`sources.digest`),
-    valid while the array that owns the memory lives."""
-    owner = _owner(leaf)
-    try:
-        owner_ref = weakref.ref(owner)
-    except TypeError:  # an owner without weak references: no sharing, one copy each
-        return _aligned_copy(leaf)
-    key = (leaf.ctypes.data, leaf.shape, leaf.strides, leaf.dtype.str,
-           digest.columns_digest([leaf]))
-    with _COPIES_LOCK:
-        for stale in [k for k, (o, c) in _COPIES.items() if o() is None or c() is None]:
-            del _COPIES[stale]
-        entry = _COPIES.get(key)
-        if entry is not None and entry[0]() is owner:
-            copy = entry[1]()
-            if copy is not None:
-                return copy
-        copy = _aligned_copy(leaf)
-        _COPIES[key] = (owner_ref, weakref.ref(copy))
-        return copy
+    return take
 
 
 def _unlocked(leaf: np.ndarray) -> np.ndarray:
@@ -213,17 +222,6 @@ def _unlocked(leaf: np.ndarray) -> np.ndarray:
     if offset < 0 or offset + leaf.nbytes > owner.nbytes:
         return leaf
     return np.ndarray(leaf.shape, leaf.dtype, buffer=owner, offset=offset)
-
-
-def _aligned_copy(leaf: np.ndarray) -> np.ndarray:
-    """A C-contiguous, native-order copy of `leaf` starting on an _ALIGNMENT boundary."""
-    dtype = leaf.dtype.newbyteorder("=")
-    size = leaf.size * dtype.itemsize
-    raw = np.empty(size + _ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % _ALIGNMENT
-    copy = raw[start : start + size].view(dtype).reshape(leaf.shape)
-    np.copyto(copy, leaf)
-    return copy
 
 
 def _chunks(batches: Iterator[Any], *, with_metadata: bool) -> Iterator[Any]:
