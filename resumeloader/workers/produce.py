@@ -92,13 +92,15 @@ class BatchProducer:
     ) -> None:
         self.pipeline = pipeline.python_part()
         self._hand_over = hand_over
+        #: The pipeline's seed: the one every stage receives with the epoch.
+        self._seed = pipeline.seed
         self._source = pipeline.source
         self._stages = pipeline.record_stages
         assert pipeline.batch_stage is not None
         self._batch_stage = pipeline.batch_stage
         # Without record stages a batched source returns whole batches in one call.
         self.reads_batches = not self._stages and self._source.batched
-        self._records = records.Records(self._source, self._stages)
+        self._records = records.Records(self._source, self._stages, seed=self._seed)
         policy = pipeline.error_policy
         self._policy = policy if policy.replaces else None
         #: The replacements in the batches made here, until the consumer side takes them.
@@ -144,7 +146,7 @@ class BatchProducer:
         stage = self._batch_stage
         assert isinstance(stage, stages_base.WindowedBatchStage)
         return stage.group(
-            self._columns(task), self.spec, seed=self.pipeline.seed, epoch=task.epoch,
+            self._columns(task), self.spec, seed=self._seed, epoch=task.epoch,
             window=task.window,
         )
 
@@ -161,7 +163,7 @@ class BatchProducer:
         stage = self._batch_stage
         try:
             made = stage.batches(
-                columns, self.spec, seed=self.pipeline.seed, epoch=task.epoch,
+                columns, self.spec, seed=self._seed, epoch=task.epoch,
                 window=task.window,
             )
         except stages_base.GroupError as err:
@@ -189,7 +191,9 @@ class BatchProducer:
         batch = optree.tree_unflatten(self._map_specs[0].treespec, leaves)
         for stage, spec in zip(self._maps, self._map_specs[1:], strict=True):
             try:
-                batch = stage.apply_batch(batch, epoch=task.epoch, indices=indices)
+                batch = stage.apply_batch(
+                    batch, seed=self._seed, epoch=task.epoch, indices=indices
+                )
             except Exception as err:
                 who = f"The `{stage.name}` function"
                 raise checks.batch_error(stage.name, err, indices, task.epoch, position,
@@ -229,7 +233,7 @@ class BatchProducer:
     ) -> tuple[Any, dict[str, Any]]:
         assert self._policy is not None
         order = self.pipeline.index_stage
-        return self._policy.replace(err, read, check, order=order, seed=self.pipeline.seed)
+        return self._policy.replace(err, read, check, order=order, seed=self._seed)
 
     def _probe(self) -> Any:
         """Record 0 of epoch 0, whose spec is the batches' (replaced if it fails)."""

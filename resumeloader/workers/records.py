@@ -30,8 +30,10 @@ class Records:
     """The records of `source` at given indices, through the record stages `stages`."""
 
     def __init__(self, source: sources_base.Source,
-                 stages: tuple[stages_base.RecordStage, ...]) -> None:
+                 stages: tuple[stages_base.RecordStage, ...], *, seed: int) -> None:
         self._source = source
+        #: The pipeline's seed: the one every stage receives with the epoch.
+        self._seed = seed
         self._stages = stages
         # In-memory arrays are read a batch at a time, their records the rows of it.
         source_spec = source.record_spec() if stages else None
@@ -59,7 +61,7 @@ class Records:
     def _staged(self, record: Any, index: int, epoch: int, position: int) -> Any:
         for stage in self._stages:
             try:
-                record = stage.apply(record, epoch=epoch, index=index)
+                record = stage.apply(record, seed=self._seed, epoch=epoch, index=index)
             except Exception as err:
                 what = "`map_fn`" if stage.name == "map" else f"Stage `{stage.name}`"
                 raise checks.record_error(what, err, index, epoch, position) from err
