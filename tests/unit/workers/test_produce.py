@@ -8,7 +8,7 @@ import optree
 import pytest
 
 from resumeloader import Pipeline, RecordError
-from resumeloader.stages import Plan
+from resumeloader.stages.plan import Plan
 from resumeloader.workers import produce
 
 _IMAGES = np.arange(40 * 3, dtype=np.float32).reshape(40, 3)
