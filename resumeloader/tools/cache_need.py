@@ -1,0 +1,129 @@
+"""`CacheNeed`: the cache a sequence of object reads needs so that no byte is read twice.
+
+The process's span cache (`resumeloader.sources.spans`) keeps what GETs read, least
+recently used dropped first, within ``ObjectReads.cache_bytes``. A range read again
+later is served from it only if fewer than ``cache_bytes`` of other spans were used
+in between: its *reuse distance* (the bytes of the spans used since it was last used,
+its own included). `CacheNeed` follows the reads of a run (the ranges each step
+reads, the GETs it sends), remembers the spans read well past the cache's limit, and
+gives the largest reuse distance (the least ``cache_bytes`` that keeps every span
+until it is read again) and the bytes that GETs read a second time because the cache
+had dropped them.
+
+It holds no bytes: one small entry per span, at most `MAX_SPANS` of them and at most
+`limit` bytes' worth (``4 * cache_bytes``); what it forgot past that is counted as
+``forgot`` (the need may then be larger than found).
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["MAX_SPANS", "CacheNeed"]
+
+#: The most spans remembered.
+MAX_SPANS = 1 << 18
+
+
+@dataclasses.dataclass
+class _Entry:
+    key: tuple[str, str]
+    start: int
+    stop: int
+    step: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+class CacheNeed:
+    """Reuse distances and re-read bytes of object reads (see the module docstring).
+
+    Args:
+        limit: the most bytes of spans remembered.
+
+    Attributes:
+        need: the largest reuse distance seen (bytes).
+        reread: bytes of GETs that an earlier GET had read already.
+        forgot: spans forgotten past the limits (a later reuse of one is not seen).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, int(limit))
+        self.need = self.reread = self.forgot = 0
+        self._order: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
+        self._by_key: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (start, id) sorted
+        self._held = 0
+
+    def step(self, step: int, ranges: Sequence[tuple[Any, int, int]],
+             gets: Sequence[tuple[Any, int, int]]) -> tuple[int, int]:
+        """One step's reads: the object `ranges` it read through the cache, then the
+        `gets` it sent (objects: ``url`` and ``version`` attributes). Returns the step's
+        largest reuse distance and the bytes its GETs read again."""
+        distance = reread = 0
+        for obj, start, stop in ranges:
+            found = self._find((obj.url, obj.version), start, stop)
+            if found is None:
+                continue
+            if found.step != step:
+                distance = max(distance, self._distance(found))
+                found.step = step
+            self._order.move_to_end(id(found))
+        for obj, start, stop in gets:
+            key = (obj.url, obj.version)
+            for old in self._overlapping(key, start, stop):
+                reread += min(old.stop, stop) - max(old.start, start)
+                self._drop(old)
+            self._add(_Entry(key, start, stop, step))
+        while len(self._order) > MAX_SPANS or self._held > self.limit:
+            self._drop(next(iter(self._order.values())))
+            self.forgot += 1
+        self.need = max(self.need, distance)
+        self.reread += reread
+        return distance, reread
+
+    def _distance(self, entry: _Entry) -> int:
+        """The bytes of the spans used after `entry` was last used, and its own."""
+        total = 0
+        for other in reversed(self._order.values()):
+            total += other.size
+            if other is entry:
+                break
+        return total
+
+    def _find(self, key: tuple[str, str], start: int, stop: int) -> _Entry | None:
+        found = self._by_key.get(key, [])
+        at = bisect.bisect_right(found, (start, float("inf")))
+        for _, ident in reversed(found[max(0, at - 64) : at]):
+            entry = self._order[ident]
+            if entry.start <= start and entry.stop >= stop:
+                return entry
+        return None
+
+    def _overlapping(self, key: tuple[str, str], start: int, stop: int) -> list[_Entry]:
+        found = self._by_key.get(key, [])
+        at = bisect.bisect_left(found, (stop, -1))
+        out = []
+        for _, ident in reversed(found[max(0, at - 64) : at]):
+            entry = self._order[ident]
+            if entry.stop > start:
+                out.append(entry)
+        return out
+
+    def _add(self, entry: _Entry) -> None:
+        self._order[id(entry)] = entry
+        bisect.insort(self._by_key.setdefault(entry.key, []), (entry.start, id(entry)))
+        self._held += entry.size
+
+    def _drop(self, entry: _Entry) -> None:
+        del self._order[id(entry)]
+        spans = self._by_key[entry.key]
+        spans.remove((entry.start, id(entry)))
+        if not spans:
+            del self._by_key[entry.key]
+        self._held -= entry.size
