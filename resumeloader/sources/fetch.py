@@ -263,10 +263,11 @@ class DryRun:
     the same merging (`merged`) and the same span cache rules
     (`resumeloader.sources.spans`: a range inside a kept span is not read again; at
     most ``reads.cache_bytes`` kept, least recently used dropped first) as that `read`,
-    on a cache of its own in which every GET has finished by the time the next read
-    comes (a real cache may keep a span a little longer while its GET is still
-    running, never shorter). A source that reads local files records each ``pread`` it
-    would make (`pread`). `take` hands over what was recorded since the last call.
+    on a cache of its own in which a read's GETs finish before the next read (as for a
+    process that reads its batches one after the other: a span whose GET is still
+    running is never dropped, so reads that overlap in time keep more, never less). A
+    source that reads local files records each ``pread`` it would make (`pread`).
+    `take` hands over what was recorded since the last call.
 
     Attributes:
         reads: the settings of the last objects' read recorded (None before one).
@@ -276,6 +277,7 @@ class DryRun:
         self.reads: ObjectReads | None = None
         self._cache = spans.Cache()
         self._taken = DryReads([], [], 0)
+        self._pending: list[concurrent.futures.Future[bytes]] = []
 
     def read(
         self, ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None,
@@ -289,13 +291,23 @@ class DryRun:
             self._taken.sent.extend(ranges)
             return
         self._taken.cached.extend(ranges)
+        self._pending = []
         _spans(ranges, reads, blocks, ahead=False, cache=self._cache, submit=self._submit)
+        for future in self._pending:  # `read` waits for its GETs after the cache shrank
+            future.set_result(b"")
 
     def pread(self, path: str, start: int, stop: int, *, wanted: int | None = None) -> None:
         """Records one read of bytes ``[start, stop)`` of local file `path`, of which
         `wanted` bytes are records (default: all)."""
         self._taken.sent.append((path, start, stop))
         self._taken.wanted_bytes += stop - start if wanted is None else wanted
+
+    def holds(self, obj: storage.Object, start: int, stop: int) -> bool:
+        """Whether the cache holds a span of `obj` containing ``[start, stop)`` (nothing moves)."""
+        return any(
+            span.start <= start and span.stop >= stop for span in self._cache.spans.get(
+                _key(obj), [])
+        )
 
     def take(self) -> DryReads:
         """What was recorded since the last call."""
@@ -304,7 +316,8 @@ class DryRun:
 
     def _submit(self, obj: storage.Object, start: int, stop: int, _: ObjectReads) -> Any:
         self._taken.sent.append((obj, start, stop))
-        return _DONE
+        self._pending.append(concurrent.futures.Future())
+        return self._pending[-1]
 
 
 @dataclasses.dataclass
@@ -321,10 +334,6 @@ class DryReads:
     sent: list[tuple[storage.Object | str, int, int]]
     cached: list[Range]
     wanted_bytes: int
-
-
-_DONE: concurrent.futures.Future[bytes] = concurrent.futures.Future()
-_DONE.set_result(b"")
 
 
 def stats() -> dict[str, int]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["MAX_SPANS", "CacheNeed"]
@@ -32,6 +32,7 @@ MAX_SPANS = 1 << 18
 @dataclasses.dataclass
 class _Entry:
     key: tuple[str, str]
+    obj: Any
     start: int
     stop: int
     step: int
@@ -61,10 +62,13 @@ class CacheNeed:
         self._held = 0
 
     def step(self, step: int, ranges: Sequence[tuple[Any, int, int]],
-             gets: Sequence[tuple[Any, int, int]]) -> tuple[int, int]:
+             gets: Sequence[tuple[Any, int, int]],
+             held: Callable[[Any, int, int], bool]) -> tuple[int, int]:
         """One step's reads: the object `ranges` it read through the cache, then the
-        `gets` it sent (objects: ``url`` and ``version`` attributes). Returns the step's
-        largest reuse distance and the bytes its GETs read again."""
+        `gets` it sent (objects: ``url`` and ``version`` attributes); `held` tells whether
+        the cache still holds a span. Returns the step's largest reuse distance and the
+        bytes its GETs read again of spans the cache had dropped (a GET merged across a
+        span the cache holds reads its bytes again too, but not for want of room)."""
         distance = reread = 0
         for obj, start, stop in ranges:
             found = self._find((obj.url, obj.version), start, stop)
@@ -77,9 +81,10 @@ class CacheNeed:
         for obj, start, stop in gets:
             key = (obj.url, obj.version)
             for old in self._overlapping(key, start, stop):
-                reread += min(old.stop, stop) - max(old.start, start)
+                if not held(old.obj, old.start, old.stop):
+                    reread += min(old.stop, stop) - max(old.start, start)
                 self._drop(old)
-            self._add(_Entry(key, start, stop, step))
+            self._add(_Entry(key, obj, start, stop, step))
         while len(self._order) > MAX_SPANS or self._held > self.limit:
             self._drop(next(iter(self._order.values())))
             self.forgot += 1

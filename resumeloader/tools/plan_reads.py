@@ -184,7 +184,7 @@ def _shard_rows(
             row.cache_limit, row.readahead_limit = dry.reads.cache_bytes, dry.reads.readahead_bytes
         _count(row, seen, taken, task, predicted)
         gets = [(o, a, b) for o, a, b in taken.sent if isinstance(o, storage.Object)]
-        distance, reread = need.step(step, taken.cached, gets)
+        distance, reread = need.step(step, taken.cached, gets, dry.holds)
         row.cache_bytes = max(row.cache_bytes, distance)
         row.reread_bytes += reread
         row.stop_step = max(row.stop_step, step + 1)
