@@ -13,8 +13,9 @@ tf.data, so that planning a run never imports TensorFlow (the test suite checks 
 simulation against tf.data itself on an index dataset):
 
 * ``interleave``: `cycle_length` files open at once, `block_length` records taken
-  from each in turn; a file that ends frees its slot, which the next file takes
-  when the cycle comes back to it (``deterministic=True`` is the sequential order).
+  from each in turn; a file is found at its end when its turn yields nothing (or
+  less than a block), which frees its slot for the next file when the cycle comes
+  back to it (``deterministic=True`` is the sequential order).
 * ``shuffle(buffer)``: fills a buffer of `buffer_size` records, then each output is
   a uniformly random one of the buffer's records, its place taken by the next input;
   after the last input the buffer drains in random order. The random choices differ
@@ -111,14 +112,16 @@ def interleaved(
         if file is None and following < len(sizes):
             file, following = following, following + 1
             slots[turn] = file
-        if file is not None:
+        if file is not None and done[file] == sizes[file]:
+            slots[turn] = None  # found at its end on this visit, which yields nothing
+        elif file is not None:
             take = min(block_length, sizes[file] - done[file], total - at)
             file_of[at : at + take] = file
             number[at : at + take] = np.arange(done[file], done[file] + take)
             done[file] += take
             at += take
-            if done[file] == sizes[file]:
-                slots[turn] = None
+            if take < block_length and done[file] == sizes[file]:
+                slots[turn] = None  # ended within its block: the visit moves on
         turn = (turn + 1) % cycle_length
     return file_of, number
 
@@ -135,8 +138,8 @@ def _whole_rounds(
     files = np.asarray([f for f in order if f is not None], dtype=np.int64)
     if not files.size:
         return None
-    # The last block of a file is taken by the careful path: it frees the slot.
-    rounds = min((sizes[f] - done[f] - 1) // block_length for f in files.tolist())
+    # A file's last (partial) block and the visit that finds its end take the careful path.
+    rounds = min((sizes[f] - done[f]) // block_length for f in files.tolist())
     rounds = min(rounds, left // (files.size * block_length))
     return (files, rounds) if rounds > 0 else None
 
