@@ -1,5 +1,5 @@
-"""The ``resumeloader`` command: ``demo``, ``inspect``, ``show``, ``verify -- CMD ...`` and
-``index URL...``.
+"""The ``resumeloader`` command: ``demo``, ``inspect``, ``show``, ``verify -- CMD ...``,
+``index URL...`` and ``plan MODULE:FACTORY``.
 
 * ``demo`` trains a small Keras model (`resumeloader.tools.demo`), SIGKILLs it at random
   steps, resumes it each time, and compares it with an uninterrupted run.
@@ -11,9 +11,12 @@
   identical to the uninterrupted one, 1 when it differs, 2 on a usage error.
 * ``index`` builds TFRecord offset indexes and writes them next to objects in storage
   (`resumeloader.tools.index`), so that fresh machines do not read the objects.
+* ``plan`` prints what the order of your loader will read over given steps (GETs and
+  bytes, read-ahead and cache) and how well it shuffles beside tf.data, without
+  reading a record (`resumeloader.tools.plan`).
 
-Only ``inspect`` and ``show`` import TensorFlow in this process; the training runs in
-subprocesses.
+Only ``inspect`` and ``show`` import TensorFlow in this process (``plan`` only if your
+module does); the training runs in subprocesses.
 """
 
 from __future__ import annotations

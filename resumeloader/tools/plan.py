@@ -11,7 +11,7 @@ No record is read and TensorFlow is not imported unless your module imports it.
 
 A table on a terminal (names shortened), full names otherwise; with ``--json``
 one JSON object per line: a ``row`` per shard and group of steps as it is done, a
-``total``, then one ``shuffle`` line per order.
+``total``, then a ``shuffle`` line for the ``loader``'s order and one for ``tf.data``'s.
 """
 
 from __future__ import annotations
@@ -125,8 +125,10 @@ def main(
     scores = score_orders(base, (first, stop), compared)
     if as_json:
         for order, score in (scores or {}).items():
-            name = plan.pipeline.index_stage.describe() if order == "ours" else compared.describe()
-            print(json.dumps({"kind": "shuffle", "order": name, **score.to_dict()}), flush=True)
+            name, described = (("loader", plan.pipeline.index_stage.describe()) if order == "ours"
+                               else ("tf.data", compared.describe()))
+            line = {"kind": "shuffle", "order": name, "description": described, **score.to_dict()}
+            print(json.dumps(line), flush=True)
         return 0
     _advice(total, out)
     if scores is not None:
