@@ -182,6 +182,12 @@ class Source:
         files or objects). Default: False."""
         return False
 
+    def dry_prefetch(self, indices: np.ndarray, dry: Any) -> bool:
+        """Records in `dry` (a `resumeloader.sources.fetch.DryRun`) the GETs that
+        ``prefetch(indices)`` starts, without sending them; returns what `prefetch`
+        would. Default: nothing to do (True)."""
+        return True
+
     def explain_field(self, field: str, saved: int | str) -> str | None:
         """Why order field `field` is `saved` in a checkpoint and not what it is now, in
         words, when the source can tell (e.g. which objects changed); else None."""

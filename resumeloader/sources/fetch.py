@@ -259,22 +259,25 @@ def prefetch(ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | No
 class DryRun:
     """The requests that reads would send, found without sending any.
 
-    Objects' ranges (`read`, called as `resumeloader.sources.fetch.read` is) go through
-    the same merging (`merged`) and the same span cache rules
-    (`resumeloader.sources.spans`: a range inside a kept span is not read again; at
-    most ``reads.cache_bytes`` kept, least recently used dropped first) as that `read`,
-    on a cache of its own in which a read's GETs finish before the next read (as for a
-    process that reads its batches one after the other: a span whose GET is still
-    running is never dropped, so reads that overlap in time keep more, never less). A
-    source that reads local files records each ``pread`` it would make (`pread`).
-    `take` hands over what was recorded since the last call.
+    Objects' ranges (`read` and `prefetch`, called as `resumeloader.sources.fetch.read`
+    and `resumeloader.sources.fetch.prefetch` are) go through the same merging
+    (`merged`) and the same span cache rules (`resumeloader.sources.spans`: a range
+    inside a kept span is not read again; at most ``reads.cache_bytes`` kept, least
+    recently used dropped first, read-ahead kept until read) as those functions, on a
+    cache of its own in which GETs finish by the end of the next `read` (as for a process
+    that reads its batches one after the other: a read waits for its own GETs, and a GET
+    takes longer than the code between its start and the cache's next trim). A source
+    that reads local files records each ``pread`` it would make (`pread`). `take` hands
+    over what was recorded since the last call.
 
     Attributes:
         reads: the settings of the last objects' read recorded (None before one).
+        get_bytes: the bytes of all GETs recorded so far (`take` leaves it).
     """
 
     def __init__(self) -> None:
         self.reads: ObjectReads | None = None
+        self.get_bytes = 0
         self._cache = spans.Cache()
         self._taken = DryReads([], [], 0)
         self._pending: list[concurrent.futures.Future[bytes]] = []
@@ -289,12 +292,24 @@ class DryRun:
         self._taken.wanted_bytes += sum(stop - start for _, start, stop in ranges)
         if not cache:
             self._taken.sent.extend(ranges)
+            self.get_bytes += sum(stop - start for _, start, stop in ranges)
             return
         self._taken.cached.extend(ranges)
-        self._pending = []
         _spans(ranges, reads, blocks, ahead=False, cache=self._cache, submit=self._submit)
         for future in self._pending:  # `read` waits for its GETs after the cache shrank
             future.set_result(b"")
+        self._pending = []
+
+    def prefetch(
+        self, ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None
+    ) -> bool:
+        """Records the GETs that ``prefetch(ranges, reads, blocks=blocks)`` would start
+        now (they finish by the end of the next `read`); False when the read-ahead budget
+        is full, as there."""
+        self.reads = reads
+        found = _spans(ranges, reads, blocks, ahead=True, budget=reads.readahead_bytes,
+                       cache=self._cache, submit=self._submit)
+        return all(span is not None for span in found)
 
     def pread(self, path: str, start: int, stop: int, *, wanted: int | None = None) -> None:
         """Records one read of bytes ``[start, stop)`` of local file `path`, of which
@@ -316,6 +331,7 @@ class DryRun:
 
     def _submit(self, obj: storage.Object, start: int, stop: int, _: ObjectReads) -> Any:
         self._taken.sent.append((obj, start, stop))
+        self.get_bytes += stop - start
         self._pending.append(concurrent.futures.Future())
         return self._pending[-1]
 

@@ -214,11 +214,11 @@ class TFRecordSource(base.Source):
             ranges = [(self._indexes[files[p]].obj, int(starts[p]), int(stops[p])) for p in at]
             dry.read(ranges, self._reads, blocks=self._blocks)
         order = np.lexsort((starts, files))
+        begins, ends, numbers = starts.tolist(), stops.tolist(), files.tolist()
         for group in self._groups(order[~remote[order]], files, starts, stops):
-            end = max(int(stops[p]) for p in group)
-            wanted = int((stops[group] - starts[group]).sum())
-            path = self._indexes[int(files[group[0]])].path
-            dry.pread(path, int(starts[group[0]]), end, wanted=wanted)
+            wanted = sum(ends[p] - begins[p] for p in group)
+            path = self._indexes[numbers[group[0]]].path
+            dry.pread(path, begins[group[0]], max(ends[p] for p in group), wanted=wanted)
         return True
 
     @staticmethod
@@ -328,13 +328,22 @@ class TFRecordSource(base.Source):
     def prefetch(self, indices: np.ndarray) -> bool:
         """Starts reading the objects' bytes of `indices` (see `fetch.prefetch`); False
         when the read-ahead budget is full."""
+        ranges = self._object_ranges(indices)
+        return not ranges or fetch.prefetch(ranges, self._reads, blocks=self._blocks)
+
+    def dry_prefetch(self, indices: np.ndarray, dry: fetch.DryRun) -> bool:
+        """Records in `dry` the GETs that ``prefetch(indices)`` starts."""
+        ranges = self._object_ranges(indices)
+        return not ranges or dry.prefetch(ranges, self._reads, blocks=self._blocks)
+
+    def _object_ranges(self, indices: np.ndarray) -> list[fetch.Range]:
+        """The byte ranges of the records of `indices` that lie in object storage."""
         indices = np.asarray(indices, dtype=np.int64)
         files = np.searchsorted(self._ends, indices, side="right")
         mine = self._remote[files]
         if not mine.any():
-            return True
-        ranges = objects_lib.ranges(self._indexes, self._starts, files[mine], indices[mine])
-        return fetch.prefetch(ranges, self._reads, blocks=self._blocks)
+            return []
+        return objects_lib.ranges(self._indexes, self._starts, files[mine], indices[mine])
 
     def _record(
         self, buffer: bytes, at: int, stop: int, file: int, number: int, begin: int

@@ -6,9 +6,10 @@ later is served from it only if fewer than ``cache_bytes`` of other spans were u
 in between: its *reuse distance* (the bytes of the spans used since it was last used,
 its own included). `CacheNeed` follows the reads of a run (the ranges each step
 reads, the GETs it sends), remembers the spans read well past the cache's limit, and
-gives the largest reuse distance (the least ``cache_bytes`` that keeps every span
-until it is read again) and the bytes that GETs read a second time because the cache
-had dropped them.
+gives the largest reuse distance within an epoch (a ``cache_bytes`` that keeps every
+span until the epoch reads it again) and the bytes that GETs read a second time
+in an epoch because the cache had dropped them. Across epochs a span is read again
+unless the cache holds the whole data: that is counted in the GETs, not here.
 
 It holds no bytes: one small entry per span, at most `MAX_SPANS` of them and at most
 `limit` bytes' worth (``4 * cache_bytes``); what it forgot past that is counted as
@@ -36,6 +37,7 @@ class _Entry:
     start: int
     stop: int
     step: int
+    epoch: int
 
     @property
     def size(self) -> int:
@@ -49,8 +51,8 @@ class CacheNeed:
         limit: the most bytes of spans remembered.
 
     Attributes:
-        need: the largest reuse distance seen (bytes).
-        reread: bytes of GETs that an earlier GET had read already.
+        need: the largest reuse distance within an epoch seen (bytes).
+        reread: bytes that GETs read again in an epoch of spans the cache had dropped.
         forgot: spans forgotten past the limits (a later reuse of one is not seen).
     """
 
@@ -61,30 +63,35 @@ class CacheNeed:
         self._by_key: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (start, id) sorted
         self._held = 0
 
-    def step(self, step: int, ranges: Sequence[tuple[Any, int, int]],
+    def step(self, step: int, epoch: int, ranges: Sequence[tuple[Any, int, int]],
              gets: Sequence[tuple[Any, int, int]],
              held: Callable[[Any, int, int], bool]) -> tuple[int, int]:
-        """One step's reads: the object `ranges` it read through the cache, then the
-        `gets` it sent (objects: ``url`` and ``version`` attributes); `held` tells whether
-        the cache still holds a span. Returns the step's largest reuse distance and the
-        bytes its GETs read again of spans the cache had dropped (a GET merged across a
-        span the cache holds reads its bytes again too, but not for want of room)."""
+        """One step's reads (of `epoch`): the object `ranges` it read through the cache,
+        then the `gets` it sent (objects: ``url`` and ``version`` attributes); `held`
+        tells whether the cache still holds a span. Returns the step's largest reuse
+        distance and the bytes its GETs read again of spans the cache had dropped, both
+        of spans last used in the same epoch (a later epoch reads its data again unless
+        the cache holds all of it; a GET merged across a span the cache holds reads its
+        bytes again too, but not for want of room)."""
         distance = reread = 0
+        before: dict[int, int] = {}  # the epoch a span was last used in before this step
         for obj, start, stop in ranges:
             found = self._find((obj.url, obj.version), start, stop)
             if found is None:
                 continue
-            if found.step != step:
+            if found.step != step and found.epoch == epoch:
                 distance = max(distance, self._distance(found))
-                found.step = step
+            before.setdefault(id(found), found.epoch)
+            found.step, found.epoch = step, epoch
             self._order.move_to_end(id(found))
         for obj, start, stop in gets:
             key = (obj.url, obj.version)
             for old in self._overlapping(key, start, stop):
-                if not held(old.obj, old.start, old.stop):
+                last = before.pop(id(old), old.epoch)  # (`old` is dropped below)
+                if last == epoch and not held(old.obj, old.start, old.stop):
                     reread += min(old.stop, stop) - max(old.start, start)
                 self._drop(old)
-            self._add(_Entry(key, obj, start, stop, step))
+            self._add(_Entry(key, obj, start, stop, step, epoch))
         while len(self._order) > MAX_SPANS or self._held > self.limit:
             self._drop(next(iter(self._order.values())))
             self.forgot += 1

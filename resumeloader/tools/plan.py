@@ -119,8 +119,9 @@ def main(
     compared = tfdata_order.TFDataShuffle(
         buffer_size, cycle_length or min(len(files), os.cpu_count() or 1), block_length,
     )
+    in_process = made.loader is None or made.loader.workers.kind in ("inline", "thread")
     rows = plan_reads.read_rows(plan, steps=(first, stop), every=every, shards=chosen,
-                                shard_count=count)
+                                shard_count=count, read_ahead=in_process)
     total = _emit_json(rows) if as_json else _table(rows, out, first, stop, every)
     scores = score_orders(base, (first, stop), compared)
     if as_json:
@@ -239,12 +240,12 @@ def _advice(total: plan_reads.Row | None, out: Console) -> None:
         f"{_size(total.readahead_limit)}. ", soft_wrap=True, end="",
     )
     if total.reread_bytes or total.cache_bytes > total.cache_limit:
-        out.print(f"The cache drops spans before they are read again: cache_bytes >= "
-                  f"{_size(total.cache_bytes)} reads no byte twice.", soft_wrap=True)
+        out.print(f"The cache drops spans before an epoch reads them again: cache_bytes >= "
+                  f"{_size(total.cache_bytes)} reads no byte twice in an epoch.", soft_wrap=True)
     else:
-        out.print("No byte is read twice.", soft_wrap=True)
+        out.print("No byte is read twice in an epoch.", soft_wrap=True)
     if total.readahead_limit is not None and total.readahead_bytes > total.readahead_limit:
-        out.print(f"A step starts up to {_size(total.readahead_bytes)} of GETs: with "
+        out.print(f"A step needs up to {_size(total.readahead_bytes)} of GETs: with "
                   "readahead_bytes below that, read-ahead cannot start a whole step early.",
                   soft_wrap=True)
 

@@ -10,21 +10,27 @@ files touched, the read-ahead one step starts, and what the cache must hold
 grow with the number of steps.
 
 The reads are those of one process per shard reading its tasks in order (the calling
-thread or worker threads, with or without read-ahead: read-ahead starts the same GETs
-earlier). Worker processes each keep their own cache, so a span that two of them need
-is read by each: more GETs than planned.
+thread or worker threads) with its read-ahead: the tasks pass through the same
+`resumeloader.workers.readahead.hinted` as in a run, their prefetches recorded by the
+source (`Source.dry_prefetch`), so the GETs read-ahead starts, and what its spans
+make the cache drop, are counted in the step that starts them (also past the last
+step planned, as in a run). Worker processes each keep their own cache and read no
+further ahead than their tasks (``read_ahead=False``); a span that two of them need is
+read by each: more GETs than planned.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from resumeloader.core import shard as shard_lib
+from resumeloader.sources import base as sources_base
 from resumeloader.sources import fetch, storage
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tools import cache_need
+from resumeloader.workers import readahead
 
 __all__ = ["Row", "read_rows", "shard_plan", "step_positions"]
 
@@ -42,11 +48,14 @@ class Row:
         gets, get_bytes: ranged GETs of objects and their bytes.
         preads, pread_bytes: reads of local files and their bytes.
         record_bytes: the bytes of the records themselves.
-        readahead_bytes: the most bytes of GETs one step starts (what
-            ``ObjectReads.readahead_bytes`` must hold to start a whole step ahead).
-        cache_bytes: the least ``ObjectReads.cache_bytes`` with which these steps read
-            again no span that an earlier step read (the largest reuse distance).
-        reread_bytes: bytes that GETs read again because the cache had dropped them.
+        readahead_bytes: the most bytes of GETs one step's records need, started by
+            read-ahead or by the step's own read (what ``ObjectReads.readahead_bytes``
+            must hold to start a whole step ahead).
+        cache_bytes: an ``ObjectReads.cache_bytes`` with which these steps read
+            again no span that an earlier step of the epoch read (the largest reuse
+            distance within an epoch).
+        reread_bytes: bytes that GETs read again in an epoch because the cache had
+            dropped them.
         predicted: False when the source cannot tell its reads (then only `records`).
         cache_limit, readahead_limit: the source's ``ObjectReads.cache_bytes`` and
             ``readahead_bytes`` (None for a source that reads no object).
@@ -133,11 +142,37 @@ def _one_call(plan: plan_lib.Plan) -> bool:
     return bool((source.batched and not pipeline.record_stages) or source.reads_many)
 
 
-def _steps(plan: plan_lib.Plan, first: int, stop: int) -> Iterator[tuple[int, plan_lib.Task]]:
-    """(the first step it serves, task) of the tasks serving steps [first, stop)."""
+class _DryAhead:
+    """What `readahead.hinted` asks of a source, recorded in a `fetch.DryRun`, with the
+    bytes of the GETs started for each task (by its records' array)."""
+
+    def __init__(self, source: sources_base.Source, dry: fetch.DryRun) -> None:
+        self._source, self._dry = source, dry
+        self._started: dict[int, tuple[Any, int]] = {}  # id(indices) -> (indices, bytes)
+
+    def prefetch(self, indices: Any) -> bool:
+        before = self._dry.get_bytes
+        done = self._source.dry_prefetch(indices, self._dry)
+        held = self._started.get(id(indices), (indices, 0))
+        self._started[id(indices)] = (indices, held[1] + self._dry.get_bytes - before)
+        return done
+
+    def started(self, task: plan_lib.Task) -> int:
+        """The bytes of the GETs read-ahead started for `task` (forgotten after)."""
+        return self._started.pop(id(task.indices), (None, 0))[1]
+
+
+def _steps(
+    plan: plan_lib.Plan, first: int, stop: int, ahead: _DryAhead | None = None
+) -> Iterator[tuple[int, plan_lib.Task]]:
+    """(the first step it serves, task) of the tasks serving steps [first, stop); with
+    `ahead`, read ahead of as in a run."""
     start, end = step_positions(plan, first, stop)
     layout, step = plan.layout, first
-    for task in plan.tasks(start):
+    tasks: Iterator[plan_lib.Task] = plan.tasks(start)
+    if ahead is not None and plan.pipeline.source.prefetches:
+        tasks = readahead.hinted(tasks, cast(sources_base.Source, ahead))
+    for task in tasks:
         if task.position >= end:
             return
         yield step, task
@@ -148,9 +183,11 @@ def _steps(plan: plan_lib.Plan, first: int, stop: int) -> Iterator[tuple[int, pl
 
 def read_rows(
     plan: plan_lib.Plan, *, steps: tuple[int, int], every: int, shards: list[int],
-    shard_count: int,
+    shard_count: int, read_ahead: bool = True,
 ) -> Iterator[Row]:
-    """One `Row` per shard and `every` steps of `steps` ``(first, stop)``, in order.
+    """One `Row` per shard and `every` steps of `steps` ``(first, stop)``, in order;
+    `read_ahead`: whether the tasks are read ahead of (by the calling thread or worker
+    threads, not by worker processes).
 
     Raises:
         ValueError: the steps cannot be planned (see `step_positions`).
@@ -158,18 +195,19 @@ def read_rows(
     for index in shards:
         shard_plan_ = shard_plan(plan, index, shard_count)
         step_positions(shard_plan_, *steps)  # refuses before any row
-        yield from _shard_rows(shard_plan_, index, steps, every)
+        yield from _shard_rows(shard_plan_, index, steps, every, read_ahead)
 
 
 def _shard_rows(
-    plan: plan_lib.Plan, index: int, steps: tuple[int, int], every: int
+    plan: plan_lib.Plan, index: int, steps: tuple[int, int], every: int, read_ahead: bool
 ) -> Iterator[Row]:
     dry = fetch.DryRun()
     need = cache_need.CacheNeed(4 * fetch.ObjectReads().cache_bytes)
     source, one_call = plan.pipeline.source, _one_call(plan)
     row: Row | None = None
     seen: set[str] = set()
-    for step, task in _steps(plan, *steps):
+    ahead = _DryAhead(source, dry) if read_ahead else None
+    for step, task in _steps(plan, *steps, ahead=ahead):
         if row is not None and step >= row.first_step + every:
             yield row
             row = None
@@ -177,14 +215,18 @@ def _shard_rows(
             row, seen = Row(index, step, first_epoch=task.epoch), set()
         calls = [task.indices] if one_call else [task.indices[k : k + 1]
                                                  for k in range(len(task.indices))]
+        before = dry.get_bytes
         predicted = all([source.dry_read(indices, dry) for indices in calls])
         taken = dry.take()
         if dry.reads is not None:  # the source's settings, known after its first read
             need.limit = 4 * dry.reads.cache_bytes
             row.cache_limit, row.readahead_limit = dry.reads.cache_bytes, dry.reads.readahead_bytes
+        # the GETs the step's records need: those read-ahead started, then its own
+        started = dry.get_bytes - before + (ahead.started(task) if ahead is not None else 0)
+        row.readahead_bytes = max(row.readahead_bytes, started)
         _count(row, seen, taken, task, predicted)
         gets = [(o, a, b) for o, a, b in taken.sent if isinstance(o, storage.Object)]
-        distance, reread = need.step(step, taken.cached, gets, dry.holds)
+        distance, reread = need.step(step, task.epoch, taken.cached, gets, dry.holds)
         row.cache_bytes = max(row.cache_bytes, distance)
         row.reread_bytes += reread
         row.stop_step = max(row.stop_step, step + 1)
@@ -199,7 +241,6 @@ def _count(
     row.records += len(task.indices)
     row.predicted = row.predicted and predicted
     row.record_bytes += taken.wanted_bytes
-    started = 0
     for where, start, stop in taken.sent:
         name = where.url if isinstance(where, storage.Object) else str(where)
         if name not in seen:
@@ -208,8 +249,6 @@ def _count(
         if isinstance(where, storage.Object):
             row.gets += 1
             row.get_bytes += stop - start
-            started += stop - start
         else:
             row.preads += 1
             row.pread_bytes += stop - start
-    row.readahead_bytes = max(row.readahead_bytes, started)
