@@ -1,7 +1,7 @@
 """`read_rows`: what a loader's order will read over a range of steps, without reading it.
 
 For each shard and each group of steps, `read_rows` walks the plan's batch tasks (the
-records of each batch, from `resumeloader.stages.Plan`, O(batch) per step) and asks
+records of each batch, from `resumeloader.stages.plan.Plan`, O(batch) per step) and asks
 the source what reading them sends (`Source.dry_read` into a
 `resumeloader.sources.fetch.DryRun`): the GETs after the storage layer's own merging
 and span cache, and the local preads. It adds them up per `Row`, with the objects or
@@ -132,8 +132,7 @@ def shard_plan(plan: plan_lib.Plan, index: int, count: int) -> plan_lib.Plan:
     if (plan.shard.index, plan.shard.count) == (index, count):
         return plan
     shard = shard_lib.Shard(index, count)
-    return plan.sharded(shard_index=shard.index, shard_count=shard.count,
-                        batch_size=plan.batch_size)
+    return plan.sharded(shard, batch_size=plan.batch_size)
 
 
 def _one_call(plan: plan_lib.Plan) -> bool:
