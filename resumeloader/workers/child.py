@@ -105,7 +105,7 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
     try:
         pipeline, spec = pickle.loads(payload)
         board = meters.Board() if meters.enabled() else None
-        producer = produce.BatchProducer(pipeline, spec, board=board)
+        producer = produce.BatchProducer(pipeline, spec, hand_over=False, board=board)
         report = timing.Report(board)
     except Exception as err:
         setup_error = failures.describe(err)

@@ -69,7 +69,7 @@ class PipelinePlugin(distributed.WorkerPlugin):
         try:
             pipeline, spec = pickle.loads(self.payload)
             board = meters.Board() if meters.enabled() else None
-            made = produce.BatchProducer(pipeline, spec, board=board)
+            made = produce.BatchProducer(pipeline, spec, hand_over=False, board=board)
         except Exception as err:  # reported by each task that needs it
             made = failures.describe(err)
         with _lock:
