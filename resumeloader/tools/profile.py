@@ -31,6 +31,8 @@ __all__ = ["Trial", "main", "profile"]
 
 #: Batches each trial consumes before it is timed (worker start-up, first conversions).
 WARMUP = 2
+#: Rounds of measurements per setting (interleaved; the median is kept).
+ROUNDS = 3
 #: A setting is recommended over the current one only when it is this much faster.
 MARGIN = 1.05
 #: The block size tried for a source read from storage.
@@ -51,6 +53,9 @@ class Trial:
         bottleneck: the stage that allowed the fewest records/s in it.
         changes_order: whether it is another stream (the block order).
         error: why it could not run (then the figures are 0).
+        group: ``"workers"`` (the worker settings, prefetch AUTOTUNE) or ``"prefetch"``
+            (the best workers with other depths, and the block order): each group is
+            measured in interleaved rounds of its own.
     """
 
     setting: str
@@ -60,6 +65,7 @@ class Trial:
     bottleneck: str | None
     changes_order: bool = False
     error: str | None = None
+    group: str = "workers"
 
 
 @contextlib.contextmanager
@@ -110,25 +116,66 @@ def _setting(workers: Any, prefetch: Any) -> tuple[str, str]:
     return code, label
 
 
-def _trial(made: Any, pipeline: Any, workers: Any, prefetch: Any, batches: int, *,
-           changes_order: bool = False) -> Trial:
-    from resumeloader.tfdata import loader as loader_lib
+class _Candidate:
+    """One setting's loader, kept open over the rounds, and what each round measured."""
 
-    setting, label = _setting(workers, prefetch)
-    if changes_order:
-        setting = f"pipeline.shuffle(block={BLOCK!r}), {setting}"
-        label = f"block order {BLOCK}, {label}"
+    def __init__(self, made: Any, pipeline: Any, workers: Any, prefetch: Any, *,
+                 changes_order: bool = False) -> None:
+        from resumeloader.tfdata import loader as loader_lib
+
+        self.workers, self.prefetch, self.changes_order = workers, prefetch, changes_order
+        self.setting, self.label = _setting(workers, prefetch)
+        if changes_order:
+            self.setting = f"pipeline.shuffle(block={BLOCK!r}), {self.setting}"
+            self.label = f"block order {BLOCK}, {self.label}"
+        self.runs: list[Trial] = []
+        self.error: str | None = None
+        self.loader: Any = None
+        try:
+            self.loader = loader_lib.ResumableLoader.from_pipeline(
+                pipeline, num_epochs=None, shard=made.shard, workers=workers,
+                prefetch=prefetch, with_metadata=made.with_metadata,
+            )
+        except Exception as err:  # a setting that cannot run here
+            self.error = f"{type(err).__name__}: {err}"
+
+    def run(self, batches: int) -> None:
+        """Measures one round (the first after `WARMUP` batches)."""
+        if self.error is not None:
+            return
+        try:
+            if not self.runs:
+                _consume(self.loader, WARMUP)
+            self.runs.append(_measure(self.loader, batches)[0])
+        except Exception as err:  # e.g. unpicklable code in worker processes
+            self.error = f"{type(err).__name__}: {err}"
+            self.close()
+
+    def close(self) -> None:
+        if self.loader is not None:
+            self.loader.close()
+
+    def trial(self) -> Trial:
+        """The median round (by records/s)."""
+        if self.error is not None or not self.runs:
+            return Trial(self.setting, self.label, 0.0, 0.0, None, self.changes_order,
+                         self.error or "not measured")
+        median = sorted(self.runs, key=lambda t: t.records_per_s)[len(self.runs) // 2]
+        return dataclasses.replace(median, setting=self.setting, label=self.label,
+                                   changes_order=self.changes_order)
+
+
+def _rounds(candidates: list[_Candidate], rounds: int, batches: int) -> list[Trial]:
+    """Each candidate measured `rounds` times, interleaved (a burst of load on the machine
+    hits them alike), closed after; their median trials."""
     try:
-        loader = loader_lib.ResumableLoader.from_pipeline(
-            pipeline, num_epochs=None, shard=made.shard, workers=workers, prefetch=prefetch,
-            with_metadata=made.with_metadata,
-        )
-        with loader:
-            trial, _ = _measure(loader, batches)
-    except Exception as err:  # a setting that cannot run here (e.g. unpicklable code)
-        return Trial(setting, label, 0.0, 0.0, None, changes_order,
-                     f"{type(err).__name__}: {err}")
-    return dataclasses.replace(trial, setting=setting, label=label, changes_order=changes_order)
+        for _ in range(rounds):
+            for candidate in candidates:
+                candidate.run(batches)
+    finally:
+        for candidate in candidates:
+            candidate.close()
+    return [candidate.trial() for candidate in candidates]
 
 
 def _candidates(current: Any) -> list[Any]:
@@ -163,13 +210,15 @@ def _block_order(pipeline: Any, baseline: Any) -> Any:
 
 
 def profile(spec: str, *, batches: int = 50, tune: bool = True,
-            trial_batches: int | None = None) -> dict[str, Any]:
+            trial_batches: int | None = None, rounds: int = ROUNDS) -> dict[str, Any]:
     """Profiles the loader `spec` (``MODULE:FACTORY``) builds; see the module docstring.
 
     Returns:
         ``stats`` (the `Stats` of the first loader after its first batch), ``trials``
-        (a `Trial` per setting measured, the current one first) and ``recommended``
-        (the fastest trial that keeps the stream, or None without `tune`).
+        (a `Trial` per setting measured: the worker settings, the current one first,
+        then the chosen workers' prefetch depths, AUTOTUNE first), ``recommended`` (the
+        current trial, or the fastest that keeps the stream when it is `MARGIN` faster;
+        None without `tune`) and ``speedup`` (its records/s over the current ones').
     """
     from resumeloader.tfdata import loader as loader_lib
 
@@ -182,25 +231,37 @@ def profile(spec: str, *, batches: int = 50, tune: bool = True,
             stats = made.stats().since(before)
         per_trial = trial_batches or max(10, batches // 2)
         if not tune:
-            return {"stats": stats, "trials": [], "recommended": None,
+            return {"stats": stats, "trials": [], "recommended": None, "speedup": None,
                     "trial_batches": per_trial}
         pipeline = made.pipeline
-        trials = [_trial(made, pipeline, w, loader_lib.AUTOTUNE, per_trial)
-                  for w in _candidates(made.workers)]
+        options = _candidates(made.workers)
+        trials = _rounds([_Candidate(made, pipeline, w, loader_lib.AUTOTUNE) for w in options],
+                         rounds, per_trial)
         current = trials[0]
-        best = max((t for t in trials if t.error is None), key=lambda t: t.records_per_s)
-        workers = _candidates(made.workers)[trials.index(best)]
-        for depth in (0, 8):
-            trials.append(_trial(made, pipeline, workers, depth, per_trial))
+        ran = [t for t in trials if t.error is None]
+        best = max(ran, key=lambda t: t.records_per_s) if ran else current
+        chosen = best if best.records_per_s >= MARGIN * current.records_per_s else current
+        workers = options[trials.index(chosen)]
+        # The chosen workers again, in the same rounds as the depths compared with them.
+        group = [_Candidate(made, pipeline, workers, depth)
+                 for depth in (loader_lib.AUTOTUNE, 0, 8)]
         blocked = _block_order(pipeline, stats)
         if blocked is not None:
-            trials.append(_trial(made, blocked, workers, loader_lib.AUTOTUNE, per_trial,
-                                 changes_order=True))
-    kept = [t for t in trials if t.error is None and not t.changes_order]
-    best = max(kept, key=lambda t: t.records_per_s)
-    if best.records_per_s < MARGIN * current.records_per_s:
-        best = current
-    return {"stats": stats, "trials": trials, "recommended": best, "trial_batches": per_trial}
+            group.append(_Candidate(made, blocked, workers, loader_lib.AUTOTUNE,
+                                    changes_order=True))
+        again = [dataclasses.replace(t, group="prefetch")
+                 for t in _rounds(group, rounds, per_trial)]
+    trials += again
+    base = again[0]
+    kept = [t for t in again if t.error is None and not t.changes_order]
+    deeper = max(kept, key=lambda t: t.records_per_s) if kept else base
+    if deeper.records_per_s < MARGIN * base.records_per_s:
+        deeper = base
+    speedup = (chosen.records_per_s / (current.records_per_s or 1.0)
+               * deeper.records_per_s / (base.records_per_s or 1.0))
+    recommended = current if chosen is current and deeper is base else deeper
+    return {"stats": stats, "trials": trials, "recommended": recommended, "speedup": speedup,
+            "trial_batches": per_trial}
 
 
 def main(spec: str, out: Console, *, batches: int = 50, tune: bool = True,
@@ -210,7 +271,8 @@ def main(spec: str, out: Console, *, batches: int = 50, tune: bool = True,
     stats, trials, best = result["stats"], result["trials"], result["recommended"]
     if as_json:
         data = {"stats": stats.to_dict(), "trials": [dataclasses.asdict(t) for t in trials],
-                "recommended": None if best is None else best.setting}
+                "recommended": None if best is None else best.setting,
+                "speedup": result.get("speedup")}
         out.print(json.dumps(data), soft_wrap=True, markup=False, highlight=False)
         return 0
     out.print(f"resumeloader profile {spec}: {batches - 1} batches after the first, every "
@@ -223,32 +285,40 @@ def main(spec: str, out: Console, *, batches: int = 50, tune: bool = True,
                   "records/s", markup=False)
     if not trials:
         return 0
-    out.print(f"Settings measured on fresh loaders of the same pipeline ({WARMUP} warm-up "
-              f"batches, then {result['trial_batches']} timed):", markup=False)
-    out.print(_table(trials), markup=False, highlight=False, soft_wrap=True)
-    base = trials[0].records_per_s or 1.0
+    workers = [t for t in trials if t.group == "workers"]
+    depths = [t for t in trials if t.group == "prefetch"]
+    head = (f"on fresh loaders of the same pipeline: {WARMUP} warm-up batches, then "
+            f"{ROUNDS} interleaved rounds of {result['trial_batches']} batches (the median)")
+    out.print(f"Workers (prefetch AUTOTUNE), {head}:", markup=False)
+    out.print(_table(workers, "vs current", current=True), markup=False, highlight=False,
+              soft_wrap=True)
+    out.print(f"Prefetch depths with {depths[0].label.split(', prefetch')[0]}, {head}:",
+              markup=False)
+    out.print(_table(depths, "vs AUTOTUNE"), markup=False, highlight=False, soft_wrap=True)
     assert best is not None
     if best is trials[0]:
         out.print(f"Recommendation (measured): keep the current workers ({best.label}); "
                   f"nothing tried was {MARGIN - 1:.0%} faster.", markup=False)
     else:
-        out.print(f"Recommendation (measured): {best.setting} ({best.records_per_s:,.0f} "
-                  f"records/s, {best.records_per_s / base:.2f}x the current workers). The "
-                  "stream is the same with any workers and prefetch.", markup=False)
-    blocked = [t for t in trials if t.changes_order and t.error is None]
+        out.print(f"Recommendation (measured): {best.setting} ({result['speedup']:.2f}x the "
+                  "current workers' records/s). The stream is the same with any workers and "
+                  "prefetch.", markup=False)
+    blocked = [t for t in depths if t.changes_order and t.error is None]
     if blocked:
-        out.print(f"The block order measured {blocked[0].records_per_s / base:.2f}x the current "
-                  "setting; it changes the order (a new run: a checkpoint of the current order "
-                  "does not restore into it).", markup=False)
+        ratio = blocked[0].records_per_s / (depths[0].records_per_s or 1.0)
+        out.print(f"The block order measured {ratio:.2f}x the global shuffle; it changes the "
+                  "order (a new run: a checkpoint of the current order does not restore into "
+                  "it).", markup=False)
     return 0
 
 
-def _table(trials: list[Trial]) -> str:
-    """The trials as a plain text table (one line each, never wrapped)."""
+def _table(trials: list[Trial], versus: str, *, current: bool = False) -> str:
+    """The trials as a plain text table (one line each, never wrapped), rates relative
+    to the first."""
     base = trials[0].records_per_s or 1.0
-    rows = [("setting", "records/s", "CPU us/record", "vs current", "bottleneck")]
+    rows = [("setting", "records/s", "CPU us/record", versus, "bottleneck")]
     for number, trial in enumerate(trials):
-        name = trial.label + (" (current)" if number == 0 else "")
+        name = trial.label + (" (current)" if current and number == 0 else "")
         if trial.error is not None:
             rows.append((name, "-", "-", "-", f"failed: {trial.error[:60]}"))
             continue
