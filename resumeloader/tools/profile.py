@@ -276,39 +276,39 @@ def main(spec: str, out: Console, *, batches: int = 50, tune: bool = True,
         out.print(json.dumps(data), soft_wrap=True, markup=False, highlight=False)
         return 0
     out.print(f"resumeloader profile {spec}: {batches - 1} batches after the first, every "
-              "batch timed, no model", markup=False)
+              "batch timed, no model", markup=False, soft_wrap=True)
     out.print(str(stats), markup=False, highlight=False, soft_wrap=True)
     if stats.bottleneck is not None:
         stage = stats.stage(stats.bottleneck)
         assert stage is not None and stage.allows is not None
         out.print(f"bottleneck: {stage.name} ({stage.where}): allows {stage.allows:,.0f} "
-                  "records/s", markup=False)
+                  "records/s", markup=False, soft_wrap=True)
     if not trials:
         return 0
     workers = [t for t in trials if t.group == "workers"]
     depths = [t for t in trials if t.group == "prefetch"]
     head = (f"on fresh loaders of the same pipeline: {WARMUP} warm-up batches, then "
             f"{ROUNDS} interleaved rounds of {result['trial_batches']} batches (the median)")
-    out.print(f"Workers (prefetch AUTOTUNE), {head}:", markup=False)
+    out.print(f"Workers (prefetch AUTOTUNE), {head}:", markup=False, soft_wrap=True)
     out.print(_table(workers, "vs current", current=True), markup=False, highlight=False,
               soft_wrap=True)
     out.print(f"Prefetch depths with {depths[0].label.split(', prefetch')[0]}, {head}:",
-              markup=False)
+              markup=False, soft_wrap=True)
     out.print(_table(depths, "vs AUTOTUNE"), markup=False, highlight=False, soft_wrap=True)
     assert best is not None
     if best is trials[0]:
         out.print(f"Recommendation (measured): keep the current workers ({best.label}); "
-                  f"nothing tried was {MARGIN - 1:.0%} faster.", markup=False)
+                  f"nothing tried was {MARGIN - 1:.0%} faster.", markup=False, soft_wrap=True)
     else:
         out.print(f"Recommendation (measured): {best.setting} ({result['speedup']:.2f}x the "
                   "current workers' records/s). The stream is the same with any workers and "
-                  "prefetch.", markup=False)
+                  "prefetch.", markup=False, soft_wrap=True)
     blocked = [t for t in depths if t.changes_order and t.error is None]
     if blocked:
         ratio = blocked[0].records_per_s / (depths[0].records_per_s or 1.0)
         out.print(f"The block order measured {ratio:.2f}x the global shuffle; it changes the "
                   "order (a new run: a checkpoint of the current order does not restore into "
-                  "it).", markup=False)
+                  "it).", markup=False, soft_wrap=True)
     return 0
 
 

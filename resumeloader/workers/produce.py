@@ -131,6 +131,7 @@ class BatchProducer:
         #: The spec of one row of the batches (what the batch stage and the batch map
         #: stages make of records).
         self.output_spec = self._map_specs[-1]
+        self._encodes = self.output_spec.variable
 
     def record(self, index: int, *, epoch: int, position: int) -> Any:
         """Reads record `index` and runs the record stages; user errors become `RecordError`."""
@@ -226,7 +227,7 @@ class BatchProducer:
                             made.rows)
         if lap is not None:
             meter = lap.place[self.names.batch]
-            if self.output_spec.variable:
+            if self._encodes:
                 lap.more(meter)  # the wire encoding of variable leaves
             meter.bytes_out += sum([timing.nbytes(leaves) for leaves in batches])
         return produced
