@@ -126,7 +126,7 @@ class Kind:
         self.timed_records += values[3]
 
 
-class Place(dict):  # type: ignore[type-arg]
+class Place(dict[str, Meter]):
     """The meters of one place, by stage name (a missing stage's meter is made on use).
 
     Args:
@@ -412,7 +412,8 @@ class Board:
         time: the thread of ``for batch in loader``, its prefetch thread, or the one
         tf.data runs the generator in)."""
         try:
-            return self._local.place  # type: ignore[no-any-return]
+            place: Place = self._local.place
+            return place
         except AttributeError:
             name = threading.current_thread().name
             if not name.startswith(WORKER_THREADS):

@@ -191,12 +191,10 @@ class BatchProducer:
     def _timed(self, spent: collections.Counter[str]) -> BatchProducer:
         """A copy whose source and record stages add their time to ``spent[name]``."""
         twin = copy.copy(self)
-        twin._records = records.Records(
-            timing.Timed(self._source, timing.READ, spent),
-            tuple(timing.Timed(stage, name, spent)
-                  for stage, name in zip(self._stages, self.names.records, strict=True)),
-            seed=self._seed,
-        )
+        source: Any = timing.Timed(self._source, timing.READ, spent)  # a Source's face
+        stages: Any = tuple(timing.Timed(stage, name, spent)
+                            for stage, name in zip(self._stages, self.names.records, strict=True))
+        twin._records = records.Records(source, stages, seed=self._seed)
         return twin
 
     def _record_columns(self, task: plan_lib.Task) -> list[Any]:
