@@ -5,7 +5,7 @@ worker process, a Dask worker — counts into its own `Place`, so no two threads
 the same counter and no lock is taken on the hot path. A batch's run through a chain
 of stages at a place is a *lap* of some kind (the producer's, the sampler's, the
 hand-off's): every lap is counted (laps and records, exactly), and one lap in
-`every` of each kind (the first included) is *timed*: at each stage boundary
+`every` of each kind (from the second on: `timed_lap`) is *timed*: at each stage boundary
 `Lap.lap` reads ``time.perf_counter_ns`` once and adds to that stage's `Meter`. On
 one timed lap in `CPU_EVERY` the thread's CPU time (``time.thread_time_ns``, a
 system call) is read at the same boundaries. A stage's figures are the timed laps'
@@ -34,13 +34,13 @@ from typing import Any
 __all__ = [
     "CPU_EVERY", "ENV", "EVERY", "FIELDS", "HAND_OUT", "SPLIT_EVERY", "WORKER_THREADS",
     "Board", "Consumer", "Gauge", "Kind", "Lap", "Meter", "Place", "difference", "enabled",
-    "every", "timed",
+    "every", "timed", "timed_lap",
 ]
 
 #: The environment variable: ``0`` (or ``off``) counts nothing, ``all`` times every
 #: batch, anything else (or unset) one batch in `EVERY`.
 ENV = "RESUMELOADER_STATS"
-#: By default a place times one lap in this many of each kind (the first included).
+#: By default a place times one lap in this many of each kind (`timed_lap`).
 EVERY = 8
 #: A timed lap reads the thread's CPU time on one in this many timed laps.
 CPU_EVERY = 4
@@ -58,6 +58,13 @@ KIND_FIELDS = ("laps", "timed", "records", "timed_records")
 _now = time.perf_counter_ns
 _cpu = time.thread_time_ns
 _OFF = ("0", "off", "false", "no")
+
+
+def timed_lap(number: int, every: int) -> bool:
+    """Whether lap `number` (from 1) is timed: with `every` 1 each one, else the second
+    and then one in `every` (the first carries start-up costs — TensorFlow's first
+    conversion, a worker's imports — that would weigh as `every` laps)."""
+    return every == 1 or (number >= 2 and (number - 2) % every == 0)
 
 
 def enabled() -> bool:
@@ -159,13 +166,13 @@ class Place(dict[str, Meter]):
 
     def lap(self, kind: str, records: int) -> Lap | None:
         """Counts a lap of `kind` over `records` records; returns its `Lap`, restarted
-        now, if this lap is timed (one in `every`, the first included), else None."""
+        now, if this lap is timed (`timed_lap`), else None."""
         counter = self.kinds.get(kind)
         if counter is None:
             counter = self.kinds[kind] = Kind(self, kind)
         counter.laps += 1
         counter.records += records
-        if (counter.laps - 1) % self.every:
+        if not timed_lap(counter.laps, self.every):
             return None
         counter.timed += 1
         counter.timed_records += records
@@ -525,7 +532,7 @@ def timed(iterator: Any, place_of: Any, stage: str, records: Any) -> Any:
         kind = place.kinds[stage] = Kind(place, stage)
     every = place.every
     while True:
-        timing = (kind.laps % every) == 0
+        timing = timed_lap(kind.laps + 1, every)
         start = _now() if timing else 0
         try:
             item = next(it)

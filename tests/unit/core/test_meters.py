@@ -31,13 +31,20 @@ def test_lap_closes_each_stage_with_its_records_bytes_and_time():
     assert read.wall_ns >= 2_000_000  # at least the sleep
 
 
-def test_one_lap_in_every_is_timed_the_first_included():
-    """Laps 1, 1 + every, ... return a `Lap`; the others are only counted."""
+def test_one_lap_in_every_is_timed_from_the_second_on():
+    """Laps 2, 2 + every, ... return a `Lap` (the first carries start-up costs); the others
+    are only counted."""
     place = meters.Place("here", every=4)
-    timed = [place.lap("produce", 10) is not None for _ in range(9)]
-    assert timed == [True, False, False, False, True, False, False, False, True]
+    timed = [place.lap("produce", 10) is not None for _ in range(10)]
+    assert timed == [False, True, False, False, False, True, False, False, False, True]
     kind = place.kinds["produce"]
-    assert (kind.laps, kind.timed, kind.records, kind.timed_records) == (9, 3, 90, 30)
+    assert (kind.laps, kind.timed, kind.records, kind.timed_records) == (10, 3, 100, 30)
+
+
+def test_every_lap_is_timed_with_every_1():
+    """With every=1 (RESUMELOADER_STATS=all) the first lap is timed too."""
+    place = meters.Place("here", every=1)
+    assert all(place.lap("produce", 1) is not None for _ in range(3))
 
 
 def test_stats_scale_timed_laps_to_exact_batches_and_records():
