@@ -51,10 +51,18 @@ def without_ends(made: Generator[tuple[Any, int], None, None]) -> Generator[Any,
             yield batch
 
 
-def _rows(spec: Any, decoded: Any) -> int:
-    """The rows of a decoded batch (a ragged leaf's parts: the first row partition's)."""
-    value, leaf = spec.treespec.flatten_up_to(decoded)[0], spec.leaves[0]
-    return len(value[1][0]) if leaf.ragged else len(value)
+def _rows(spec: Any, item: Any, seeded: bool) -> int:
+    """The rows of a decoded batch (`item`, with its metadata when `seeded`): those of
+    the metadata, or of a leaf that is not ragged, or of the outer row partition of a
+    ragged one (0 if none tells)."""
+    if seeded:
+        return len(item[1]["index"])
+    leaves = spec.treespec.flatten_up_to(item)
+    for value, leaf in zip(leaves, spec.leaves, strict=True):
+        if not leaf.ragged:
+            return len(value)
+    outer = leaves[0][1][0]
+    return len(outer) if getattr(outer, "ndim", 0) else 0
 
 
 class DeliveryPath:
@@ -178,7 +186,7 @@ class DeliveryPath:
                 lap = None if place is None else place.lap(timing.HAND_OFF, 0)
                 decoded = graph.decode(spec, item[0] if seeded else item)
                 if place is not None:
-                    count = _rows(spec, decoded)
+                    count = _rows(spec, (decoded, item[1]) if seeded else decoded, seeded)
                     kind = place.kinds[timing.HAND_OFF]
                     kind.records += count
                     if lap is not None:

@@ -220,3 +220,18 @@ def test_stats_since_is_the_interval_between_two_calls():
 def test_package_exports_nothing_new():
     """Stats is reached through loader.stats(); the package namespace stays as it was."""
     assert "Stats" not in resumeloader.__all__
+
+
+@pytest.mark.parametrize("with_metadata", [False, True], ids=["plain", "metadata"])
+def test_hand_off_of_variable_leaves_counts_each_batchs_rows(with_metadata):
+    """Decoding strings and ragged leaves for tf.data is the hand-off, counted per record."""
+    records = [{"text": b"x" * (i % 5), "tokens": np.arange(i % 4, dtype=np.int64)}
+               for i in range(30)]
+    signature = {"text": tf.TensorSpec((), tf.string),
+                 "tokens": tf.TensorSpec((None,), tf.int64)}
+    loader = ResumableLoader(records, batch_size=4, seed=0, num_epochs=1,
+                             with_metadata=with_metadata, output_signature=signature)
+    for _ in loader.dataset():
+        loader.advance()
+    hand_off = loader.stats().stage("hand-off")
+    assert hand_off is not None and (hand_off.batches, hand_off.records_in) == (8, 30)
