@@ -217,9 +217,9 @@ def test_stats_since_is_the_interval_between_two_calls():
     assert interval.steps == 10 and interval.stage("map_fn").records_in < 64  # type: ignore[union-attr]
 
 
-def test_package_exports_nothing_new():
-    """Stats is reached through loader.stats(); the package namespace stays as it was."""
-    assert "Stats" not in resumeloader.__all__
+def test_stats_is_the_public_value_loader_stats_returns():
+    """`loader.stats()` returns a `resumeloader.Stats`."""
+    assert isinstance(_loader().stats(), resumeloader.Stats)
 
 
 @pytest.mark.parametrize("with_metadata", [False, True], ids=["plain", "metadata"])
