@@ -155,14 +155,6 @@ class HuggingFaceSource(base.Source):
     def order_fields(self) -> dict[str, int | str]:
         return dict(self._fields)
 
-    @property
-    def batched(self) -> bool:
-        return True
-
-    @property
-    def reads_many(self) -> bool:
-        return True
-
     def read_batch(self, indices: np.ndarray) -> Any:
         """The rows at `indices` as NumPy columns (ragged and string leaves as lists)."""
         rows = np.asarray(indices).tolist()

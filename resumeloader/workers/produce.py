@@ -22,6 +22,7 @@ import optree
 from resumeloader import errors
 from resumeloader.core import spec as spec_lib
 from resumeloader.core import wire
+from resumeloader.sources import base as sources_base
 from resumeloader.stages import base as stages_base
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
@@ -87,8 +88,10 @@ class BatchProducer:
         self._stages = pipeline.record_stages
         assert pipeline.batch_stage is not None
         self._batch_stage = pipeline.batch_stage
-        # Without record stages a batched source returns whole batches in one call.
-        self.reads_batches = not self._stages and self._source.batched
+        # Without record stages a source with `read_batch` returns whole batches in one call.
+        self._read_batch_of = sources_base.optional(self._source, "read_batch")
+        self._read_many_of = sources_base.optional(self._source, "read_many")
+        self.reads_batches = not self._stages and self._read_batch_of is not None
         policy = pipeline.error_policy
         self._policy = policy if policy.replaces else None
         #: The replacements in the batches made here, until the consumer side takes them.
@@ -164,7 +167,7 @@ class BatchProducer:
             return self._read_batch(indices, epoch=epoch, position=position)
         # A source that reads many records at once is read once per batch.
         read = None
-        if self._source.reads_many:
+        if self._read_many_of is not None:
             read = self._read_many(indices, epoch=epoch, position=position)
         columns: list[list[np.ndarray]] = [[] for _ in self.spec.leaves]
         single = columns[0] if len(columns) == 1 else None
@@ -277,7 +280,8 @@ class BatchProducer:
 
     def _read_many(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
         try:
-            records = list(self._source.read_many(indices))
+            assert self._read_many_of is not None
+            records = list(self._read_many_of(indices))
         except Exception as err:
             raise checks.batch_error("read", err, indices, epoch, position) from err
         if len(records) != len(indices):
@@ -296,7 +300,8 @@ class BatchProducer:
 
     def _read_batch(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
         try:
-            batch = self._source.read_batch(indices)
+            assert self._read_batch_of is not None
+            batch = self._read_batch_of(indices)
         except Exception as err:
             raise checks.batch_error("read_batch", err, indices, epoch, position) from err
         if self._exact:

@@ -15,7 +15,8 @@ import pytest
 from _objstore_fixtures import put_tfrecords, records, source
 
 from resumeloader import Pipeline, RecordError, ResumableLoader, StateMismatchError, cli
-from resumeloader.sources import fetch
+from resumeloader.sources import ObjectReads
+from resumeloader.sources.storage import fetch
 
 
 def test_block_order_reads_each_chunk_with_one_get(s3_store, tmp_path):
@@ -70,13 +71,13 @@ def test_read_ahead_changes_no_batch(s3_store, tmp_path):
 
     def batches(reads: fetch.ObjectReads) -> list[list[bytes]]:
         fetch.clear()
-        src = source(s3_store, url, tmp_path, object_reads=reads)
+        src = source(s3_store, url, tmp_path, reads=reads)
         pipeline = Pipeline(src, seed=9).shuffle(chunk_records=10).batch(8)
         return [b.numpy().tolist() for b in ResumableLoader.from_pipeline(pipeline, num_epochs=1)]
 
-    without = batches(fetch.ObjectReads(readahead_bytes=0))
+    without = batches(ObjectReads(readahead_bytes=0))
     s3_store.proxy.clear()
-    with_readahead = batches(fetch.ObjectReads())
+    with_readahead = batches(ObjectReads())
     assert with_readahead == without
     assert fetch.stats()["gets"] > 0
 
@@ -121,7 +122,7 @@ def test_file_source_reads_an_image_folder_in_a_bucket_with_tf_map(store, tmp_pa
     for i in range(6):
         image = tf.io.encode_jpeg(tf.fill((4, 4, 3), tf.constant(i * 40, tf.uint8))).numpy()
         store.put(f"{folder}/class-{i % 2}/{i}.jpg", image)
-    src = FileSource(store.url(f"{folder}/*/*.jpg"), storage_options=store.options)
+    src = FileSource(store.url(f"{folder}/*/*.jpg"), storage=store.storage())
 
     def decode(batch, seeds):
         images = tf.map_fn(
@@ -144,8 +145,8 @@ def test_failing_object_goes_through_on_error_skip(s3_store, tmp_path):
     """An object whose GETs keep failing: its records are replaced by on_error("skip")
     and logged to the quarantine, the other object's records all arrive."""
     url, every = put_tfrecords(s3_store, files=2, count=10)
-    reads = fetch.ObjectReads(attempts=2, backoff=0.01, timeout=5.0, deadline=10.0)
-    src = source(s3_store, url, tmp_path, object_reads=reads)  # each failing read: 2 GETs
+    reads = ObjectReads(attempts=2, backoff=0.01, timeout=5.0, deadline=10.0)
+    src = source(s3_store, url, tmp_path, reads=reads)  # each failing read: 2 GETs
     log = tmp_path / "quarantine.jsonl"
     pipeline = Pipeline(src, seed=0).batch(5).on_error("skip", max_fraction=1.0, quarantine=log)
     loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)

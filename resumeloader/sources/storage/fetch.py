@@ -24,8 +24,8 @@ known in advance) and returns at once; at most `ObjectReads.readahead_bytes` of
 prefetched bytes wait unread at any time. What is fetched only fills the cache: a
 read returns the same bytes with or without it. The cache holds at most
 `ObjectReads.cache_bytes` of finished spans (least recently used dropped first).
-One GET per protocol is `resumeloader.sources.protocols`; the cache,
-`resumeloader.sources.spans`.
+One GET per protocol is `resumeloader.sources.storage.protocols`; the cache,
+`resumeloader.sources.storage.spans`.
 """
 
 from __future__ import annotations
@@ -33,63 +33,23 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import dataclasses
 import errno
 import os
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from resumeloader.core import validate
-from resumeloader.sources import protocols, spans, storage
-from resumeloader.sources.protocols import ObjectChangedError
+from resumeloader.sources.storage import objects, protocols, spans
+from resumeloader.sources.storage.options import ObjectReads
+from resumeloader.sources.storage.protocols import ObjectChangedError
 
 __all__ = [
     "ObjectChangedError", "ObjectReadError", "ObjectReads", "clear", "prefetch", "read", "stats",
 ]
 
-Range = tuple[storage.Object, int, int]
+Range = tuple[objects.Object, int, int]
 #: (object, start, stop) -> the block (start, stop) that holds it, for aligned reads.
-Blocks = Callable[[storage.Object, int, int], tuple[int, int]]
-
-
-@dataclasses.dataclass(frozen=True)
-class ObjectReads:
-    """How objects are read (not what is read: none of it changes the stream).
-
-    Attributes:
-        concurrency: GETs in flight at once in a process, >= 1.
-        attempts: tries of one GET before it fails, >= 1.
-        timeout: seconds one try may take (connecting, waiting, reading the body).
-        deadline: seconds all tries of one GET may take, waits included.
-        backoff: the first wait between tries (s); doubled per try, at most 5 s,
-            jittered by up to half.
-        gap_bytes: ranges of one object closer than this are read with one GET.
-        max_get_bytes: the most bytes one GET reads (merging stops there).
-        cache_bytes: the most bytes of finished GETs the process keeps.
-        readahead_bytes: the most prefetched bytes that wait unread.
-    """
-
-    concurrency: int = 16
-    attempts: int = 5
-    timeout: float = 30.0
-    deadline: float = 120.0
-    backoff: float = 0.1
-    gap_bytes: int = 1 << 20
-    max_get_bytes: int = 32 << 20
-    cache_bytes: int = 256 << 20
-    readahead_bytes: int = 64 << 20
-
-    def __post_init__(self) -> None:
-        for name in ("concurrency", "attempts", "max_get_bytes"):
-            validate.integer(name, getattr(self, name), low=1, high=validate.MAX_COUNT)
-        for name in ("gap_bytes", "cache_bytes", "readahead_bytes"):
-            validate.integer(name, getattr(self, name), low=0, high=validate.MAX_COUNT)
-        for name in ("timeout", "deadline", "backoff"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                msg = f"`{name}` must be a number of seconds >= 0. Received: {name}={value!r}."
-                raise ValueError(msg)
+Blocks = Callable[[objects.Object, int, int], tuple[int, int]]
 
 
 class ObjectReadError(OSError):
@@ -114,7 +74,7 @@ _semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
 _counts: collections.Counter[str] = collections.Counter()
 
 
-async def _get(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -> bytes:
+async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> bytes:
     loop = asyncio.get_running_loop()
     key = (os.getpid(), reads.concurrency)
     gate = _semaphores.setdefault(key, asyncio.Semaphore(reads.concurrency))
@@ -155,7 +115,7 @@ async def _get(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -
     raise ObjectReadError(msg, url=obj.url, start=start, stop=stop) from last
 
 
-def _submit(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -> Any:
+def _submit(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> Any:
     import fsspec.asyn
 
     loop = fsspec.asyn.get_loop()
@@ -167,13 +127,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _CACHE.__init__())  # type: ignore[misc]
 
 
-def _key(obj: storage.Object) -> tuple[str, str, int]:
+def _key(obj: objects.Object) -> tuple[str, str, int]:
     return obj.url, obj.version, obj.size
 
 
 def _plan(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None) -> list[Range]:
     """The GETs that cover `ranges` (none cached): widened to blocks, neighbours merged."""
-    wanted: dict[tuple[str, str, int], tuple[storage.Object, list[tuple[int, int]]]] = {}
+    wanted: dict[tuple[str, str, int], tuple[objects.Object, list[tuple[int, int]]]] = {}
     for obj, start, stop in ranges:
         if blocks is not None:
             start, stop = blocks(obj, start, stop)
