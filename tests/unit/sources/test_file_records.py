@@ -41,7 +41,8 @@ class JsonLines(file_records.FileRecordSource):
     def _layout(self, file):
         location = self._locations[file]
         data = ranges.Sequential(location, self._storage.reads).pread(location.size, 0)
-        starts = [0] + [at + 1 for at, byte in enumerate(data) if byte == 10][:-1]
+        ends = [at + 1 for at, byte in enumerate(data) if byte == 10]
+        starts = [0, *ends[:-1]] if ends else []
         return file_records.Layout(len(starts), f"{location.size}:{len(starts)}", data=starts)
 
     def _read(self, files, numbers):
