@@ -197,7 +197,10 @@ class FaultProxy:
             self.slow_seconds = float(query.get("slow", self.slow_seconds))
             self.inject(query["kind"], int(query["count"]), every=int(query.get("every", 1)))
         with self._lock:
-            stats = {"reads": self.reads, "bytes_sent": self.bytes_sent, "faulted": self.faulted}
+            stats = {
+                "reads": self.reads, "bytes_sent": self.bytes_sent, "faulted": self.faulted,
+                "requests": dict(self.requests),
+            }
         payload = json.dumps(stats).encode()
         handler.send_response(200)
         handler.send_header("Content-Length", str(len(payload)))
@@ -261,7 +264,8 @@ class FaultProxy:
             handler.send_header("Content-Type", "application/xml")
             handler.send_header("Content-Length", str(len(payload)))
             handler.end_headers()
-            handler.wfile.write(payload)
+            if handler.command != "HEAD":
+                handler.wfile.write(payload)
             return
         if fault == "reset":
             handler.connection.setsockopt(
@@ -276,7 +280,8 @@ class FaultProxy:
             handler.send_header("Content-Type", "application/xml")
             handler.send_header("Content-Length", str(len(payload)))
             handler.end_headers()
-            handler.wfile.write(payload)
+            if handler.command != "HEAD":
+                handler.wfile.write(payload)
             return
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP}
         headers["Host"] = self.upstream
@@ -576,6 +581,7 @@ class RemoteProxy:
     reads = property(lambda self: self._call("stats")["reads"])
     bytes_sent = property(lambda self: self._call("stats")["bytes_sent"])
     faulted = property(lambda self: self._call("stats")["faulted"])
+    requests = property(lambda self: self._call("stats")["requests"])
 
     def clear(self) -> None:
         self._call("clear")

@@ -33,6 +33,7 @@ import numpy as np
 
 from resumeloader.sources import base, file_records
 from resumeloader.sources.storage import (
+    answers,
     fetch,
     handles,
     locations,
@@ -233,7 +234,7 @@ class ArrayRecordSource(file_records.FileRecordSource):
                     cause: Exception = err
         except (handles.StaleFileError, ValueError) as err:
             number, cause = numbers[0], err
-        except fetch.ObjectReadError as err:  # the object's copy could not be downloaded
+        except (fetch.ObjectReadError, answers.Refusal) as err:  # the copy was not downloaded
             raise self._failed(file, numbers[0], err) from err
         index = int(self._starts[file]) + number
         msg = (

@@ -33,7 +33,15 @@ import numpy as np
 
 from resumeloader.core import spec as spec_lib
 from resumeloader.sources import base
-from resumeloader.sources.storage import fetch, handles, locations, objects, options, remembered
+from resumeloader.sources.storage import (
+    answers,
+    fetch,
+    handles,
+    locations,
+    objects,
+    options,
+    remembered,
+)
 
 __all__ = ["FileRecordSource", "Layout", "content_identity", "describe", "identity"]
 
@@ -98,18 +106,26 @@ class FileRecordSource(base.Source):
     Subclasses set `kind` (how messages name a file: ``"TFRecord"``) and define
     `_layout` and `_read` (see the module docstring); they may override `_identity`
     and `_stack` (how a batch of records is returned), and set `_keep_dir` (where
-    facts about the files are remembered for messages).
+    facts about the files are remembered for messages) and `companion` (what sits
+    beside each object, found by the same listings: ``_beside[url]`` is it or None, for
+    the objects a listing found).
     """
 
     #: How messages name one of the files (``"TFRecord"`` file).
     kind: ClassVar[str] = "data"
+    #: What the format keeps beside an object (its URL + this: e.g. a sidecar index),
+    #: found by the same listings as the objects (`_beside`), or "" for nothing.
+    companion: ClassVar[str] = ""
 
     def __init__(self, paths: locations.Paths, *, storage: options.Storage) -> None:
         self._storage = storage
-        self._locations = locations.expand(paths, self.kind, storage.pairs)
+        self._locations, self._beside = locations.expand_beside(
+            paths, self.kind, storage.pairs, self.companion
+        )
         self._names = [locations.name_of(location) for location in self._locations]
         self.description = describe(type(self).__name__, self._names)
         self._remote = np.array([isinstance(loc, objects.Object) for loc in self._locations])
+        self._prepare()
         count = len(self._locations)
         with futures.ThreadPoolExecutor(max(1, min(storage.reads.concurrency, count))) as pool:
             self._layouts = list(pool.map(self._layout, range(count)))
@@ -123,6 +139,10 @@ class FileRecordSource(base.Source):
             remembered.remember(self._keep_dir, "versions", self._versions(), self._facts())
 
     # -- what a format defines ----------------------------------------------------------
+    def _prepare(self) -> None:
+        """What the format finds about all its files at once, before `_layout` of each
+        (e.g. the sidecars of many objects, by one listing). Default: nothing."""
+
     def _layout(self, file: int) -> Layout:
         """How file number `file` holds its records (see `Layout`)."""
         raise NotImplementedError
@@ -220,7 +240,7 @@ class FileRecordSource(base.Source):
         numbers = indices - self._starts[files]
         try:
             return self._read(files, numbers)
-        except (handles.StaleFileError, fetch.ObjectReadError) as err:
+        except (handles.StaleFileError, fetch.ObjectReadError, answers.Refusal) as err:
             at = self._failing(err, files)
             raise self._failed(files[at], numbers[at], err) from err
 
@@ -239,9 +259,10 @@ class FileRecordSource(base.Source):
         self, file: Any, number: Any, err: BaseException
     ) -> base.CorruptRecordError | base.RecordReadError:
         """The record error of record `number` of `file` that `err` (a storage failure)
-        is about: corrupt when the file changed, unreadable otherwise."""
+        is about: corrupt when the file changed, unreadable otherwise (a refusal, a failed
+        read)."""
         index = int(self._starts[int(file)] + number)
-        if isinstance(err, fetch.ObjectReadError):
+        if not isinstance(err, handles.StaleFileError):
             return base.RecordReadError(f"Record index {index}: {err}", record_index=index)
         return base.CorruptRecordError(f"Record index {index}: {err}", record_index=index)
 

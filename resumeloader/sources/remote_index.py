@@ -10,10 +10,12 @@ object is a new index, never a stale one.
 
 A machine that has no index yet looks for a *sidecar* first: the index stored next to
 the object, at its URL plus ``.rlidx``, written by ``resumeloader index URL...``
-(`write_sidecar`). A sidecar is used only if it is the index of the object's current
-version and size and passes the same checks as a local index (its offsets' digest, a
-plausible layout); then it is kept locally too. So a fresh machine restores with one
-small GET per object instead of reading the bucket.
+(`write_sidecar`); the sidecars of many objects are found by one listing per folder
+(`sidecars`), so building a source costs at most one GET per object (its sidecar, or
+the object itself) besides the listings. A sidecar is used only if it is the index of
+the object's current version and size and passes the same checks as a local index
+(its offsets' digest, a plausible layout); then it is kept locally too. So a fresh
+machine restores with one small GET per object instead of reading the bucket.
 """
 
 from __future__ import annotations
@@ -70,11 +72,18 @@ def build(obj: objects.Object, reads: ObjectReads) -> bytes:
     return index_lib.encode(offsets, obj.size, stamp(obj), head)
 
 
-def _sidecar(obj: objects.Object, reads: ObjectReads) -> bytes | None:
-    try:
-        car = objects.stat(sidecar_url(obj), obj.options)
-    except FileNotFoundError:
-        return None
+def kept(obj: objects.Object, index_dir: str) -> bool:
+    """Whether `index_dir` holds an index of `obj` (this version; checked when loaded)."""
+    return os.path.exists(cache_path(obj, index_dir))
+
+
+def sidecars(found: list[objects.Object]) -> dict[str, objects.Object]:
+    """The sidecar index beside each of `found` that has one, by the object's URL: one
+    listing per folder (`objects.companions`), not a look-up per object."""
+    return objects.companions(found, SIDECAR_SUFFIX)
+
+
+def _sidecar(car: objects.Object, reads: ObjectReads) -> bytes | None:
     if car.size < 128:
         return None
     (view,) = fetch.read([(car, 0, car.size)], reads, cache=False)
@@ -82,9 +91,11 @@ def _sidecar(obj: objects.Object, reads: ObjectReads) -> bytes | None:
 
 
 def load_or_build(
-    obj: objects.Object, index_dir: str, reads: ObjectReads, *, sidecar: bool = True
+    obj: objects.Object, index_dir: str, reads: ObjectReads, *,
+    sidecar: objects.Object | None = None,
 ) -> index_lib.FileIndex:
-    """The index of `obj`: kept locally, else its sidecar (then kept), else built (kept)."""
+    """The index of `obj`: kept locally, else its `sidecar` (one GET; then kept), else
+    built from one sequential read of the object (kept)."""
     stored = cache_path(obj, index_dir)
     try:
         with open(stored, "rb") as f:
@@ -93,7 +104,7 @@ def load_or_build(
         found = None
     if found is not None:
         return _index(obj, found)
-    data = _sidecar(obj, reads) if sidecar else None
+    data = _sidecar(sidecar, reads) if sidecar is not None else None
     found = index_lib.decode(data, obj.size, stamp(obj)) if data is not None else None
     if found is None:
         data = build(obj, reads)

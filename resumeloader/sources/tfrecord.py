@@ -23,7 +23,15 @@ from resumeloader.sources import base, file_records, remote_index
 from resumeloader.sources import tfrecord_index as index_lib
 from resumeloader.sources import tfrecord_objects as objects_lib
 from resumeloader.sources.base import CorruptRecordError
-from resumeloader.sources.storage import fetch, handles, locations, objects, options, ranges
+from resumeloader.sources.storage import (
+    answers,
+    fetch,
+    handles,
+    locations,
+    objects,
+    options,
+    ranges,
+)
 
 __all__ = ["CorruptRecordError", "TFRecordSource"]
 
@@ -83,6 +91,7 @@ class TFRecordSource(file_records.FileRecordSource):
     """
 
     kind = "TFRecord"
+    companion = remote_index.SIDECAR_SUFFIX
 
     def __init__(
         self,
@@ -111,10 +120,25 @@ class TFRecordSource(file_records.FileRecordSource):
         if not self._remote.any():
             base.without(self, "prefetch")  # nothing to read ahead
 
+    def _prepare(self) -> None:
+        # Sidecars: those the globs' listings found, else one listing per folder of the
+        # objects named one by one (only for objects with no index kept here).
+        unlisted = [
+            location for location in self._locations
+            if isinstance(location, objects.Object) and location.url not in self._beside
+            and not remote_index.kept(location, self._index_dir)
+        ]
+        self._sidecars = {url: car for url, car in self._beside.items() if car is not None}
+        if unlisted:
+            self._sidecars.update(remote_index.sidecars(unlisted))
+
     def _layout(self, file: int) -> file_records.Layout:
         location = self._locations[file]
         if isinstance(location, objects.Object):
-            ix = remote_index.load_or_build(location, self._index_dir, self._storage.reads)
+            ix = remote_index.load_or_build(
+                location, self._index_dir, self._storage.reads,
+                sidecar=self._sidecars.get(location.url),
+            )
         else:
             ix = index_lib.load_or_build(location.path, self._index_dir)
         return file_records.Layout(len(ix.offsets), f"{ix.size}:{ix.digest}", ix.head, ix)
@@ -145,7 +169,7 @@ class TFRecordSource(file_records.FileRecordSource):
         ]
         try:
             views = ranges.read(wanted, self._storage.reads, blocks=self._blocks)
-        except (handles.StaleFileError, fetch.ObjectReadError) as err:
+        except (handles.StaleFileError, fetch.ObjectReadError, answers.Refusal) as err:
             names = [self._names[file] for file in files.tolist()]
             at = objects_lib.failing(err, list(range(len(files))), names, starts, stops)
             raise self._failed(files[at], numbers[at], err) from err

@@ -13,6 +13,7 @@ come from the standard environment (``AWS_ENDPOINT_URL``, ``AWS_*``,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent import futures
 from typing import Any
 
 from resumeloader.sources import remote_index
@@ -26,18 +27,21 @@ def main(paths: Sequence[str], out: Any, *, index_dir: str | None = None) -> int
     """Indexes every TFRecord file or object `paths` names; prints one line per file."""
     folder = index_dir or index_lib.default_dir()
     reads = options.ObjectReads()
-    done = records = 0
-    for location in locations.expand(list(paths), "TFRecord"):
+
+    def index(location: locations.Location) -> tuple[str, int]:
         if isinstance(location, objects.Object):
             url, count = remote_index.write_sidecar(location, reads)
-            line = f"{objects.display_url(location.url)}: {count} records -> {url}"
+            return f"{objects.display_url(location.url)}: {count} records -> {url}", count
+        count = len(index_lib.load_or_build(location.path, folder).offsets)
+        stored = index_lib.cache_path(location.path, folder)
+        return f"{locations.display(location.path)}: {count} records -> {stored}", count
+
+    done = records = 0
+    found = locations.expand(list(paths), "TFRecord")
+    with futures.ThreadPoolExecutor(max(1, min(reads.concurrency, len(found)))) as pool:
+        for line, count in pool.map(index, found):  # in order, several at once
             out.print(line, soft_wrap=True)
-        else:
-            count = len(index_lib.load_or_build(location.path, folder).offsets)
-            stored = index_lib.cache_path(location.path, folder)
-            line = f"{locations.display(location.path)}: {count} records -> {stored}"
-            out.print(line, soft_wrap=True)
-        done, records = done + 1, records + count
+            done, records = done + 1, records + count
     kind = "object" if done == 1 else "objects"
     out.print(f"indexed {done} {kind}, {records} records")
     return 0

@@ -161,3 +161,34 @@ def test_failing_object_goes_through_on_error_skip(s3_store, tmp_path):
     assert set(every[:10]) <= set(got)
     lines = log.read_text().splitlines()
     assert len(lines) == 10 and all("part-1.tfrecord" in line for line in lines)
+
+
+def test_fetch_clear_between_batches_of_a_live_loader_changes_nothing(s3_store, tmp_path):
+    """`fetch.clear()` after every batch, read-ahead in flight: the same batches."""
+    url, _ = put_tfrecords(s3_store, files=3, count=20)
+    pipeline = Pipeline(source(s3_store, url, tmp_path), seed=4).shuffle(chunk_records=5).batch(6)
+    expected = [b.numpy().tolist() for b in ResumableLoader.from_pipeline(pipeline, num_epochs=1)]
+    got = []
+    for batch in ResumableLoader.from_pipeline(pipeline, num_epochs=1):
+        got.append(batch.numpy().tolist())
+        fetch.clear()
+    assert got == expected
+
+
+def test_object_deleted_under_a_live_loader_names_that_object(s3_store, tmp_path):
+    """An object deleted mid-epoch (read-ahead on, the cache cleared): the batch that needs
+    it fails naming that object as gone, never a bare CancelledError."""
+    url, _ = put_tfrecords(s3_store, files=3, count=20)
+    loader = ResumableLoader.from_pipeline(
+        Pipeline(source(s3_store, url, tmp_path), seed=0).batch(10), num_epochs=1
+    )
+    batches = iter(loader)
+    next(batches)
+    s3_store.direct.rm(url.split("://", 1)[1].replace("*", "2"))
+    fetch.clear()
+    with pytest.raises(RecordError) as info:
+        for _ in range(5):
+            next(batches)
+    message = str(info.value)
+    assert "part-2.tfrecord changed since the source was built" in message
+    assert "it no longer exists" in message and info.value.record_index >= 40

@@ -19,10 +19,22 @@ import errno
 import threading
 from typing import Any
 
-__all__ = ["AccessDeniedError", "RangeIgnoredError", "RedirectError", "denied", "guard"]
+__all__ = [
+    "AccessDeniedError", "RangeIgnoredError", "RedirectError", "Refusal", "denied", "guard",
+]
 
 
-class RedirectError(ConnectionError):
+class Refusal(OSError):
+    """An answer of object storage that no retry changes, naming what was asked.
+
+    Attributes:
+        url: the object or listing asked for.
+    """
+
+    url: str
+
+
+class RedirectError(Refusal, ConnectionError):
     """A storage server redirected a request to another origin; it was not followed
     (the bytes there could be anything, and pass a version check by echoing it).
 
@@ -36,7 +48,7 @@ class RedirectError(ConnectionError):
         self.url, self.location = url, location
 
 
-class RangeIgnoredError(OSError):
+class RangeIgnoredError(Refusal):
     """A server answered a ranged GET with the whole object: it ignores ``Range``.
 
     Attributes:
@@ -48,7 +60,7 @@ class RangeIgnoredError(OSError):
         self.url = url
 
 
-class AccessDeniedError(PermissionError):
+class AccessDeniedError(Refusal, PermissionError):
     """A storage server refused a request (401 or 403): credentials missing, wrong or
     expired (e.g. a signed URL past its expiry).
 

@@ -39,7 +39,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from resumeloader.sources.storage import objects, protocols, spans
+from resumeloader.sources.storage import answers, objects, protocols, spans
 from resumeloader.sources.storage.options import ObjectReads
 from resumeloader.sources.storage.protocols import ObjectChangedError
 
@@ -95,8 +95,8 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -
             raise
         except Exception as err:
             if not protocols.retryable(err):
-                if isinstance(err, ObjectChangedError):
-                    raise
+                if isinstance(err, (ObjectChangedError, answers.Refusal)):
+                    raise  # a verdict on the object, not a failed read: named as it is
                 last = err
                 break
             last = err if not isinstance(err, asyncio.TimeoutError) else TimeoutError(
@@ -159,13 +159,19 @@ def _spans(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None, *
     with _CACHE.lock:
         found = [_CACHE.find(_key(o), a, b, reads.max_get_bytes) for o, a, b in ranges]
         missing = [r for r, span in zip(ranges, found, strict=True) if span is None]
+        made: dict[tuple[str, str, int], list[spans.Span]] = {}
         for obj, start, stop in _plan(missing, reads, blocks) if missing else []:
             if budget is not None and _CACHE.ahead + (stop - start) > budget:
                 break
             span = spans.Span(start, stop, _submit(obj, start, stop, reads), ahead)
             _CACHE.add(_key(obj), span)
+            made.setdefault(_key(obj), []).append(span)
+        # A range is served by its cached span or by one submitted here (taken from `made`,
+        # not found again: a GET may already have failed, and the cache drops failed spans).
         out = [
-            span or _CACHE.find(_key(o), a, b, reads.max_get_bytes)
+            span or next(
+                (m for m in made.get(_key(o), []) if m.start <= a and b <= m.stop), None
+            )
             for (o, a, b), span in zip(ranges, found, strict=True)
         ]
         if not ahead:
@@ -217,8 +223,10 @@ def stats() -> dict[str, int]:
 
 
 def clear() -> None:
-    """Forgets every cached span; GETs in flight are cancelled."""
+    """Forgets every cached span (the next read of any range asks the store again).
+
+    Safe under a live loader: GETs in flight are not cancelled — a read waiting for one
+    still gets its bytes; the span is only no longer found by later reads.
+    """
     with _CACHE.lock:
-        for _, span in _CACHE.order.values():
-            span.future.cancel()
         _CACHE.__init__()  # type: ignore[misc]

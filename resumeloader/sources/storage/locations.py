@@ -29,6 +29,7 @@ __all__ = [
     "Paths",
     "display",
     "expand",
+    "expand_beside",
     "expand_paths",
     "name_of",
 ]
@@ -143,10 +144,21 @@ def expand(
         PermissionError: the store refused a listing or a look-up (401/403).
         ValueError: `paths` is empty.
     """
+    return expand_beside(paths, kind, options)[0]
+
+
+def expand_beside(
+    paths: Paths, kind: str, options: tuple[tuple[str, Any], ...] = (), suffix: str = ""
+) -> tuple[list[Location], dict[str, objects.Object | None]]:
+    """`expand`'s locations, and what sits beside the objects of globs (their URL +
+    `suffix`, or None) from the same listings (`objects.listed`)."""
     out: list[Location] = []
+    beside: dict[str, objects.Object | None] = {}
     for entry in _entries(paths, kind):
         if objects.is_url(entry):
-            out += objects.expand(entry, options)
+            found, near = objects.listed(entry, options, suffix)
+            out += found
+            beside.update(near)
         else:
             out += [LocalFile.of(path) for path in expand_paths(objects.local_path(entry), kind)]
-    return out
+    return out, beside

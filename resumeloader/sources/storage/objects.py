@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "expand",
     "info",
     "is_url",
+    "listed",
     "local_path",
     "protocol",
     "stat",
@@ -178,7 +180,8 @@ def _refusal(url: str, err: BaseException, what: str) -> BaseException | None:
     error: a redirect to another origin, a refusal (401/403)."""
     redirect = retry.found(err, answers.RedirectError)
     if redirect is not None:
-        return redirect
+        msg = f"{what.capitalize()} {display_url(url)}: {redirect.strerror}"
+        return answers.RedirectError(msg, url=url, location=redirect.location)
     denied = retry.found(err, answers.AccessDeniedError)
     if denied is not None:
         return denied
@@ -237,14 +240,31 @@ def expand(pattern: str, options: Options = ()) -> list[Object]:
         AccessDeniedError: the store refused the listing or look-up (401/403).
         RedirectError: the store redirected it to another origin.
     """
+    return listed(pattern, options)[0]
+
+
+def listed(
+    pattern: str, options: Options = (), suffix: str = ""
+) -> tuple[list[Object], dict[str, Object | None]]:
+    """`expand`'s objects, and for a glob with a `suffix` the object named ``url +
+    suffix`` beside each match (e.g. its sidecar index) or None, by the match's URL,
+    from the same listing (a look-up of one object finds none: it is not listed).
+    """
     proto = protocol(pattern)
     assert proto is not None, pattern
     fs = filesystems.filesystem(proto, options)
     if hasattr(fs, "invalidate_cache"):
         fs.invalidate_cache()
     if proto == "http" or not any(c in pattern.split("://", 1)[1] for c in "*?["):
-        return [stat(pattern, options)]
-    found = _listed(pattern, lambda: fs.glob(strip(proto, pattern), detail=True))
+        return [stat(pattern, options)], {}
+    path = strip(proto, pattern)
+    found = _listed(pattern, lambda: fs.glob(path + ("*" if suffix else ""), detail=True))
+    if suffix:  # one listing for the matches and what sits beside them
+        from fsspec.utils import glob_translate
+
+        wanted = re.compile(glob_translate(path))
+        entries = {name.rstrip("/"): info for name, info in found.items()}
+        found = {name: info for name, info in entries.items() if wanted.match(name)}
     matches = [
         Object(_with_scheme(pattern, name), int(info["size"]), version_of(proto, info), options)
         for name, info in sorted(found.items())
@@ -253,7 +273,14 @@ def expand(pattern: str, options: Options = ()) -> list[Object]:
     if not matches:
         msg = f"`paths` pattern {display_url(pattern)!r} matches no object."
         raise FileNotFoundError(msg)
-    return matches
+    beside: dict[str, Object | None] = {}
+    if suffix:
+        for obj in matches:
+            entry = entries.get(strip(proto, obj.url) + suffix)
+            beside[obj.url] = None if entry is None else Object(
+                obj.url + suffix, int(entry["size"]), version_of(proto, entry), options
+            )
+    return matches, beside
 
 
 def companions(found: list[Object], suffix: str) -> dict[str, Object]:
@@ -266,10 +293,11 @@ def companions(found: list[Object], suffix: str) -> dict[str, Object]:
         RedirectError: the store redirected one to another origin.
     """
     out: dict[str, Object] = {}
-    folders: dict[tuple[str, Options], list[Object]] = {}
+    folders: dict[tuple[str, str], list[Object]] = {}  # (folder, options' repr): members
     for obj in found:
-        folders.setdefault((obj.url.rsplit("/", 1)[0], obj.options), []).append(obj)
-    for (folder, options), members in folders.items():
+        folders.setdefault((obj.url.rsplit("/", 1)[0], repr(obj.options)), []).append(obj)
+    for (folder, _), members in folders.items():
+        options = members[0].options
         proto = protocol(folder)
         assert proto is not None, folder
         if proto == "http":
@@ -290,9 +318,8 @@ def companions(found: list[Object], suffix: str) -> dict[str, Object]:
             for entry in listed if entry.get("type") != "directory"
         }
         for obj in members:
-            entry = here.get(obj.url + suffix)
+            named = display_url(obj.url) + suffix
+            entry = here.get(named)
             if entry is not None:
-                out[obj.url] = Object(
-                    obj.url + suffix, int(entry["size"]), version_of(proto, entry), options
-                )
+                out[obj.url] = Object(named, int(entry["size"]), version_of(proto, entry), options)
     return out

@@ -35,32 +35,33 @@ class ObjectChangedError(handles.StaleFileError):
     """
 
 
-async def changed(
-    obj: objects.Object, why: str, *, answered: str | None = None
-) -> ObjectChangedError:
-    """The error of `obj` not being its pinned version; `answered`: the version an answer
-    carried (looked up again now, to tell a changed object from a wrong answer)."""
+async def changed(obj: objects.Object, why: str) -> ObjectChangedError:
+    """The error of an answer that is not `obj`'s pinned version (`why`: what the answer
+    was). The object is looked up again, to tell an object that changed from an answer
+    that came from elsewhere (the object still its pinned version)."""
     try:
         info = await objects.info(obj.url, obj.options)
         now = objects.version_of(obj.protocol, info)
         current = f"it is now version {now or '?'} of {info.get('size')} bytes"
+        same = (now, int(info.get("size", -1))) == (obj.version, obj.size)
     except FileNotFoundError:
-        now, current = None, "it no longer exists"
+        current, same = "it no longer exists", False
     except Exception as err:  # the look is only for the message
-        now, current = None, f"its current version is unknown ({type(err).__name__}: {err})"
-    if answered is not None and now == obj.version:
+        current, same = f"its current version is unknown ({type(err).__name__}: {err})", False
+    if same:
         msg = (
-            f"A GET of {obj} was answered with version {answered}, but the object is still "
-            f"version {obj.version} of {obj.size} bytes ({why}): the answer came from "
+            f"A GET of {obj} was answered as another version ({why}), but the object is "
+            f"still version {obj.version or '?'} of {obj.size} bytes: the answer came from "
             "elsewhere (a redirect, a proxy or a cache in between) and none of it is read."
         )
-        return ObjectChangedError(errno.ESTALE, msg, url=obj.url)
-    msg = (
-        f"Object {obj} changed since the source was built: it was version "
-        f"{obj.version or '?'} of {obj.size} bytes, {current} ({why}). A changed object "
-        "is never read (its records would mix old and new bytes). Build the source again "
-        "to read the new data; a checkpoint of the old data is refused by the new source."
-    )
+    else:
+        msg = (
+            f"Object {obj} changed since the source was built: it was version "
+            f"{obj.version or '?'} of {obj.size} bytes, {current} ({why}). A changed "
+            "object is never read (its records would mix old and new bytes). Build the "
+            "source again to read the new data; a checkpoint of the old data is refused by "
+            "the new source."
+        )
     return ObjectChangedError(errno.ESTALE, msg, url=obj.url)
 
 
@@ -78,14 +79,15 @@ async def _failed(obj: objects.Object, err: BaseException) -> BaseException | No
     gone object, a refusal, a redirect to another origin."""
     refused = retry.found(err, answers.RedirectError)
     if refused is not None:
-        return refused
+        msg = f"Reading {obj}: {refused.strerror}"
+        return answers.RedirectError(msg, url=obj.url, location=refused.location)
     status = retry.http_status(err)
     if status == 412:
-        return await changed(obj, "If-Match failed")
+        return await changed(obj, "If-Match failed: the answer is of another version")
     if status in (401, 403) or retry.forbidden(err):
         return answers.denied(obj.url, status or 403)
     if obj.version and (status in (404, 410) or isinstance(err, FileNotFoundError)):
-        return await changed(obj, "it is gone")
+        return await changed(obj, f"the answer is {status or 404}: no such version")
     return None
 
 
@@ -94,8 +96,7 @@ async def _checked(obj: objects.Object, start: int, stop: int, status: int, got:
     if status == 200 and (start, stop) != (0, obj.size):
         raise _range_ignored(obj, start, stop, len(data))
     if obj.version and str(got or "") != obj.version:
-        shown = got or "none"
-        raise await changed(obj, f"the answer is version {shown}", answered=str(shown))
+        raise await changed(obj, f"the answer is version {got or 'none'}")
     return data
 
 
