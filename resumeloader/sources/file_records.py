@@ -35,6 +35,7 @@ from resumeloader.core import spec as spec_lib
 from resumeloader.sources import base
 from resumeloader.sources.storage import (
     answers,
+    digests,
     fetch,
     handles,
     locations,
@@ -134,9 +135,17 @@ class FileRecordSource(base.Source):
         self._starts = self._ends - counts
         if not self._ends[-1]:
             self._refuse_empty()
+        self._digests: list[str] = []
+        if storage.identity == "content":  # each file's whole bytes, read once per version
+            with futures.ThreadPoolExecutor(max(1, min(storage.reads.concurrency, count))) as pool:
+                self._digests = list(pool.map(self._digest_of, range(count)))
         self._fields = self._data_fields()
         if "versions" in self._fields:
             remembered.remember(self._keep_dir, "versions", self._versions(), self._facts())
+        if "digests" in self._fields:
+            remembered.remember(
+                self._keep_dir, "digests", str(self._fields["digests"]), self._content_facts()
+            )
 
     # -- what a format defines ----------------------------------------------------------
     def _prepare(self) -> None:
@@ -172,7 +181,12 @@ class FileRecordSource(base.Source):
         found = self._identity()
         if found is not None:
             fields[base.IDENTITY] = found
-        if self._remote.any():  # objects: each one's version
+        if self._digests:  # identified by content: each file's size and bytes
+            fields["digests"] = content_identity([
+                f"{loc.size}:{found}" for loc, found in zip(
+                    self._locations, self._digests, strict=True)
+            ])
+        elif self._remote.any():  # objects: each one's version
             fields["versions"] = self._versions()
         return fields
 
@@ -280,7 +294,24 @@ class FileRecordSource(base.Source):
         )
         raise ValueError(msg)
 
-    # -- objects: versions, what changed -------------------------------------------------
+    # -- objects: versions, content, what changed -----------------------------------------
+    def _digest_of(self, file: int) -> str:
+        # errors name the file or object (a changed or refused object, a failed read)
+        return digests.digest(self._locations[file], self._storage.reads, self._storage.folder)
+
+    def _content_facts(self) -> dict[str, str]:
+        """Each file's digest and size, by base name (`Storage.identity` content; a name
+        shared by files of several folders gets its position)."""
+        names = [os.path.basename(name) for name in self._names]
+        shared = {name for name in names if names.count(name) > 1} if len(set(names)) < len(
+            names) else set()
+        return {
+            (f"{name} (file {i})" if name in shared else name): f"{found[:16]} of {loc.size} bytes"
+            for i, (name, loc, found) in enumerate(
+                zip(names, self._locations, self._digests, strict=True)
+            )
+        }
+
     def _facts(self) -> dict[str, str]:
         return {name: getattr(loc, "version", "") for name, loc in zip(
             self._names, self._locations, strict=True)}
@@ -290,6 +321,22 @@ class FileRecordSource(base.Source):
         return content_identity([getattr(loc, "version", "") for loc in self._locations])
 
     def explain_field(self, field: str, saved: int | str) -> str | None:
+        if field == "versions" and "versions" not in self._fields:
+            return (
+                "the checkpoint pinned the versions of objects where they were stored; to "
+                "restore it onto the same bytes elsewhere (a local mirror, another bucket "
+                "or protocol), build this source with Storage(identity='content')"
+            )
+        if field == "digests":
+            differ = remembered.changes(
+                self._keep_dir, "digests", str(saved), self._content_facts()
+            )
+            if differ is None:
+                return (
+                    "the bytes of some files differ from the checkpoint's; this machine does "
+                    f"not remember which (their digests are kept in {self._keep_dir})"
+                )
+            return f"files whose bytes differ from the checkpoint's: {remembered.listed(differ)}"
         if field != "versions":
             return None
         differ = remembered.changes(self._keep_dir, "versions", str(saved), self._facts())

@@ -155,7 +155,7 @@ def test_hugging_face_images_stored_as_bytes_read_as_bytes():
     first = next(batches).numpy().tolist()
     state = loader.get_state()
     rest = [b.numpy().tolist() for b in batches]
-    assert sorted(first + sum(rest, [])) == list(range(6))
+    assert sorted(first + [x for batch in rest for x in batch]) == list(range(6))
     assert not any("fill_values" in key for key in state)
     assert state["source.fingerprint"] == ds._fingerprint
     again = ResumableLoader.from_pipeline(pipeline(), num_epochs=1)

@@ -21,6 +21,8 @@ __all__ = ["ObjectReads", "Storage", "cache_root", "given"]
 
 #: The default bound of the local copies of objects kept in ``cache_dir``.
 COPIES_BYTES = 8 << 30
+#: What may identify a source's objects in a checkpoint (`Storage.identity`).
+IDENTITIES = ("versions", "content")
 
 
 def cache_root() -> str:
@@ -77,7 +79,8 @@ class Storage:
 
     Guarantees: nothing here changes which bytes a source reads, so nothing here is an
     order field: a checkpoint restores under any storage options (other credentials,
-    more concurrency, another cache folder).
+    more concurrency, another cache folder). `identity` chooses what identifies the
+    objects in a checkpoint: their versions where they are, or their bytes anywhere.
 
     Attributes:
         options: keyword arguments of the objects' fsspec filesystem, e.g.
@@ -93,6 +96,16 @@ class Storage:
         copies_bytes: the most bytes of local copies of objects kept in
             ``cache_dir`` (ArrayRecord reads objects from local copies; least
             recently used removed first), 8 GiB by default.
+        identity: what identifies the data in a checkpoint besides the files' names,
+            sizes and record layouts. ``"versions"`` (the default): each object's
+            version (ETag, generation) where it is stored; a checkpoint restores onto
+            those objects only. ``"content"``: each file's whole bytes (a digest,
+            computed once per version and kept in `cache_dir`: the first build reads
+            every byte); a checkpoint restores onto the same bytes at any location —
+            another bucket, a local mirror, another protocol — and is refused, naming
+            the file where this machine knows it, when the bytes differ. A checkpoint
+            saved with versions restores onto a source identified by content after
+            the names, sizes and record layouts match (a warning says so).
 
     Examples:
         >>> Storage(options={"anon": True}, reads=ObjectReads(concurrency=32)).options
@@ -103,6 +116,7 @@ class Storage:
     reads: ObjectReads = ObjectReads()
     cache_dir: str | os.PathLike[str] | None = None
     copies_bytes: int = COPIES_BYTES
+    identity: str = "versions"
 
     def __post_init__(self) -> None:
         options = self.options
@@ -126,6 +140,12 @@ class Storage:
         if self.cache_dir is not None:
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
         validate.integer("copies_bytes", self.copies_bytes, low=0, high=validate.MAX_COUNT)
+        if self.identity not in IDENTITIES:
+            msg = (
+                f"`identity` must be one of {', '.join(map(repr, IDENTITIES))}. "
+                f"Received: identity={self.identity!r:.80}."
+            )
+            raise ValueError(msg)
 
     @property
     def pairs(self) -> tuple[tuple[str, Any], ...]:
