@@ -123,6 +123,10 @@ def test_same_origin_redirect_to_another_version_names_the_versions(store, tmp_p
         store.proxy.clear()
     message = str(info.value)
     assert "part-0.tfrecord was answered as another version" in message
+    # what it saw: the answer's version, or S3's refusal of the pinned one (412); the
+    # pinned version named once (0.3 named it twice, as if it were the answer's too)
+    seen = "the answer is 404: no such version" if store.kind == "gcs" else "If-Match failed"
+    assert seen in message and message.count(pinned) == 1
     assert f"the object is still version {pinned} of " in message
 
 
@@ -133,13 +137,32 @@ def test_http_answer_of_another_version_is_refused(s3_store, tmp_path):
     url = _http_url(s3_store, f"{folder}/a.tfrecord", records(0, 10))
     _http_url(s3_store, f"{folder}/b.tfrecord", records(1, 10))
     src = TFRecordSource(url, index_dir=tmp_path / "ix", storage=Storage(reads=FAST))
+    other = FileSource(url.replace("/a.", "/b."))._locations[0].version
     fetch.clear()
     s3_store.proxy.inject("redirect", 1, path=lambda path: path.replace("/a.", "/b."))
     try:
-        with pytest.raises(CorruptRecordError, match="the object is still version"):
+        with pytest.raises(CorruptRecordError, match="the object is still version") as info:
             src.read(1)
     finally:
         s3_store.proxy.clear()
+    pinned = src._locations[0].version
+    assert "If-Match failed" in str(info.value) and pinned != other
+    assert f"still version {pinned} of" in str(info.value)
+
+
+def test_http_server_ignoring_if_match_names_both_versions(tmp_path):
+    """A plain HTTP server that ignores ``If-Match`` and now answers with another ETag:
+    refused, naming the version pinned and the one answered (0.3 named one twice)."""
+    with _objstore.OtherOrigin(_other_records(10), etag='"v1"') as server:
+        url = f"{server.url}/data.tfrecord"
+        src = TFRecordSource(url, index_dir=tmp_path / "ix", storage=Storage(reads=FAST))
+        server.etag = '"v2"'
+        fetch.clear()
+        with pytest.raises(CorruptRecordError) as info:
+            src.read(1)
+    message = str(info.value)
+    assert 'it was version "v1" of ' in message and 'it is now version "v2" of ' in message
+    assert '(the answer is version "v2")' in message
 
 
 def test_server_ignoring_range_is_named_and_not_retried(store, tmp_path):
@@ -229,3 +252,12 @@ def test_fetch_clear_while_gets_are_in_flight_loses_no_read(s3_store, tmp_path):
     finally:
         s3_store.proxy.latency = 0.0
     assert got == every[0:80:7]
+
+
+def test_empty_object_as_the_whole_source_is_named(store, tmp_path):
+    """A single empty TFRecord object: a ValueError naming its URL and size, not a bare
+    "`source` must hold at least one record"."""
+    url = store.put(f"{store.folder()}/empty.tfrecord", b"")
+    with pytest.raises(ValueError) as info:
+        source(store, url, tmp_path)
+    assert f"{url} (0 bytes)" in str(info.value)
