@@ -130,8 +130,14 @@ class ArrayRecordSource(file_records.FileRecordSource):
         storage: where objects are and how they are read (`Storage`: filesystem
             options, retries, concurrency; the folder of local copies,
             ``cache_dir``, and its bound, ``copies_bytes``: 8 GiB by default).
-        storage_options, object_reads, cache_dir, cache_bytes: the spelling of 0.3
-            (deprecated): pass ``storage=Storage(...)``.
+        storage_options: the spelling of 0.3 (deprecated): pass
+            ``storage=Storage(options=...)``.
+        object_reads: the spelling of 0.3 (deprecated): pass
+            ``storage=Storage(reads=...)``.
+        cache_dir: the spelling of 0.3 (deprecated): pass
+            ``storage=Storage(cache_dir=...)``.
+        cache_bytes: the spelling of 0.3 (deprecated): pass
+            ``storage=Storage(copies_bytes=...)``.
 
     Raises:
         ImportError: the `array-record` package is not installed.

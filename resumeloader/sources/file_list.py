@@ -36,8 +36,10 @@ class FileSource(file_records.FileRecordSource):
         paths: files, URLs (``s3://``, ``gs://``, ``http(s)://``, ``memory://``), globs
             of them, or a list of those.
         storage: where objects are and how they are read (`Storage`).
-        storage_options, object_reads: the spelling of 0.3 (deprecated): pass
-            ``storage=Storage(options=..., reads=...)``.
+        storage_options: the spelling of 0.3 (deprecated): pass
+            ``storage=Storage(options=...)``.
+        object_reads: the spelling of 0.3 (deprecated): pass
+            ``storage=Storage(reads=...)``.
 
     Raises:
         FileNotFoundError: a file, object or pattern names nothing.

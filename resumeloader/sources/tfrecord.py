@@ -71,8 +71,10 @@ class TFRecordSource(file_records.FileRecordSource):
         verify_checksums: check each record's CRC32C when it is read.
         storage: where objects are and how they are read (`Storage`: filesystem
             options, retries, concurrency, read-ahead, the cache folder).
-        storage_options, object_reads: the spelling of 0.3 (deprecated): pass
-            ``storage=Storage(options=..., reads=...)``.
+        storage_options: the spelling of 0.3 (deprecated): pass
+            ``storage=Storage(options=...)``.
+        object_reads: the spelling of 0.3 (deprecated): pass
+            ``storage=Storage(reads=...)``.
 
     Raises:
         FileNotFoundError: a file or pattern names nothing.
