@@ -18,7 +18,7 @@ import numpy as np
 
 from resumeloader.core import spec as spec_lib
 from resumeloader.sources import file_records
-from resumeloader.sources.storage import locations, options, ranges
+from resumeloader.sources.storage import fetch, locations, options, ranges
 
 __all__ = ["FileSource"]
 
@@ -84,6 +84,14 @@ class FileSource(file_records.FileRecordSource):
             {"path": os.fsencode(self._names[file]), "data": bytes(view)}
             for file, view in zip(files.tolist(), views, strict=True)
         ]
+
+    def dry_read(self, indices: np.ndarray, dry: fetch.DryRun) -> bool:
+        """Records in `dry` the GETs and preads that ``read_batch(indices)`` makes: one
+        whole object or file per record."""
+        files = np.asarray(indices, dtype=np.int64).tolist()
+        wanted = [(self._locations[file], 0, self._locations[file].size) for file in files]
+        ranges.dry_read(wanted, self._storage.reads, dry, cache=False)
+        return True
 
     def _stack(self, records: list[Any]) -> dict[str, list[bytes]]:
         return {

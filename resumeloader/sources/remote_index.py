@@ -64,7 +64,7 @@ def build(obj: objects.Object, reads: ObjectReads) -> bytes:
 
     Raises:
         ValueError: the object is not a valid uncompressed TFRecord file.
-        ObjectChangedError, ObjectReadError: see `resumeloader.sources.fetch`.
+        ObjectChangedError, ObjectReadError: see `resumeloader.sources.storage.fetch`.
     """
     file = ranges.Sequential(obj, reads)
     head = index_lib.head_digest(file)

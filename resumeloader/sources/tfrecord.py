@@ -227,16 +227,38 @@ class TFRecordSource(file_records.FileRecordSource):
     def prefetch(self, indices: np.ndarray) -> bool:
         """Starts reading the objects' bytes of `indices` (see `fetch.prefetch`); False
         when the read-ahead budget is full. (Only a source with objects has it.)"""
+        wanted = self._object_ranges(indices)
+        return not wanted or fetch.prefetch(wanted, self._storage.reads, blocks=self._blocks)
+
+    def dry_prefetch(self, indices: np.ndarray, dry: fetch.DryRun) -> bool:
+        """Records in `dry` the GETs that ``prefetch(indices)`` starts."""
+        wanted = self._object_ranges(indices)
+        return not wanted or dry.prefetch(wanted, self._storage.reads, blocks=self._blocks)
+
+    def dry_read(self, indices: np.ndarray, dry: fetch.DryRun) -> bool:
+        """Records in `dry` the preads and GETs that ``read_batch(indices)`` makes."""
+        indices = np.asarray(indices, dtype=np.int64)
+        files = np.searchsorted(self._ends, indices, side="right")
+        ranges.dry_read(
+            self._ranges(files, indices - self._starts[files]), self._storage.reads, dry,
+            blocks=self._blocks,
+        )
+        return True
+
+    def _object_ranges(self, indices: np.ndarray) -> list[fetch.Range]:
+        """The byte ranges of the records of `indices` that lie in object storage."""
         indices = np.asarray(indices, dtype=np.int64)
         files = np.searchsorted(self._ends, indices, side="right")
         mine = self._remote[files]
         if not mine.any():
-            return True
-        files, numbers = files[mine], indices[mine] - self._starts[files[mine]]
+            return []
+        return self._ranges(files[mine], indices[mine] - self._starts[files[mine]])  # type: ignore[return-value]
+
+    def _ranges(self, files: np.ndarray, numbers: np.ndarray) -> list[ranges.Range]:
+        """(location, start, stop) of record `numbers[k]` of file `files[k]`, framing included."""
         starts, stops = self._spans(files, numbers)
-        wanted = [
+        return [
             (self._locations[file], start, stop)
             for file, start, stop in zip(files.tolist(), starts.tolist(), stops.tolist(),
                                          strict=True)
         ]
-        return fetch.prefetch(wanted, self._storage.reads, blocks=self._blocks)

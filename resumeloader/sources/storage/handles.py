@@ -36,6 +36,7 @@ __all__ = [
     "budget",
     "opened",
     "pread",
+    "stats",
 ]
 
 _MAX_BUDGET = 1024
@@ -214,7 +215,20 @@ def pread(path: str, length: int, offset: int, *, stamp: Stamp | None = None) ->
         data = os.pread(fd, length, offset)
         if stamp is not None:
             _check(fd, path, stamp)
-        return data
+    with _counts_lock:
+        _counts["reads"] += 1
+        _counts["bytes"] += len(data)
+    return data
+
+
+_counts: collections.Counter[str] = collections.Counter()
+_counts_lock = threading.Lock()
+
+
+def stats() -> dict[str, int]:
+    """This process's `pread` calls and bytes read so far."""
+    with _counts_lock:
+        return {key: int(_counts[key]) for key in ("reads", "bytes")}
 
 
 class File:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from resumeloader.sources.storage import fetch, handles, locations, objects
 from resumeloader.sources.storage.options import ObjectReads
 
-__all__ = ["GAP", "MAX_READ", "Range", "Sequential", "read"]
+__all__ = ["GAP", "MAX_READ", "Range", "Sequential", "dry_read", "read"]
 
 #: (location, start, stop): bytes [start, stop) of a local file or an object.
 Range = tuple[locations.Location, int, int]
@@ -51,19 +51,40 @@ def read(
         views = fetch.read(wanted, reads, blocks=blocks, cache=cache)  # type: ignore[arg-type]
         for k, view in zip(remote, views, strict=True):
             out[k] = view
+    for group in _local_groups(ranges):
+        _read_group(ranges, group, out)
+    return out
+
+
+def dry_read(
+    ranges: Sequence[Range], reads: ObjectReads, dry: fetch.DryRun, *,
+    blocks: fetch.Blocks | None = None, cache: bool = True,
+) -> None:
+    """Records in `dry` the GETs and preads that ``read(ranges, reads, blocks=blocks,
+    cache=cache)`` makes, without making them (see `fetch.DryRun`)."""
+    remote = [r for r in ranges if isinstance(r[0], objects.Object)]
+    if remote:
+        dry.read(remote, reads, blocks=blocks, cache=cache)  # type: ignore[arg-type]
+    for group in _local_groups(ranges):
+        where = ranges[group[0]][0]
+        assert isinstance(where, locations.LocalFile)
+        begin, end = ranges[group[0]][1], max(ranges[k][2] for k in group)
+        dry.pread(where.path, begin, end, wanted=sum(ranges[k][2] - ranges[k][1] for k in group))
+
+
+def _local_groups(ranges: Sequence[Range]) -> list[list[int]]:
+    """The positions of the local files' ranges, cut into groups read by one pread."""
     local = sorted(
         (k for k, (where, _, _) in enumerate(ranges) if isinstance(where, locations.LocalFile)),
         key=lambda k: (ranges[k][0].path, ranges[k][1]),  # type: ignore[union-attr]
     )
-    group: list[int] = []
+    groups: list[list[int]] = []
     for k in local:
-        if group and not _joins(ranges, group, k):
-            _read_group(ranges, group, out)
-            group = []
-        group.append(k)
-    if group:
-        _read_group(ranges, group, out)
-    return out
+        if groups and _joins(ranges, groups[-1], k):
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return groups
 
 
 def _joins(ranges: Sequence[Range], group: list[int], k: int) -> bool:
