@@ -129,7 +129,7 @@ class Delivery:
     ) -> Generator[tuple[Any, int], None, None]:
         tasks = plan.tasks(position, layout)
         in_process = self.workers.kind in ("inline", "thread")  # where the source is read
-        if in_process and plan.pipeline.source.prefetches:
+        if in_process:  # read ahead by a source that can (`readahead.hinted`)
             tasks = readahead.hinted(tasks, plan.pipeline.source)
         on_batch = None
         if watch is not None:
