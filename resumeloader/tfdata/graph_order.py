@@ -1,0 +1,275 @@
+"""The record order as TensorFlow integer ops, bit-identical to the NumPy order.
+
+`permute` is `resumeloader.core.sampler.permute` and `block_indices` is
+`resumeloader.core.blocks.BlockOrder.indices`, written with TensorFlow ops on
+``uint64`` words (whose CPU kernels wrap modulo 2**64 like NumPy's: multiply, add,
+subtract, xor, and, or, shifts, floor division, minimum), so they run inside a
+`tf.function` or a `tf.data` map function: no Python, no ``from_generator``, no
+state. The epoch, the offsets and the seed may be tensors (the epoch varies from
+batch to batch inside a dataset); the number of records and the block shape are
+Python ints, fixed when the graph is built.
+
+The same arithmetic as the NumPy sampler, step for step:
+
+* ``epoch_hash(seed, epoch)``: SplitMix64's finaliser, chained;
+* more than 256 records: the radix Feistel network of 4 rounds (multiply, fold,
+  Lemire's multiply-shift onto the round's radix) with cycle walking, as a
+  ``tf.while_loop`` that re-encrypts only the words still outside ``[0, n)``;
+* 256 records or fewer: the Fisher-Yates table of the epoch, built in the graph as the
+  composition of its ``n - 1`` transpositions (a tree of ``log2(n)`` batched gathers,
+  ``n**2`` work at most 65,536 elements), one table per distinct key in the call
+  (once per epoch for the sampler, once per window and epoch for a block order).
+
+Every epoch of every size is therefore the NumPy sampler's permutation, including the
+sizes ``2**k + 1`` at which ``tf.random.experimental.index_shuffle`` is no bijection;
+one checkpoint restores into either implementation. Golden vectors shared with the
+NumPy tests pin both (``tests/_golden.py``).
+
+Examples:
+    >>> import numpy as np
+    >>> from resumeloader.core import sampler
+    >>> offsets = np.arange(5, dtype=np.int64)
+    >>> permute(1000, 0, 0, offsets).numpy().tolist()
+    [807, 694, 682, 639, 763]
+    >>> (permute(1000, 0, 0, offsets).numpy() == sampler.permute(1000, 0, 0, offsets)).all()
+    np.True_
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import tensorflow as tf
+
+from resumeloader.core import blocks, sampler
+from resumeloader.stages import blocks as block_stage
+from resumeloader.stages import sampler as sampler_stage
+from resumeloader.stages import base
+
+__all__ = ["GraphOrder", "block_indices", "epoch_hash", "permute", "round_keys"]
+
+_U64 = tf.uint64
+_M32 = 0xFFFFFFFF
+_TABLE_MAX = 256
+# The constants of resumeloader.core.sampler and .blocks: an order defined there.
+_SEED_TAG = 0x5EED_1DE5_0F_0D_E12
+_ROUNDS = 4
+_CHUNK_TAG = 0xC4_B1_0C_5E_ED_00_00_01
+_WINDOW_TAG = 0x57_1D_0E_5E_ED_00_00_02
+
+
+def _u64(value: Any) -> tf.Tensor:
+    """`value` as uint64 words: Python ints taken modulo 2**64, int64 tensors bit-cast."""
+    if isinstance(value, int):
+        return tf.constant(value & ((1 << 64) - 1), _U64)
+    value = tf.convert_to_tensor(value)
+    if value.dtype == _U64:
+        return value
+    if value.dtype != tf.int64:
+        value = tf.cast(value, tf.int64)
+    return tf.bitcast(value, _U64)
+
+
+def _shr(x: tf.Tensor, bits: int) -> tf.Tensor:
+    return tf.bitwise.right_shift(x, tf.constant(bits, _U64))
+
+
+def _mix64(z: tf.Tensor) -> tf.Tensor:
+    """SplitMix64's finaliser (`resumeloader.core.sampler`), elementwise on uint64."""
+    z = z + tf.constant(0x9E3779B97F4A7C15, _U64)
+    z = (z ^ _shr(z, 30)) * tf.constant(0xBF58476D1CE4E5B9, _U64)
+    z = (z ^ _shr(z, 27)) * tf.constant(0x94D049BB133111EB, _U64)
+    return z ^ _shr(z, 31)
+
+
+def epoch_hash(seed: Any, epoch: Any) -> tf.Tensor:
+    """`resumeloader.core.sampler.epoch_hash` (uint64): seed and epoch ints or tensors
+    (int64 or uint64, broadcast together)."""
+    return _mix64(_mix64(_u64(seed) ^ _u64(_SEED_TAG)) ^ _u64(epoch))
+
+
+def round_keys(hashes: tf.Tensor) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+    """The Feistel rounds' (xor keys, odd multipliers) of `epoch_hash` values (uint64, any
+    shape): `resumeloader.core.sampler.round_keys`, each key shaped like `hashes`."""
+    steps = tf.range(2 * _ROUNDS, dtype=tf.int64)
+    words = _mix64(tf.expand_dims(hashes, -1) + tf.bitcast(steps, _U64))
+    parts = tf.unstack(words, 2 * _ROUNDS, axis=-1)
+    xor_keys = [word & tf.constant(_M32, _U64) for word in parts[0::2]]
+    mul_keys = [word | tf.constant(1, _U64) for word in parts[1::2]]
+    return xor_keys, mul_keys
+
+
+def permute(num_records: int, seed: Any, epoch: Any, offsets: Any) -> tf.Tensor:
+    """The records at `offsets` of epoch `epoch`'s shuffled order (int64, like `offsets`).
+
+    `resumeloader.core.sampler.permute` in TensorFlow ops, bit for bit.
+
+    Args:
+        num_records: the size of the permuted domain, a Python int in [1, 2**62].
+        seed: an int in [0, 2**64) or a uint64/int64 tensor.
+        epoch: an int or an int64 tensor, >= 0 (a scalar, or shaped like `offsets`).
+        offsets: int64 offsets in [0, num_records), any shape.
+    """
+    offsets = tf.convert_to_tensor(offsets, tf.int64)
+    return _permute_hashed(num_records, epoch_hash(seed, epoch), offsets)
+
+
+def _permute_hashed(num_records: int, hashes: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
+    """`permute` of `offsets` from their epoch hashes (a scalar or shaped like them)."""
+    if num_records <= _TABLE_MAX:
+        return _table_lookup(num_records, hashes, offsets)
+    return _feistel(num_records, hashes, offsets)
+
+
+def _feistel(n: int, hashes: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
+    """The keyed radix Feistel network of `resumeloader.core.sampler`, cycle walked."""
+    p = math.isqrt(n - 1) + 1
+    q = -(-n // p)
+    xor_keys, mul_keys = round_keys(hashes)
+    radix_q, limit = tf.constant(q, _U64), tf.constant(n, _U64)
+    mask, shift = tf.constant(_M32, _U64), tf.constant(32, _U64)
+    moduli = [tf.constant(p if i % 2 == 0 else q, _U64) for i in range(_ROUNDS)]
+
+    def encrypt(x: tf.Tensor) -> tf.Tensor:
+        left, right = x // radix_q, x % radix_q
+        for modulus, xor_key, mul_key in zip(moduli, xor_keys, mul_keys, strict=True):
+            h = (right ^ xor_key) * mul_key
+            h = (h ^ tf.bitwise.right_shift(h, shift)) & mask
+            h = tf.bitwise.right_shift(h * modulus, shift) + left
+            # h < 2 * modulus; where h < modulus, h - modulus wraps above h.
+            left, right = right, tf.minimum(h, h - modulus)
+        return left * radix_q + right
+
+    words = encrypt(_u64(offsets))
+    if p * q > n:  # cycle walking: the words that landed outside [0, n) go round again
+        words = tf.while_loop(
+            lambda w: tf.reduce_any(w >= limit),
+            lambda w: [tf.where(w >= limit, encrypt(w), w)],
+            [words],
+        )[0]
+    return tf.bitcast(words, tf.int64)
+
+
+def _mulhi_small(words: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
+    """The high 64 bits of ``words * factor`` for ``factor < 2**32`` (uint64)."""
+    mask = tf.constant(_M32, _U64)
+    high, low = _shr(words, 32), words & mask
+    return _shr(high * factor + _shr(low * factor, 32), 32)
+
+
+def _tables(n: int, keys: tf.Tensor) -> tf.Tensor:
+    """The Fisher-Yates tables of `resumeloader.core.sampler` for `keys` ([K] uint64):
+    int32 [K, n], row k the table of key k.
+
+    Fisher-Yates swaps positions i and j_i for i = n-1 down to 1, so the final table is
+    ``x -> T_{n-1}(...(T_1(x)))`` with T_i the transposition (i j_i). The transpositions
+    are composed pairwise, outermost first, in log2(n) rounds of batched gathers.
+    """
+    if n == 1:
+        return tf.zeros(tf.stack([tf.size(keys), 1]), tf.int32)
+    width = 1 << (n - 2).bit_length()  # n - 1 transpositions, padded to a power of two
+    steps = tf.range(n - 1, 0, -1, dtype=tf.int64)  # i = n-1 ... 1, outermost first
+    words = _mix64(keys[:, None] + tf.bitcast(steps, _U64)[None, :])
+    swaps = tf.cast(_mulhi_small(words, tf.bitcast(steps + 1, _U64)[None, :]), tf.int32)
+    # Padding: the transposition (0 0), the identity.
+    swaps = tf.pad(swaps, [[0, 0], [0, width - (n - 1)]])
+    steps32 = tf.pad(tf.cast(steps, tf.int32), [[0, width - (n - 1)]])[None, :, None]
+    swaps = swaps[:, :, None]
+    x = tf.range(n, dtype=tf.int32)[None, None, :]
+    maps = tf.where(x == steps32, swaps, tf.where(x == swaps, steps32, x))  # [K, width, n]
+    while maps.shape[1] > 1:
+        maps = tf.gather(maps[:, 0::2], maps[:, 1::2], batch_dims=2)
+    return maps[:, 0]
+
+
+def _table_lookup(n: int, hashes: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
+    """`offsets` through the tables keyed by `hashes` (a scalar, or one per offset)."""
+    if hashes.shape.rank == 0:
+        table = _tables(n, hashes[None])[0]
+        return tf.cast(tf.gather(table, offsets), tf.int64)
+    keys, which = tf.unique(tf.reshape(hashes, [-1]), out_idx=tf.int64)
+    flat = tf.reshape(_tables(n, keys), [-1])
+    rows = tf.reshape(which, tf.shape(offsets))
+    return tf.cast(tf.gather(flat, rows * n + offsets), tf.int64)
+
+
+def block_indices(order: blocks.BlockOrder, epoch: Any, offsets: Any) -> tf.Tensor:
+    """`order.indices(epoch, offsets)` (`resumeloader.core.blocks.BlockOrder`) in
+    TensorFlow ops, bit for bit: int64 records at int64 `offsets` (a vector) of `epoch`."""
+    offsets = tf.convert_to_tensor(offsets, tf.int64)
+    epoch = tf.convert_to_tensor(epoch, tf.int64)
+    size, chunk = order.window_records, order.chunk_records
+    windows = offsets // size
+    within_window = offsets - windows * size
+    window_seeds = epoch_hash(order.seed, _u64(_WINDOW_TAG) ^ _u64(windows))
+    hashes = epoch_hash(window_seeds, epoch)
+    # Every window holds `size` records but the last, which may hold fewer.
+    last_window = order.num_windows - 1
+    last_size = order.num_records - last_window * size
+    if last_size == size:
+        moved = _permute_hashed(size, hashes, within_window)
+    else:
+        part = tf.cast(windows == last_window, tf.int32)
+        places = tf.dynamic_partition(tf.range(tf.size(offsets)), part, 2)
+        pieces = [
+            _permute_hashed(
+                n,
+                tf.dynamic_partition(hashes, part, 2)[i],
+                tf.dynamic_partition(within_window, part, 2)[i],
+            )
+            for i, n in enumerate((size, last_size))
+        ]
+        moved = tf.dynamic_stitch(places, pieces)
+    slots = moved // chunk + windows * order.window_chunks
+    return _chunk_ids(order, epoch, slots) * chunk + moved % chunk
+
+
+def _chunk_ids(order: blocks.BlockOrder, epoch: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
+    """`BlockOrder.chunk_ids`: the chunk at `slots` of the epoch's chunk order."""
+    full = order.num_records // order.chunk_records
+    if full == 0:
+        return tf.zeros_like(slots)
+    seed = sampler.epoch_hash(order.seed, _CHUNK_TAG)
+    permuted = permute(full, seed, epoch, tf.minimum(slots, full - 1))
+    return tf.where(slots < full, permuted, tf.constant(full, tf.int64))  # partial: last
+
+
+class GraphOrder:
+    """An index stage's order (`Stage.indices`) as TensorFlow ops: the natural order, the
+    shuffle of a `SamplerStage` or the block order of a `BlockStage`.
+
+    Args:
+        stage: the pipeline's index stage; `supports` tells which ones are accepted.
+
+    Raises:
+        TypeError: the stage's order has no graph form (a mixture, an amended pipeline).
+    """
+
+    def __init__(self, stage: base.IndexStage) -> None:
+        if not self.supports(stage):
+            msg = (
+                "This index stage's order has no TensorFlow form: only the sampler's "
+                "(shuffled or not) and the block order's have one. Received: "
+                f"{stage.describe()!r}."
+            )
+            raise TypeError(msg)
+        self.stage = stage
+        self.num_records: int = stage.num_records
+
+    @staticmethod
+    def supports(stage: base.IndexStage) -> bool:
+        """Whether `stage`'s order can be computed in the graph."""
+        return type(stage) in (sampler_stage.SamplerStage, block_stage.BlockStage)
+
+    def indices(self, epoch: Any, offsets: Any) -> tf.Tensor:
+        """The stage's record indices (int64) at global `offsets` (int64) of `epoch`: what
+        ``stage.indices(epoch, offsets)`` returns, bit for bit."""
+        stage = self.stage
+        offsets = tf.convert_to_tensor(offsets, tf.int64)
+        if isinstance(stage, block_stage.BlockStage):
+            return block_indices(stage.order, epoch, offsets)
+        assert isinstance(stage, sampler_stage.SamplerStage)
+        if not stage.shuffle:
+            return offsets
+        return permute(stage.num_records, stage.seed, epoch, offsets)
