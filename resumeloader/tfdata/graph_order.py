@@ -47,7 +47,12 @@ from resumeloader.stages import blocks as block_stage
 from resumeloader.stages import sampler as sampler_stage
 from resumeloader.stages import base
 
-__all__ = ["GraphOrder", "block_indices", "epoch_hash", "permute", "round_keys"]
+__all__ = ["ALGORITHMS", "GraphOrder", "block_indices", "epoch_hash", "permute", "round_keys"]
+
+#: The versions of the NumPy orders this module implements (`Stage.algorithm`): a stage
+#: of another version has no graph order (`GraphOrder.supports`), so a change there
+#: cannot silently diverge from it.
+ALGORITHMS = frozenset({"feistel-radix-mul-r4-v1", "blocks-feistel-v1"})
 
 _U64 = tf.uint64
 _M32 = 0xFFFFFFFF
@@ -57,6 +62,12 @@ _SEED_TAG = 0x5EED_1DE5_0F_0D_E12
 _ROUNDS = 4
 _CHUNK_TAG = 0xC4_B1_0C_5E_ED_00_00_01
 _WINDOW_TAG = 0x57_1D_0E_5E_ED_00_00_02
+
+
+def _no_autograph(func: Any) -> Any:
+    # Plain TensorFlow ops and Python control flow on Python values: nothing for
+    # autograph to convert when a tf.function or a tf.data function calls these.
+    return tf.autograph.experimental.do_not_convert(func)
 
 
 def _u64(value: Any) -> tf.Tensor:
@@ -83,12 +94,23 @@ def _mix64(z: tf.Tensor) -> tf.Tensor:
     return z ^ _shr(z, 31)
 
 
+@_no_autograph
 def epoch_hash(seed: Any, epoch: Any) -> tf.Tensor:
     """`resumeloader.core.sampler.epoch_hash` (uint64): seed and epoch ints or tensors
     (int64 or uint64, broadcast together)."""
-    return _mix64(_mix64(_u64(seed) ^ _u64(_SEED_TAG)) ^ _u64(epoch))
+    return _mix64(_seed_word(seed) ^ _u64(epoch))
 
 
+def _seed_word(seed: Any) -> tf.Tensor:
+    """The seed's half of `epoch_hash`: a constant, computed once, for a Python int."""
+    if not isinstance(seed, int):
+        return _mix64(_u64(seed) ^ _u64(_SEED_TAG))
+    with tf.init_scope():  # eagerly, even while a graph is being built
+        word = int(_mix64(_u64(seed) ^ _u64(_SEED_TAG)).numpy())
+    return tf.constant(word, _U64)
+
+
+@_no_autograph
 def round_keys(hashes: tf.Tensor) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
     """The Feistel rounds' (xor keys, odd multipliers) of `epoch_hash` values (uint64, any
     shape): `resumeloader.core.sampler.round_keys`, each key shaped like `hashes`."""
@@ -100,6 +122,7 @@ def round_keys(hashes: tf.Tensor) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
     return xor_keys, mul_keys
 
 
+@_no_autograph
 def permute(num_records: int, seed: Any, epoch: Any, offsets: Any) -> tf.Tensor:
     """The records at `offsets` of epoch `epoch`'s shuffled order (int64, like `offsets`).
 
@@ -143,12 +166,33 @@ def _feistel(n: int, hashes: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
 
     words = encrypt(_u64(offsets))
     if p * q > n:  # cycle walking: the words that landed outside [0, n) go round again
-        words = tf.while_loop(
-            lambda w: tf.reduce_any(w >= limit),
-            lambda w: [tf.where(w >= limit, encrypt(w), w)],
-            [words],
-        )[0]
+        words = _walk(words, limit, encrypt)
     return tf.bitcast(words, tf.int64)
+
+
+def _walk(words: tf.Tensor, limit: tf.Tensor, encrypt: Any) -> tf.Tensor:
+    """`words` re-encrypted until each is below `limit` (cycle walking).
+
+    Walking is rare (a word lands outside with probability below 1/sqrt(n)), but a
+    ``tf.while_loop`` or ``tf.cond`` costs a function call per use inside a tf.data
+    function (measured: more than the whole network). In a graph the loop therefore
+    sits behind a bare ``Switch``: when no word is outside, the loop's input is dead
+    and it does not run (``Merge`` takes the untouched words), as in a lowered cond.
+    """
+
+    def more(w: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_any(w >= limit)
+
+    def step(w: tf.Tensor) -> tf.Tensor:
+        return tf.where(w >= limit, encrypt(w), w)
+
+    if tf.executing_eagerly():
+        while bool(more(words)):
+            words = step(words)
+        return words
+    done, walking = tf.raw_ops.Switch(data=words, pred=more(words))
+    walked = tf.while_loop(more, lambda w: [step(w)], [walking])[0]
+    return tf.raw_ops.Merge(inputs=[done, walked]).output
 
 
 def _mulhi_small(words: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
@@ -160,27 +204,43 @@ def _mulhi_small(words: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
 
 def _tables(n: int, keys: tf.Tensor) -> tf.Tensor:
     """The Fisher-Yates tables of `resumeloader.core.sampler` for `keys` ([K] uint64):
-    int32 [K, n], row k the table of key k.
+    int32 [K, n], row k the table of key k, in O(n log n) work and no loop over n.
 
-    Fisher-Yates swaps positions i and j_i for i = n-1 down to 1, so the final table is
-    ``x -> T_{n-1}(...(T_1(x)))`` with T_i the transposition (i j_i). The transpositions
-    are composed pairwise, outermost first, in log2(n) rounds of batched gathers.
+    Fisher-Yates swaps positions i and j_i for i = n-1 down to 1 (j_i <= i), so
+    position x is final after step x and holds what position j_x held then. Position
+    p <= t, before step t, holds p unless a later-numbered step i > t swapped it with
+    position i (j_i = p); the last such is the smallest, and it brought what position i
+    held before step i. So, with f(i) = the smallest i' > i with j_i' = i (a step that
+    swapped position i before step i ran), what position i held before step i is the
+    end of the chain i -> f(i) -> f(f(i)) ... (pointer jumping: log2(n) gathers), and
+    table[x] is that end for the next step after x with j = j_x, or j_x if none.
     """
     if n == 1:
         return tf.zeros(tf.stack([tf.size(keys), 1]), tf.int32)
-    width = 1 << (n - 2).bit_length()  # n - 1 transpositions, padded to a power of two
-    steps = tf.range(n - 1, 0, -1, dtype=tf.int64)  # i = n-1 ... 1, outermost first
+    steps = tf.range(1, n, dtype=tf.int64)
     words = _mix64(keys[:, None] + tf.bitcast(steps, _U64)[None, :])
     swaps = tf.cast(_mulhi_small(words, tf.bitcast(steps + 1, _U64)[None, :]), tf.int32)
-    # Padding: the transposition (0 0), the identity.
-    swaps = tf.pad(swaps, [[0, 0], [0, width - (n - 1)]])
-    steps32 = tf.pad(tf.cast(steps, tf.int32), [[0, width - (n - 1)]])[None, :, None]
-    swaps = swaps[:, :, None]
-    x = tf.range(n, dtype=tf.int32)[None, None, :]
-    maps = tf.where(x == steps32, swaps, tf.where(x == swaps, steps32, x))  # [K, width, n]
-    while maps.shape[1] > 1:
-        maps = tf.gather(maps[:, 0::2], maps[:, 1::2], batch_dims=2)
-    return maps[:, 0]
+    swaps = tf.pad(swaps, [[0, 0], [1, 0]])  # [K, n]: j_x; position 0 is no step (j_0 = 0)
+    count = tf.shape(swaps)[0]
+    base = tf.range(count)[:, None] * n  # rows of the flat [K * n] arrays
+    place = tf.range(n, dtype=tf.int32)[None, :]
+    # f(i) (flat), or i itself where no step swapped position i before step i.
+    none = tf.int32.max  # also what an empty segment's minimum is
+    earlier = tf.math.unsorted_segment_min(
+        tf.where(swaps == place, none, place + base), swaps + base, count * n
+    )
+    earlier = tf.reshape(earlier, [-1, n])
+    chain = tf.reshape(tf.where(earlier < none, earlier, place + base), [-1])
+    for _ in range((n - 1).bit_length()):  # chains are shorter than n steps
+        chain = tf.gather(chain, chain)
+    # The steps by (j, step): each step's successor there is the next step with its j.
+    order = tf.reshape(tf.argsort(swaps * n + place, axis=-1) + base, [-1, n])
+    targets = tf.gather(tf.reshape(swaps, [-1]), order)
+    same = targets[:, 1:] == targets[:, :-1]
+    ends = tf.gather(chain, order[:, 1:]) - base
+    ordered = tf.concat([tf.where(same, ends, targets[:, :-1]), targets[:, -1:]], axis=1)
+    table = tf.scatter_nd(tf.reshape(order, [-1, 1]), tf.reshape(ordered, [-1]), [count * n])
+    return tf.reshape(table, [-1, n])
 
 
 def _table_lookup(n: int, hashes: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
@@ -194,6 +254,7 @@ def _table_lookup(n: int, hashes: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.gather(flat, rows * n + offsets), tf.int64)
 
 
+@_no_autograph
 def block_indices(order: blocks.BlockOrder, epoch: Any, offsets: Any) -> tf.Tensor:
     """`order.indices(epoch, offsets)` (`resumeloader.core.blocks.BlockOrder`) in
     TensorFlow ops, bit for bit: int64 records at int64 `offsets` (a vector) of `epoch`."""
@@ -259,9 +320,12 @@ class GraphOrder:
 
     @staticmethod
     def supports(stage: base.IndexStage) -> bool:
-        """Whether `stage`'s order can be computed in the graph."""
-        return type(stage) in (sampler_stage.SamplerStage, block_stage.BlockStage)
+        """Whether `stage`'s order can be computed in the graph: a sampler or block stage
+        whose algorithm is the version implemented here (`ALGORITHMS`)."""
+        kinds = (sampler_stage.SamplerStage, block_stage.BlockStage)
+        return type(stage) in kinds and stage.algorithm in ALGORITHMS
 
+    @_no_autograph
     def indices(self, epoch: Any, offsets: Any) -> tf.Tensor:
         """The stage's record indices (int64) at global `offsets` (int64) of `epoch`: what
         ``stage.indices(epoch, offsets)`` returns, bit for bit."""

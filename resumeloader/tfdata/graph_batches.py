@@ -1,0 +1,261 @@
+"""A plan's batches as TensorFlow ops: which records batch k after a start position holds.
+
+The graph form of what `resumeloader.stages.plan.Plan.tasks` yields for fixed-size
+batches: the position arithmetic of `resumeloader.core.positions.Layout`
+(`GraphLayout`: normalising, advancing by k batches in O(1), a batch's end, the
+batches left), the shard stride (shard ``s`` of ``S`` reads global offsets ``s, s +
+S, ...``) and the index stage's order (`graph_order.GraphOrder`), all as integer
+tensor ops. Batch ``k`` is a pure function of the start position and ``k``, so a
+dataset of batches is ``Dataset.range(count).map(k -> indices -> gather)``, parallel
+and in order, with no Python and no ``from_generator``. `GraphBatches.dataset` builds
+its index part, reading the start position (a `tf.Variable`) when an iteration begins.
+
+Bit-identical to the plan: the same record indices, epoch, position and metadata for
+every batch (``tests/tf/test_graph_order.py`` compares them over random plans).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import tensorflow as tf
+
+from resumeloader.core import positions
+from resumeloader.stages import plan as plan_lib
+from resumeloader.tfdata import graph_order
+
+__all__ = ["BatchIndices", "GraphBatches", "GraphLayout"]
+
+# core/rng.metadata's seed tag: the stateless seed pair of each record.
+_METADATA_SEED_TAG = 0x7F5EED
+# Plain ops and Python control flow on Python values: nothing for autograph to convert.
+_no_autograph = tf.autograph.experimental.do_not_convert
+
+
+def _int64(value: Any) -> tf.Tensor:
+    return tf.convert_to_tensor(value, tf.int64)
+
+
+class GraphLayout:
+    """`Layout`'s arithmetic for fixed-size batches (no window, no skips) as int64 tensor
+    ops; each method is the `Layout` method of the same name, value for value.
+
+    Positions past the largest one (2**63 - 1 records) are not checked for.
+
+    Raises:
+        TypeError: the layout has windows or skips (`supports`).
+    """
+
+    def __init__(self, layout: positions.Layout) -> None:
+        if not self.supports(layout):
+            msg = (
+                "Only a layout of fixed-size batches without skipped ranges has a "
+                f"TensorFlow form. Received: {layout!r}."
+            )
+            raise TypeError(msg)
+        self.layout = layout
+        self.records_per_epoch = layout.records_per_epoch
+        self.batch_size = layout.batch_size
+        self.end = layout.end
+
+    @staticmethod
+    def supports(layout: positions.Layout) -> bool:
+        """Whether `layout` is of fixed-size batches: no window, known counts, no skips."""
+        return layout.window is None and layout.known_counts and not layout.skips
+
+    @_no_autograph
+    def normalise(self, position: Any) -> tf.Tensor:
+        """`Layout.normalise`: a position in a dropped remainder moves to the next epoch."""
+        position = _int64(position)
+        if self.layout.drop_remainder:
+            offset = position % self.records_per_epoch
+            left = self.records_per_epoch - offset
+            moved = (offset > 0) & (left < self.batch_size)
+            position += tf.where(moved, left, tf.zeros_like(left))
+        return position if self.end is None else tf.minimum(position, self.end)
+
+    @_no_autograph
+    def batch_end(self, position: Any) -> tf.Tensor:
+        """`Layout.batch_end` of normalised `position`."""
+        position = _int64(position)
+        left = self.records_per_epoch - position % self.records_per_epoch
+        return position + tf.minimum(left, self.batch_size)
+
+    @_no_autograph
+    def batches_left_in_epoch(self, position: Any) -> tf.Tensor:
+        """`Layout.batches_left_in_epoch` of normalised `position` (0 past the end)."""
+        position = _int64(position)
+        left = self.records_per_epoch - position % self.records_per_epoch
+        batches = left // self.batch_size
+        if not self.layout.drop_remainder:
+            batches += tf.cast(left % self.batch_size > 0, tf.int64)
+        if self.end is not None:
+            batches = tf.where(position >= self.end, tf.zeros_like(batches), batches)
+        return batches
+
+    @_no_autograph
+    def batches_to_end(self, position: Any) -> tf.Tensor:
+        """`Layout.batches_to_end` of normalised `position` of a finite stream.
+
+        Raises:
+            ValueError: the stream is endless.
+        """
+        num_epochs = self.layout.num_epochs
+        if num_epochs is None:
+            msg = "An endless stream has no number of batches to its end."
+            raise ValueError(msg)
+        position = _int64(position)
+        epochs_after = tf.maximum(num_epochs - position // self.records_per_epoch - 1, 0)
+        return self.batches_left_in_epoch(position) + epochs_after * self.layout.batches_per_epoch
+
+    @_no_autograph
+    def advance(self, position: Any, num_batches: Any) -> tf.Tensor:
+        """`Layout.advance`: the normalised position `num_batches` batches after
+        `position`, in O(1) (at most the end of a finite stream)."""
+        position = self.normalise(position)
+        count = _int64(num_batches)
+        per_epoch, size = self.records_per_epoch, self.batch_size
+        num_epochs, per_batch_epoch = self.layout.num_epochs, self.layout.batches_per_epoch
+        left = tf.maximum(self.batches_left_in_epoch(position), 1)
+        within = position + tf.minimum(count, left) * size
+        over = tf.maximum(count - left, 0)
+        epochs, batches = over // per_batch_epoch, over % per_batch_epoch
+        epoch = position // per_epoch + 1
+        if num_epochs is not None:
+            epochs = tf.minimum(epochs, num_epochs)  # clamped: no count can overflow
+        beyond = (epoch + epochs) * per_epoch + batches * size
+        stays = count <= 0
+        if self.end is not None:
+            beyond = tf.where(epoch + epochs >= num_epochs, _int64(self.end), beyond)
+            stays |= position >= self.end
+        return tf.where(stays, position, tf.where(count < left, within, beyond))
+
+
+class BatchIndices(NamedTuple):
+    """One batch of the stream as `Plan.tasks` gives it: its record indices (int64
+    ``[batch]``), its epoch and the position of its first record (int64 scalars)."""
+
+    indices: tf.Tensor
+    epoch: tf.Tensor
+    position: tf.Tensor
+
+
+class GraphBatches:
+    """The fixed-size batches of a `Plan` from any position, as TensorFlow ops.
+
+    Every method takes int64 tensors or Python ints and runs eagerly, inside a
+    `tf.function` or inside a `tf.data` function; positions count this shard's records
+    across epochs, as everywhere in the library.
+
+    Args:
+        plan: a plan that `supports` accepts.
+
+    Raises:
+        TypeError: the plan's batches have no graph form (see `supports`).
+
+    Examples:
+        >>> import numpy as np
+        >>> import resumeloader as rl
+        >>> from resumeloader.stages import plan as plan_lib
+        >>> plan = plan_lib.Plan(rl.Pipeline(np.arange(10), seed=0).shuffle().batch(4),
+        ...                      num_epochs=2)
+        >>> batch = GraphBatches(plan).batch(start=0, k=2)  # the short last batch of epoch 0
+        >>> batch.indices.numpy().tolist(), int(batch.epoch), int(batch.position)
+        ([9, 6], 0, 8)
+        >>> [task.indices.tolist() for task in plan.tasks(0)][2]
+        [9, 6]
+    """
+
+    def __init__(self, plan: plan_lib.Plan) -> None:
+        if not self.supports(plan):
+            msg = (
+                "This plan's batches have no TensorFlow form: it needs batches of a fixed "
+                "size (no windows, no skipped ranges) and an index stage with a graph "
+                f"order (the sampler or the block order). Received: {plan!r}."
+            )
+            raise TypeError(msg)
+        self.plan = plan
+        #: The plan's position arithmetic.
+        self.layout = GraphLayout(plan.layout)
+        #: The plan's index stage's order.
+        self.order = graph_order.GraphOrder(plan.pipeline.index_stage)
+
+    @staticmethod
+    def supports(plan: plan_lib.Plan) -> bool:
+        """Whether `plan`'s batches can be computed in the graph: a layout `GraphLayout`
+        supports and an index stage `graph_order.GraphOrder` supports."""
+        return GraphLayout.supports(plan.layout) and graph_order.GraphOrder.supports(
+            plan.pipeline.index_stage
+        )
+
+    @_no_autograph
+    def batch(self, start: Any, k: Any) -> BatchIndices:
+        """Batch `k` (from 0) of the stream that starts at `start`: what the k-th task
+        of ``Plan.tasks(layout.normalise(start))`` holds.
+
+        Past the end of a finite stream (`k` >= ``layout.batches_to_end``) the batch is
+        empty; with ``drop_remainder`` the indices have the static shape ``[batch_size]``.
+        """
+        layout = self.layout
+        position = layout.advance(start, k)
+        stop = layout.batch_end(position)
+        if layout.end is not None:
+            stop = tf.minimum(stop, layout.end)
+        epoch = position // layout.records_per_epoch
+        offsets = position - epoch * layout.records_per_epoch + tf.range(stop - position)
+        plan = self.plan
+        if plan.shard_count != 1:
+            offsets = offsets * plan.shard_count + plan.shard_index
+        indices = self.order.indices(epoch, offsets)
+        if layout.layout.drop_remainder:
+            indices = tf.ensure_shape(indices, [layout.batch_size])
+        return BatchIndices(indices, epoch, position)
+
+    @_no_autograph
+    def metadata(self, batch: BatchIndices) -> dict[str, tf.Tensor]:
+        """`resumeloader.core.rng.metadata` of `batch` (the plan's pipeline seed): each
+        record's ``index``, ``epoch``, ``position`` and stateless TF ``seed`` pair."""
+        count = tf.size(batch.indices, out_type=tf.int64)
+        word = graph_order.epoch_hash(self.plan.pipeline.seed ^ _METADATA_SEED_TAG, batch.epoch)
+        first = tf.bitcast(tf.bitwise.right_shift(word, tf.constant(1, tf.uint64)), tf.int64)
+        return {
+            "index": batch.indices,
+            "epoch": tf.fill([count], batch.epoch),
+            "position": batch.position + tf.range(count),
+            "seed": tf.stack([tf.fill([count], first), batch.indices], axis=1),
+        }
+
+    def dataset(self, start: Any, *, rest_of_epoch: bool = False) -> tf.data.Dataset:
+        """A dataset of `BatchIndices`, one per batch from `start` to the end of the
+        stream (of `start`'s epoch when `rest_of_epoch`; endless for an endless stream).
+
+        Args:
+            start: the position to start from: an int, an int64 tensor, or a
+                `tf.Variable`, read once when an iteration begins (each iteration
+                starts at the variable's value at that moment).
+            rest_of_epoch: end at the end of the start position's epoch.
+
+        The batches come from one parallel, ordered ``map`` (AUTOTUNE); a consumer
+        maps them on (a ``tf.gather`` per column) or fuses both maps.
+        """
+        layout = self.layout
+
+        @_no_autograph
+        def first(_: tf.Tensor) -> tf.Tensor:
+            value = start.read_value() if isinstance(start, tf.Variable) else start
+            return layout.normalise(tf.cast(value, tf.int64))
+
+        @_no_autograph
+        def numbered(position: tf.Tensor) -> tf.data.Dataset:
+            if rest_of_epoch:
+                numbers = tf.data.Dataset.range(layout.batches_left_in_epoch(position))
+            elif layout.end is None:
+                numbers = tf.data.Dataset.counter()
+            else:
+                numbers = tf.data.Dataset.range(layout.batches_to_end(position))
+            return numbers.map(_no_autograph(lambda k: (position, k)))
+
+        starts = tf.data.Dataset.range(1).map(first)
+        return starts.flat_map(numbered).map(
+            self.batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
