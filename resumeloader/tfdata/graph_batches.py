@@ -193,23 +193,43 @@ class GraphBatches:
         """Batch `k` (from 0) of the stream that starts at `start`: what the k-th task
         of ``Plan.tasks(layout.normalise(start))`` holds.
 
-        Past the end of a finite stream (`k` >= ``layout.batches_to_end``) the batch is
-        empty; with ``drop_remainder`` the indices have the static shape ``[batch_size]``.
+        O(1) in `k` (random access); `dataset` derives the order's epoch keys once per
+        epoch instead. Past the end of a finite stream (`k` >= ``layout.batches_to_end``)
+        the batch is empty; with ``drop_remainder`` the indices have the static shape
+        ``[batch_size]``.
         """
         layout = self.layout
         position = layout.advance(start, k)
+        if layout.end is not None:
+            position = tf.minimum(position, layout.end)
+        epoch = position // layout.records_per_epoch
+        offset = position - epoch * layout.records_per_epoch
         stop = layout.batch_end(position)
         if layout.end is not None:
             stop = tf.minimum(stop, layout.end)
-        epoch = position // layout.records_per_epoch
-        offsets = position - epoch * layout.records_per_epoch + tf.range(stop - position)
-        plan = self.plan
-        if plan.shard_count != 1:
+        return self._indices(epoch, offset, stop - position, self.order.epoch_keys(epoch))
+
+    @_no_autograph
+    def epoch_batch(self, epoch: Any, offset: Any, keys: tf.Tensor) -> BatchIndices:
+        """The batch that starts at this shard's `offset` of `epoch` (a batch start: the
+        epoch's start, the stream's start, or either plus whole batches), with the order's
+        ``keys = order.epoch_keys(epoch)``: the per-batch work of `dataset`."""
+        epoch, offset = _int64(epoch), _int64(offset)
+        layout = self.layout
+        count = tf.minimum(layout.records_per_epoch - offset, layout.batch_size)
+        return self._indices(epoch, offset, count, keys)
+
+    def _indices(self, epoch: tf.Tensor, offset: tf.Tensor, count: tf.Tensor,
+                 keys: tf.Tensor) -> BatchIndices:
+        """The batch of `count` records from this shard's `offset` of `epoch`."""
+        layout, plan = self.layout, self.plan
+        offsets = offset + tf.range(count)
+        if plan.shard_count != 1:  # the shard stride: global offsets s, s + S, ...
             offsets = offsets * plan.shard_count + plan.shard_index
-        indices = self.order.indices(epoch, offsets)
+        indices = self.order.indices(epoch, offsets, keys)
         if layout.layout.drop_remainder:
             indices = tf.ensure_shape(indices, [layout.batch_size])
-        return BatchIndices(indices, epoch, position)
+        return BatchIndices(indices, epoch, epoch * layout.records_per_epoch + offset)
 
     @_no_autograph
     def metadata(self, batch: BatchIndices) -> dict[str, tf.Tensor]:
@@ -235,10 +255,14 @@ class GraphBatches:
                 starts at the variable's value at that moment).
             rest_of_epoch: end at the end of the start position's epoch.
 
-        The batches come from one parallel, ordered ``map`` (AUTOTUNE); a consumer
-        maps them on (a ``tf.gather`` per column) or fuses both maps.
+        The order's epoch keys are derived once per epoch (a dataset of epochs,
+        ``flat_map``-ped into their batch starts); each batch is then a few ops plus the
+        order's per-offset work (`epoch_batch`), in one parallel, ordered ``map``
+        (AUTOTUNE). A consumer maps on (a ``tf.gather`` per column).
         """
-        layout = self.layout
+        layout, order = self.layout, self.order
+        per_epoch, size = layout.records_per_epoch, layout.batch_size
+        num_epochs = layout.layout.num_epochs
 
         @_no_autograph
         def first(_: tf.Tensor) -> tf.Tensor:
@@ -246,16 +270,31 @@ class GraphBatches:
             return layout.normalise(tf.cast(value, tf.int64))
 
         @_no_autograph
-        def numbered(position: tf.Tensor) -> tf.data.Dataset:
+        def epochs(position: tf.Tensor) -> tf.data.Dataset:
+            epoch = position // per_epoch
             if rest_of_epoch:
-                numbers = tf.data.Dataset.range(layout.batches_left_in_epoch(position))
-            elif layout.end is None:
-                numbers = tf.data.Dataset.counter()
+                last = epoch + 1 if num_epochs is None else tf.minimum(epoch + 1, num_epochs)
+                numbers = tf.data.Dataset.range(epoch, last)
+            elif num_epochs is None:
+                numbers = tf.data.Dataset.counter(epoch)
             else:
-                numbers = tf.data.Dataset.range(layout.batches_to_end(position))
-            return numbers.map(_no_autograph(lambda k: (position, k)))
+                numbers = tf.data.Dataset.range(epoch, num_epochs)
+            return numbers.map(_no_autograph(lambda e: starts(e, position)))
 
-        starts = tf.data.Dataset.range(1).map(first)
-        return starts.flat_map(numbered).map(
-            self.batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        def starts(epoch: tf.Tensor, position: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            """An epoch's first batch start, its batches and its keys (once per epoch)."""
+            offset = tf.where(epoch == position // per_epoch, position % per_epoch,
+                              tf.zeros_like(position))
+            count = layout.batches_left_in_epoch(epoch * per_epoch + offset)
+            return epoch, offset, count, order.epoch_keys(epoch)
+
+        @_no_autograph
+        def batches(epoch: tf.Tensor, offset: tf.Tensor, count: tf.Tensor,
+                    keys: tf.Tensor) -> tf.data.Dataset:
+            return tf.data.Dataset.range(count).map(
+                _no_autograph(lambda j: (epoch, offset + j * size, keys)))
+
+        positions = tf.data.Dataset.range(1).map(first)
+        return positions.flat_map(epochs).flat_map(batches).map(
+            self.epoch_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         )

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from resumeloader.core import blocks, sampler
@@ -47,7 +48,17 @@ from resumeloader.stages import blocks as block_stage
 from resumeloader.stages import sampler as sampler_stage
 from resumeloader.stages import base
 
-__all__ = ["ALGORITHMS", "GraphOrder", "block_indices", "epoch_hash", "permute", "round_keys"]
+__all__ = [
+    "ALGORITHMS",
+    "GraphOrder",
+    "apply_keys",
+    "block_indices",
+    "block_keys",
+    "epoch_hash",
+    "epoch_keys",
+    "permute",
+    "round_keys",
+]
 
 #: The versions of the NumPy orders this module implements (`Stage.algorithm`): a stage
 #: of another version has no graph order (`GraphOrder.supports`), so a change there
@@ -111,45 +122,73 @@ def _seed_word(seed: Any) -> tf.Tensor:
 
 
 @_no_autograph
-def round_keys(hashes: tf.Tensor) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
-    """The Feistel rounds' (xor keys, odd multipliers) of `epoch_hash` values (uint64, any
-    shape): `resumeloader.core.sampler.round_keys`, each key shaped like `hashes`."""
-    steps = tf.range(2 * _ROUNDS, dtype=tf.int64)
-    words = _mix64(tf.expand_dims(hashes, -1) + tf.bitcast(steps, _U64))
-    parts = tf.unstack(words, 2 * _ROUNDS, axis=-1)
-    xor_keys = [word & tf.constant(_M32, _U64) for word in parts[0::2]]
-    mul_keys = [word | tf.constant(1, _U64) for word in parts[1::2]]
-    return xor_keys, mul_keys
+def round_keys(hashes: tf.Tensor) -> tf.Tensor:
+    """The Feistel rounds' keys of `epoch_hash` values (uint64, any shape ``S``): uint64
+    ``[*S, 8]``, the 4 rounds' 32-bit xor keys then their odd multipliers, as
+    `resumeloader.core.sampler.round_keys` makes them."""
+    steps = tf.bitcast(tf.range(2 * _ROUNDS, dtype=tf.int64), _U64)
+    words = _mix64(tf.expand_dims(hashes, -1) + steps)
+    # NumPy arrays: a list with words of 2**63 and above would go through float64.
+    masks = tf.constant(np.array([_M32] * _ROUNDS + [(1 << 64) - 1] * _ROUNDS, np.uint64))
+    ones = tf.constant(np.array([0] * _ROUNDS + [1] * _ROUNDS, np.uint64))
+    order = [2 * i for i in range(_ROUNDS)] + [2 * i + 1 for i in range(_ROUNDS)]
+    return (tf.gather(words, order, axis=-1) & masks) | ones
+
+
+@_no_autograph
+def epoch_keys(num_records: int, seed: Any, epoch: Any) -> tf.Tensor:
+    """What `permute` derives from (seed, epoch) before it looks at an offset: computed
+    once per epoch, then applied to any number of offsets by `apply_keys`.
+
+    For more than 256 records the Feistel rounds' keys (uint64 ``[8]``, `round_keys`);
+    for 256 or fewer the epoch's Fisher-Yates table (int32 ``[num_records]``).
+    """
+    hashes = epoch_hash(seed, epoch)
+    if num_records <= _TABLE_MAX:
+        return _tables(num_records, tf.reshape(hashes, [1]))[0]
+    return round_keys(hashes)
+
+
+@_no_autograph
+def apply_keys(num_records: int, keys: tf.Tensor, offsets: Any) -> tf.Tensor:
+    """``permute(num_records, seed, epoch, offsets)`` from ``keys = epoch_keys(num_records,
+    seed, epoch)``: int64 records at int64 `offsets` (any shape)."""
+    offsets = tf.convert_to_tensor(offsets, tf.int64)
+    if num_records <= _TABLE_MAX:
+        return tf.cast(tf.gather(keys, offsets), tf.int64)
+    return _feistel(num_records, keys, offsets)
 
 
 @_no_autograph
 def permute(num_records: int, seed: Any, epoch: Any, offsets: Any) -> tf.Tensor:
     """The records at `offsets` of epoch `epoch`'s shuffled order (int64, like `offsets`).
 
-    `resumeloader.core.sampler.permute` in TensorFlow ops, bit for bit.
+    `resumeloader.core.sampler.permute` in TensorFlow ops, bit for bit
+    (``apply_keys(num_records, epoch_keys(num_records, seed, epoch), offsets)``).
 
     Args:
         num_records: the size of the permuted domain, a Python int in [1, 2**62].
         seed: an int in [0, 2**64) or a uint64/int64 tensor.
-        epoch: an int or an int64 tensor, >= 0 (a scalar, or shaped like `offsets`).
+        epoch: an int or an int64 tensor, >= 0.
         offsets: int64 offsets in [0, num_records), any shape.
     """
-    offsets = tf.convert_to_tensor(offsets, tf.int64)
-    return _permute_hashed(num_records, epoch_hash(seed, epoch), offsets)
+    return apply_keys(num_records, epoch_keys(num_records, seed, epoch), offsets)
 
 
 def _permute_hashed(num_records: int, hashes: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
-    """`permute` of `offsets` from their epoch hashes (a scalar or shaped like them)."""
+    """`permute` of `offsets` from each one's epoch hash (shaped like them)."""
     if num_records <= _TABLE_MAX:
         return _table_lookup(num_records, hashes, offsets)
-    return _feistel(num_records, hashes, offsets)
+    return _feistel(num_records, round_keys(hashes), offsets)
 
 
-def _feistel(n: int, hashes: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
-    """The keyed radix Feistel network of `resumeloader.core.sampler`, cycle walked."""
+def _feistel(n: int, keys: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
+    """The keyed radix Feistel network of `resumeloader.core.sampler`, cycle walked, with
+    `round_keys` `keys` (``[8]``, or ``[*offsets.shape, 8]``: a key per offset)."""
     p = math.isqrt(n - 1) + 1
     q = -(-n // p)
-    xor_keys, mul_keys = round_keys(hashes)
+    parts = tf.unstack(keys, 2 * _ROUNDS, axis=-1)
+    xor_keys, mul_keys = parts[:_ROUNDS], parts[_ROUNDS:]
     radix_q, limit = tf.constant(q, _U64), tf.constant(n, _U64)
     mask, shift = tf.constant(_M32, _U64), tf.constant(32, _U64)
     moduli = [tf.constant(p if i % 2 == 0 else q, _U64) for i in range(_ROUNDS)]
@@ -244,10 +283,8 @@ def _tables(n: int, keys: tf.Tensor) -> tf.Tensor:
 
 
 def _table_lookup(n: int, hashes: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
-    """`offsets` through the tables keyed by `hashes` (a scalar, or one per offset)."""
-    if hashes.shape.rank == 0:
-        table = _tables(n, hashes[None])[0]
-        return tf.cast(tf.gather(table, offsets), tf.int64)
+    """`offsets` through the tables keyed by `hashes` (one per offset; one table per
+    distinct hash)."""
     keys, which = tf.unique(tf.reshape(hashes, [-1]), out_idx=tf.int64)
     flat = tf.reshape(_tables(n, keys), [-1])
     rows = tf.reshape(which, tf.shape(offsets))
@@ -255,10 +292,27 @@ def _table_lookup(n: int, hashes: tf.Tensor, offsets: tf.Tensor) -> tf.Tensor:
 
 
 @_no_autograph
-def block_indices(order: blocks.BlockOrder, epoch: Any, offsets: Any) -> tf.Tensor:
+def block_keys(order: blocks.BlockOrder, epoch: Any) -> tf.Tensor:
+    """What `block_indices` derives from the epoch alone: the `epoch_keys` of its chunk
+    order (an empty int32 tensor when no chunk is full)."""
+    full = order.num_records // order.chunk_records
+    if full == 0:
+        return tf.zeros([0], tf.int32)
+    return epoch_keys(full, sampler.epoch_hash(order.seed, _CHUNK_TAG), epoch)
+
+
+@_no_autograph
+def block_indices(
+    order: blocks.BlockOrder, epoch: Any, offsets: Any, keys: tf.Tensor | None = None
+) -> tf.Tensor:
     """`order.indices(epoch, offsets)` (`resumeloader.core.blocks.BlockOrder`) in
-    TensorFlow ops, bit for bit: int64 records at int64 `offsets` (a vector) of `epoch`."""
+    TensorFlow ops, bit for bit: int64 records at int64 `offsets` (a vector) of `epoch`.
+
+    `keys`, if given, is ``block_keys(order, epoch)`` (computed once per epoch); each
+    window's own permutation is keyed by the window, so it is derived per call.
+    """
     offsets = tf.convert_to_tensor(offsets, tf.int64)
+    keys = block_keys(order, epoch) if keys is None else keys
     epoch = tf.convert_to_tensor(epoch, tf.int64)
     size, chunk = order.window_records, order.chunk_records
     windows = offsets // size
@@ -283,16 +337,16 @@ def block_indices(order: blocks.BlockOrder, epoch: Any, offsets: Any) -> tf.Tens
         ]
         moved = tf.dynamic_stitch(places, pieces)
     slots = moved // chunk + windows * order.window_chunks
-    return _chunk_ids(order, epoch, slots) * chunk + moved % chunk
+    return _chunk_ids(order, keys, slots) * chunk + moved % chunk
 
 
-def _chunk_ids(order: blocks.BlockOrder, epoch: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
-    """`BlockOrder.chunk_ids`: the chunk at `slots` of the epoch's chunk order."""
+def _chunk_ids(order: blocks.BlockOrder, keys: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
+    """`BlockOrder.chunk_ids`: the chunk at `slots` of the epoch's chunk order (`keys`:
+    its `block_keys`)."""
     full = order.num_records // order.chunk_records
     if full == 0:
         return tf.zeros_like(slots)
-    seed = sampler.epoch_hash(order.seed, _CHUNK_TAG)
-    permuted = permute(full, seed, epoch, tf.minimum(slots, full - 1))
+    permuted = apply_keys(full, keys, tf.minimum(slots, full - 1))
     return tf.where(slots < full, permuted, tf.constant(full, tf.int64))  # partial: last
 
 
@@ -326,14 +380,31 @@ class GraphOrder:
         return type(stage) in kinds and stage.algorithm in ALGORITHMS
 
     @_no_autograph
-    def indices(self, epoch: Any, offsets: Any) -> tf.Tensor:
+    def epoch_keys(self, epoch: Any) -> tf.Tensor:
+        """What the order derives from the epoch alone (`epoch_keys`, `block_keys`; an
+        empty tensor for the natural order): compute it once per epoch and pass it to
+        `indices` for each batch of the epoch."""
+        stage = self.stage
+        if isinstance(stage, block_stage.BlockStage):
+            return block_keys(stage.order, epoch)
+        assert isinstance(stage, sampler_stage.SamplerStage)
+        if not stage.shuffle:
+            return tf.zeros([0], tf.int32)
+        return epoch_keys(stage.num_records, stage.seed, epoch)
+
+    @_no_autograph
+    def indices(self, epoch: Any, offsets: Any, keys: tf.Tensor | None = None) -> tf.Tensor:
         """The stage's record indices (int64) at global `offsets` (int64) of `epoch`: what
-        ``stage.indices(epoch, offsets)`` returns, bit for bit."""
+        ``stage.indices(epoch, offsets)`` returns, bit for bit.
+
+        `keys`, if given, is ``epoch_keys(epoch)`` (computed once per epoch).
+        """
         stage = self.stage
         offsets = tf.convert_to_tensor(offsets, tf.int64)
         if isinstance(stage, block_stage.BlockStage):
-            return block_indices(stage.order, epoch, offsets)
+            return block_indices(stage.order, epoch, offsets, keys)
         assert isinstance(stage, sampler_stage.SamplerStage)
         if not stage.shuffle:
             return offsets
-        return permute(stage.num_records, stage.seed, epoch, offsets)
+        keys = self.epoch_keys(epoch) if keys is None else keys
+        return apply_keys(stage.num_records, keys, offsets)

@@ -182,7 +182,7 @@ def _tasks(plan: plan_lib.Plan, start: int, count: int) -> list[tuple[list[int],
     return [(t.indices.tolist(), t.epoch, t.position) for t in itertools.islice(tasks, count)]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(case=plans())
 def test_property_dataset_batches_equal_plan_tasks(case):
     """From any start, the index dataset's batches are the plan's tasks (records, epoch,
@@ -191,9 +191,9 @@ def test_property_dataset_batches_equal_plan_tasks(case):
     ds = graph_batches.GraphBatches(plan).dataset(start)
     got = [
         (b.indices.numpy().tolist(), int(b.epoch), int(b.position))
-        for b in ds.take(60)
+        for b in ds.take(40)
     ]
-    assert got == _tasks(plan, start, 60)
+    assert got == _tasks(plan, start, 40)
 
 
 @settings(max_examples=60, deadline=None)
