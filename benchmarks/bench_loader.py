@@ -120,29 +120,39 @@ def throughput(quick: bool) -> tuple[Table, list[Target]]:
         "divides by that healthy NumPy loop. Faults: minor page faults per batch "
         "(`getrusage`, the whole process) in the timed part.",
         [Column("pipeline", "pipeline"), Column("malloc", "malloc"),
-         Column("rate", "records/s", ",.0f"), Column("vs_numpy", "/ NumPy", ".2f"),
+         Column("rate", "records/s", ",.0f"), _results.cpu_column(),
+         Column("vs_numpy", "/ NumPy", ".2f"), Column("vs_numpy_cpu", "/ NumPy, CPU", ".2f"),
          Column("vs_plain", "/ plain tf.data", ".2f"),
          Column("faults", "faults / batch", ",.1f")],
         note=f"TensorFlow {tf.__version__}",
     )
+    numpy_key = f"{NUMPY} [{HEALTHY}]"
     for name, regime, _ in rows:
         key = f"{name} [{regime}]"
-        table.add(pipeline=name, malloc=regime, rate=rates[key], vs_numpy=rates[key] / reference,
+        table.add(pipeline=name, malloc=regime, rate=rates[key], cpu_us=_common.cpu_us(key),
+                  vs_numpy=rates[key] / reference,
+                  vs_numpy_cpu=_common.cpu_ratio(key, numpy_key),
                   vs_plain=rates[key] / plain, faults=_common.FAULTS.get(key))
     table.add(pipeline=MEMCPY, malloc="", rate=memcpy, vs_numpy=memcpy / reference,
               vs_plain=memcpy / plain)
     table.finish(start)
     targets = []
+    def cpu(name: str, regime: str, reference: str, reference_regime: str) -> float | None:
+        return _common.cpu_ratio(f"{name} [{regime}]", f"{reference} [{reference_regime}]")
+
     for regime in (PATCH, HEALTHY):
         targets += [
             Target(f"(a) for-loop / healthy NumPy, {regime}", rate(FOR_LOOP, regime) / reference,
-                   0.6, item=ISSUE),
+                   0.6, item=ISSUE, cpu_value=cpu(FOR_LOOP, regime, NUMPY, HEALTHY)),
             Target(f"(a) `dataset()` / healthy NumPy, {regime}",
-                   rate(DATASET, regime) / reference, 0.4, item=ISSUE),
+                   rate(DATASET, regime) / reference, 0.4, item=ISSUE,
+                   cpu_value=cpu(DATASET, regime, NUMPY, HEALTHY)),
             Target(f"(a) for-loop / plain tf.data (both `for batch in ...`), {regime}",
-                   rate(FOR_LOOP, regime) / eager_plain, 2.0, item=ISSUE),
+                   rate(FOR_LOOP, regime) / eager_plain, 2.0, item=ISSUE,
+                   cpu_value=cpu(FOR_LOOP, regime, PLAIN_EAGER, PATCH)),
             Target(f"(a) `dataset()` / plain tf.data (both in a `tf.function`), {regime}",
-                   rate(DATASET, regime) / plain, 2.0, item=ISSUE),
+                   rate(DATASET, regime) / plain, 2.0, item=ISSUE,
+                   cpu_value=cpu(DATASET, regime, PLAIN, PATCH)),
         ]
     for name in (FOR_LOOP, DATASET):
         faults = _common.FAULTS.get(f"{name} [{PATCH}]")
