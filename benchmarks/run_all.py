@@ -29,8 +29,9 @@ overhead), bench_arrays.py ((f) in-memory arrays below and above 1 GiB), bench_m
 ((g) workers for a Python ``map_fn`` against tf.data and grain), bench_workers.py ((h)
 worker start-up and Keras ``fit``, TensorFlow imported at the top like a training
 script), bench_sampler.py (index throughput), bench_graph_order.py (the record order
-as TensorFlow ops and a gather pipeline built on it, against NumPy), bench_tfrecord.py (TFRecord + ``tf_map``
-against tuned tf.data over 8 and 64 files, and the in-memory decode bound),
+as TensorFlow ops and a gather pipeline built on it, against NumPy), bench_tfrecord.py
+(TFRecord + ``tf_map`` against tuned tf.data over 8 and 64 files, and the in-memory
+decode bound),
 bench_data.py, bench_mix.py, bench_batching.py, bench_history.py (lineage lookups,
 restore and state size with 16 amendments), faults.py, bench_objstore.py (object
 storage: TFRecord objects in a local S3 server behind 20 ms of latency) and

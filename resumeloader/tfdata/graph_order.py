@@ -44,9 +44,9 @@ import numpy as np
 import tensorflow as tf
 
 from resumeloader.core import blocks, sampler
+from resumeloader.stages import base
 from resumeloader.stages import blocks as block_stage
 from resumeloader.stages import sampler as sampler_stage
-from resumeloader.stages import base
 
 __all__ = [
     "ALGORITHMS",

@@ -35,7 +35,9 @@ RUNNERS = {"eager": graph_order.permute, "tf.function": _in_graph, "dataset": _i
 
 
 @pytest.mark.parametrize("runner", RUNNERS, ids=str)
-@pytest.mark.parametrize(("key", "expected"), _golden.SAMPLER.items(), ids=map(str, _golden.SAMPLER))
+@pytest.mark.parametrize(
+    ("key", "expected"), _golden.SAMPLER.items(), ids=map(str, _golden.SAMPLER)
+)
 def test_permute_golden_vectors_equal_numpy_pins(key, expected, runner):
     """The graph permutation gives the pinned first records eagerly, in a tf.function and
     in a tf.data map."""
@@ -129,10 +131,22 @@ def test_block_indices_window_parts_alone_or_mixed_equal_numpy(offsets):
 
 def test_epoch_hash_tensor_seed_and_epoch_equal_numpy():
     """`epoch_hash` of tensor seeds and epochs is the NumPy hash of each pair."""
-    seeds = [0, 1, 2**63, 2**64 - 1]
+    seeds = np.array([0, 1, 2**63, 2**64 - 1], np.uint64)
     epochs = [0, 5, 2**40, 2**62]
-    got = graph_order.epoch_hash(tf.constant(seeds, tf.uint64), tf.constant(epochs, tf.int64))
-    assert got.numpy().tolist() == [sampler.epoch_hash(s, e) for s, e in zip(seeds, epochs)]
+    got = graph_order.epoch_hash(tf.constant(seeds), tf.constant(epochs, tf.int64))
+    expected = [sampler.epoch_hash(int(s), e) for s, e in zip(seeds, epochs, strict=True)]
+    assert got.numpy().tolist() == expected
+
+
+@pytest.mark.parametrize("num_records", [200, 50_000], ids=["table", "feistel"])
+def test_epoch_keys_once_then_applied_in_tf_function_equal_permute(num_records):
+    """Keys derived once per epoch and applied to several batches inside a tf.function give
+    `permute`'s records."""
+    keys = graph_order.epoch_keys(num_records, 9, tf.constant(4, tf.int64))
+    apply = tf.function(lambda k, o: graph_order.apply_keys(num_records, k, o))
+    for start in (0, 128):
+        offsets = np.arange(start, start + 64, dtype=np.int64)
+        assert np.array_equal(apply(keys, offsets), sampler.permute(num_records, 9, 4, offsets))
 
 
 def test_graph_order_unsupported_stage_raises_type_error():
