@@ -4,8 +4,10 @@
 
 The regions are the cog blocks of the pages under docs/ (tables from
 benchmarks/results/*.json, CPU columns included, and from the guard's list of unsafe
-ops); the plots are the SVGs of docs/assets/benchmarks/, drawn only when their table has
-figures (a plot whose every figure is blank is left out, its SVG removed). Run it after the benchmarks (`benchmarks/run_all.py`)
+ops) and ARCHITECTURE.md's module table (from the module docstrings; `modules.py` makes
+it alone); the plots are the SVGs of docs/assets/benchmarks/, drawn only when their
+table has figures (a plot whose every figure is blank is left out, its SVG removed).
+Run it after the benchmarks (`benchmarks/run_all.py`)
 and commit the results files, the pages and the plots together; the test suite
 (`tests/test_docs.py`) fails when they disagree.
 """
@@ -27,8 +29,9 @@ DOCS = HERE.parent
 
 
 def pages() -> list[Path]:
-    """The pages under docs/ with generated regions."""
-    return sorted(p for p in DOCS.rglob("*.md") if "[[[cog" in p.read_text())
+    """The pages with generated regions: under docs/, and ARCHITECTURE.md (its module table)."""
+    found = sorted(p for p in DOCS.rglob("*.md") if "[[[cog" in p.read_text())
+    return [*found, DOCS.parent / "ARCHITECTURE.md"]
 
 
 def stale_plots() -> list[str]:

@@ -1,4 +1,4 @@
-"""IndexSampler: the record at any position, computed in O(1) time and memory.
+"""`IndexSampler`: the record at any position, computed in O(1) time and memory.
 
 The order of epoch ``e`` is a pseudo-random permutation of ``[0, num_records)``
 keyed by ``(seed, e)``: an unbalanced Feistel network over the smallest power-of-two

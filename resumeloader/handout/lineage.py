@@ -1,4 +1,4 @@
-"""Which records are in the batch of any step or position, past or future, without the steps before.
+"""`records_at`: the records in the batch of any step or position, without the steps before.
 
 Positions are the ground truth: a batch is named by the position of its first
 record (this shard's, as ``metadata["position"]`` reports it), and its records are a

@@ -1,5 +1,4 @@
-"""The quarantine log and the error budget of the bad-record policy, kept where batches are
-handed out.
+"""`Quarantine`: the bad-record policy's log and error budget, kept where batches are handed out.
 
 A producer that replaces a failing record (`resumeloader.stages.on_error`) leaves the
 batch's *skips* in its `resumeloader.workers.skips.SkipLedger` (a worker sends them

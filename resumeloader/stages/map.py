@@ -1,4 +1,4 @@
-"""A record stage running the user's ``map_fn(record, rng)`` in Python."""
+"""`MapStage`: a record stage running the user's ``map_fn(record, rng)`` in Python."""
 
 from __future__ import annotations
 

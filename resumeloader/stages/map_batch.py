@@ -1,4 +1,4 @@
-"""A batch map stage running the user's vectorised ``fn(batch, rngs)`` in Python."""
+"""`MapBatchStage`: a batch map stage, the user's vectorised ``fn(batch, rngs)`` in Python."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The index stage of every plain pipeline: natural order, or a seeded shuffle per epoch."""
+"""`SamplerStage`: the index stage of a plain pipeline, natural order or a seeded shuffle."""
 
 from __future__ import annotations
 

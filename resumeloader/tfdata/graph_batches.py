@@ -1,4 +1,4 @@
-"""A plan's batches as TensorFlow ops: which records batch k after a start position holds.
+"""`GraphBatches`, `GraphLayout`: a plan's batches as TensorFlow ops, batch k after any position.
 
 The graph form of what `resumeloader.stages.plan.Plan.tasks` yields for fixed-size
 batches: the position arithmetic of `resumeloader.core.positions.Layout`

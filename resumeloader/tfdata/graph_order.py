@@ -1,4 +1,4 @@
-"""The record order as TensorFlow integer ops, bit-identical to the NumPy order.
+"""`GraphOrder`, `permute`: the record order as TensorFlow integer ops, bit-identical to NumPy's.
 
 `permute` is `resumeloader.core.sampler.permute` and `block_indices` is
 `resumeloader.core.blocks.BlockOrder.indices`, written with TensorFlow ops on

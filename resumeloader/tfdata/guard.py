@@ -1,4 +1,4 @@
-"""The dataset ``loader.dataset()`` returns: tf.data, minus the ops that lose or repeat records.
+"""`GuardedDataset`, what ``loader.dataset()`` returns: tf.data minus the ops that lose records.
 
 The consumer advances the position once per element it trains on. That counts the
 loader's batches only if every element after ``dataset()`` is exactly one of them,

@@ -1,4 +1,4 @@
-"""ResumableLoader: a tf.data pipeline of Python records whose state is one position.
+"""`ResumableLoader`: a tf.data pipeline of Python records whose state is one position.
 
 The loader is a trackable object: ``tf.train.Checkpoint(loader=loader)`` stores its
 state (a short JSON string: version, order fields and fingerprint, epoch and global

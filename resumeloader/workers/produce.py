@@ -1,4 +1,4 @@
-"""Turns a task into its batches: read, run the record stages, check, group, assemble, encode.
+"""`BatchProducer`: a task into its batches: read, run the record stages, check, group, encode.
 
 NumPy and optree only, no TensorFlow, so that worker processes stay light. Every
 failure of user code is translated into a `RecordError` naming the record index,
