@@ -22,7 +22,7 @@ import _objstore_fixtures
 import _worker_fns
 import numpy as np
 
-from resumeloader import Pipeline, ResumableLoader, Shard, Workers
+from resumeloader import DaskOptions, Pipeline, ResumableLoader, Shard, Workers
 from resumeloader.sources import ArrayRecordSource, FileSource, HuggingFaceSource, TFRecordSource
 
 REGISTRY: dict[str, Case] = {}
@@ -558,7 +558,7 @@ def _process_values() -> ResumableLoader:
 def _dask_workers(**kwargs) -> Workers:
     import _dask
 
-    return Workers(kind="dask", client=_dask.local(), **kwargs)
+    return Workers(kind="dask", options=DaskOptions(client=_dask.local()), **kwargs)
 
 
 @register("dask-mix-map_fn-shard-1-of-2", num_steps=7, break_points=(3, 7))

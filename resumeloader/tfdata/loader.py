@@ -28,10 +28,10 @@ from resumeloader.core import shard as shard_lib
 from resumeloader.core import state as state_lib
 from resumeloader.core import validate
 from resumeloader.handout import consumption, lineage
+from resumeloader.handout import engine as engine_lib
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.tfdata import arguments, distribute, guard
-from resumeloader.tfdata import delivery as delivery_lib
+from resumeloader.tfdata import arguments, distribute, guard, paths
 from resumeloader.tfdata import describe as describe_lib
 from resumeloader.tfdata import position as position_lib
 from resumeloader.workers import options
@@ -39,7 +39,6 @@ from resumeloader.workers import options
 __all__ = ["AUTOTUNE", "ResumableLoader"]
 
 AUTOTUNE = tf.data.AUTOTUNE
-_MAX_POSITION = 2**63 - 1
 
 
 class ResumableLoader(tf.train.experimental.PythonState):
@@ -208,18 +207,16 @@ class ResumableLoader(tf.train.experimental.PythonState):
         self._plan = plan_lib.Plan(
             pipeline, num_epochs=num_epochs, shard_index=shard.index, shard_count=shard.count
         )
-        self._delivery = delivery_lib.Delivery(
-            self._plan,
-            workers=workers,
-            prefetch=prefetch,
-            with_metadata=validate.boolean("with_metadata", with_metadata),
+        self._engine = engine_lib.Engine(
+            self._plan, workers, with_metadata=validate.boolean("with_metadata", with_metadata)
         )
+        self._delivery = paths.choose(self._engine, prefetch=prefetch)
         self._layout = self._plan.layout
         self._position = position_lib.Position(self._layout)
         self._dataset: tf.data.Dataset | None = None
         # Gone (nothing holds it: it is in no cycle), the loader releases its worker
         # processes; an iteration still running keeps them until it ends.
-        weakref.finalize(self, self._delivery.backend.release)
+        weakref.finalize(self, self._engine.backend.release)
 
     def close(self) -> None:
         """Stops the loader's worker processes, if any; iterating again restarts them.
@@ -227,7 +224,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         Also done when the loader is garbage collected or the interpreter exits; a
         ``with`` block closes it on leaving.
         """
-        self._delivery.close()
+        self._engine.close()
 
     def __enter__(self) -> ResumableLoader:
         return self
@@ -249,10 +246,10 @@ class ResumableLoader(tf.train.experimental.PythonState):
     num_epochs = property(lambda self: self._plan.num_epochs, doc="Epochs, or None.")
     drop_remainder = property(lambda self: self._layout.drop_remainder, doc="Drops short batches.")
     with_metadata = property(
-        lambda self: self._delivery.with_metadata, doc="Batches are (data, per-record metadata)."
+        lambda self: self._engine.with_metadata, doc="Batches are (data, per-record metadata)."
     )
     workers = property(
-        lambda self: self._delivery.workers, doc="The `Workers` that make the batches."
+        lambda self: self._engine.workers, doc="The `Workers` that make the batches."
     )
     shard = property(lambda self: self._plan.shard, doc="The `Shard` of each epoch it reads.")
     num_workers = property(
@@ -443,10 +440,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         # dataset, and a dataset holding it back would make a cycle that only the cyclic
         # garbage collector frees, its worker processes with it.
         ds = self._delivery.dataset(
-            self._position.read,
-            rest_of_epoch=rest_of_epoch,
-            element_spec=self.element_spec,
-            watch=self._position.ledger.watch,
+            self._position.read, rest_of_epoch=rest_of_epoch, watch=self._position.ledger.watch
         )
         # Keras fixes an epoch's length from the cardinality at fit start, so the
         # one-epoch dataset (whose first epoch may be short after a resume) keeps it
@@ -577,7 +571,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             ``records``: each record's ``position``, ``index`` and source key).
         """
         plan = self._plan_with(batch_size)
-        return lineage.records_at(plan, self._delivery.producer, steps=steps, positions=positions)
+        return lineage.records_at(plan, self._engine.producer, steps=steps, positions=positions)
 
     def batch_at(
         self, step: int | None = None, *, position: int | None = None,
@@ -621,15 +615,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         far are made durable first (fsync), so no checkpoint outlives them.
         """
         position_lib.eager_only("loader.get_state()")
-        self._delivery.sync()
-        epoch, offset = divmod(self.position, self._layout.records_per_epoch)
-        return state_lib.make(
-            self._plan.order_fields(),
-            epoch=epoch,
-            offset=offset * self._plan.shard_count,
-            shard_count=self._plan.shard_count,
-            batch_size=self.batch_size,
-        )
+        return self._engine.state_of(self.position)
 
     def set_state(self, state: dict[str, Any] | str) -> None:
         """Restores a state from `get_state` (or its JSON text); validates before changing anything.
@@ -644,26 +630,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 position lies inside a batch of a windowed stage (an edited state).
             StreamIntegrityError: a ``for batch in loader`` is live.
         """
-        self._position.ledger.check_position_change("set_state")
-        saved = state_lib.parse(state)
-        state_lib.check_order(
-            saved, self._plan.order_fields(), explain=self._plan.pipeline.explain_field
-        )
-        epoch, offset = state_lib.local_offset(
-            saved, shard_count=self._plan.shard_count, num_records=self.num_records
-        )
-        position = epoch * self._layout.records_per_epoch + offset
-        if position > _MAX_POSITION:
-            msg = (
-                f"Loader state position is out of range: epoch {epoch} of "
-                f"{self._layout.records_per_epoch} records per shard is past 2**63 records."
-            )
-            raise errors.StateError(msg)
-        same = saved["shard_count"] == self._plan.shard_count
-        self._plan.check_history(saved, self._layout.normalise(position))
-        self._plan.check_restore(self._layout.normalise(position), same_layout=same)
-        self._delivery.check_restore(self._layout.normalise(position))
-        self._position.set(position)
+        self._position.set(self._engine.resume(state))
 
     def serialize(self) -> str:
         """`tf.train.experimental.PythonState` hook: the state as JSON text."""

@@ -105,13 +105,13 @@ class Position:
         return position
 
     def set(self, position: int) -> None:
-        """Restores `position` (validated by the caller).
+        """Restores normalised `position` (validated by the caller: `Engine.resume`).
 
         Raises:
             StreamIntegrityError: a ``for batch in loader`` is live.
         """
         self.ledger.check_position_change("set_state")
-        self.variable.assign(self._layout.normalise(position))
+        self.variable.assign(position)
         self.ledger.restored()
         self.ledger.moved()
 

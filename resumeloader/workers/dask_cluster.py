@@ -158,10 +158,11 @@ class Connection:
 
     def __init__(self, workers: options.Workers, payload: bytes, prefix: str) -> None:
         self.local: Any = None
-        if workers.client is not None:
-            self.client, self._owns_client = workers.client, False
-        elif workers.address is not None:
-            self.client = _connect(workers.address)
+        where = workers.options  # a DaskOptions
+        if where.client is not None:
+            self.client, self._owns_client = where.client, False
+        elif where.address is not None:
+            self.client = _connect(where.address)
             self._owns_client = True
         else:
             self.local, self.client = start(workers.num_workers)
