@@ -16,6 +16,7 @@ every batch (``tests/tf/test_graph_order.py`` compares them over random plans).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import tensorflow as tf
@@ -24,7 +25,11 @@ from resumeloader.core import positions
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import graph_order
 
-__all__ = ["BatchIndices", "GraphBatches", "GraphLayout"]
+__all__ = ["CHUNK_RECORDS", "BatchIndices", "Chunk", "GraphBatches", "GraphLayout"]
+
+#: Record indices computed at once by default: the order's ops run once per chunk of
+#: batches, not once per batch (a few hundred microseconds of kernel launches each).
+CHUNK_RECORDS = 4096
 
 # core/rng.metadata's seed tag: the stateless seed pair of each record.
 _METADATA_SEED_TAG = 0x7F5EED
@@ -140,6 +145,15 @@ class BatchIndices(NamedTuple):
     position: tf.Tensor
 
 
+class Chunk(NamedTuple):
+    """Consecutive batches of one epoch (`GraphBatches.refs`): their epoch, the position
+    of their first record and the record indices of all of them, in order."""
+
+    epoch: tf.Tensor
+    position: tf.Tensor
+    indices: tf.Tensor
+
+
 class GraphBatches:
     """The fixed-size batches of a `Plan` from any position, as TensorFlow ops.
 
@@ -149,6 +163,8 @@ class GraphBatches:
 
     Args:
         plan: a plan that `supports` accepts.
+        chunk_records: about how many record indices `refs` computes at once (whole
+            batches, at least one).
 
     Raises:
         TypeError: the plan's batches have no graph form (see `supports`).
@@ -166,7 +182,7 @@ class GraphBatches:
         [9, 6]
     """
 
-    def __init__(self, plan: plan_lib.Plan) -> None:
+    def __init__(self, plan: plan_lib.Plan, *, chunk_records: int = CHUNK_RECORDS) -> None:
         if not self.supports(plan):
             msg = (
                 "This plan's batches have no TensorFlow form: it needs batches of a fixed "
@@ -179,6 +195,8 @@ class GraphBatches:
         self.layout = GraphLayout(plan.layout)
         #: The plan's index stage's order.
         self.order = graph_order.GraphOrder(plan.pipeline.index_stage)
+        #: Batches whose indices `refs` computes at once.
+        self.chunk_batches = max(1, chunk_records // plan.layout.batch_size)
 
     @staticmethod
     def supports(plan: plan_lib.Plan) -> bool:
@@ -209,25 +227,16 @@ class GraphBatches:
             stop = tf.minimum(stop, layout.end)
         return self._indices(epoch, offset, stop - position, self.order.epoch_keys(epoch))
 
-    @_no_autograph
-    def epoch_batch(self, epoch: Any, offset: Any, keys: tf.Tensor) -> BatchIndices:
-        """The batch that starts at this shard's `offset` of `epoch` (a batch start: the
-        epoch's start, the stream's start, or either plus whole batches), with the order's
-        ``keys = order.epoch_keys(epoch)``: the per-batch work of `dataset`."""
-        epoch, offset = _int64(epoch), _int64(offset)
-        layout = self.layout
-        count = tf.minimum(layout.records_per_epoch - offset, layout.batch_size)
-        return self._indices(epoch, offset, count, keys)
-
     def _indices(self, epoch: tf.Tensor, offset: tf.Tensor, count: tf.Tensor,
-                 keys: tf.Tensor) -> BatchIndices:
-        """The batch of `count` records from this shard's `offset` of `epoch`."""
+                 keys: tf.Tensor, *, exact: bool = True) -> BatchIndices:
+        """The `count` records from this shard's `offset` of `epoch` (one batch when
+        `exact`)."""
         layout, plan = self.layout, self.plan
         offsets = offset + tf.range(count)
         if plan.shard_count != 1:  # the shard stride: global offsets s, s + S, ...
             offsets = offsets * plan.shard_count + plan.shard_index
         indices = self.order.indices(epoch, offsets, keys)
-        if layout.layout.drop_remainder:
+        if exact and layout.layout.drop_remainder:
             indices = tf.ensure_shape(indices, [layout.batch_size])
         return BatchIndices(indices, epoch, epoch * layout.records_per_epoch + offset)
 
@@ -245,56 +254,95 @@ class GraphBatches:
             "seed": tf.stack([tf.fill([count], first), batch.indices], axis=1),
         }
 
+    # -- datasets: the order once per epoch and once per chunk of batches -------------
     def dataset(self, start: Any, *, rest_of_epoch: bool = False) -> tf.data.Dataset:
         """A dataset of `BatchIndices`, one per batch from `start` to the end of the
         stream (of `start`'s epoch when `rest_of_epoch`; endless for an endless stream).
 
         Args:
-            start: the position to start from: an int, an int64 tensor, or a
-                `tf.Variable`, read once when an iteration begins (each iteration
-                starts at the variable's value at that moment).
+            start: the position to start from: an int, an int64 tensor, a `tf.Variable`
+                or a function returning an int64 scalar tensor, read once when an
+                iteration begins (each iteration starts at its value at that moment).
             rest_of_epoch: end at the end of the start position's epoch.
 
-        The order's epoch keys are derived once per epoch (a dataset of epochs,
-        ``flat_map``-ped into their batch starts); each batch is then a few ops plus the
-        order's per-offset work (`epoch_batch`), in one parallel, ordered ``map``
-        (AUTOTUNE). A consumer maps on (a ``tf.gather`` per column).
+        The batches are `refs` (no function runs per batch) mapped by `batch_in`, in
+        one parallel, ordered ``map`` (AUTOTUNE); a consumer gathers in the same map.
+        """
+
+        @_no_autograph
+        def first(_: tf.Tensor) -> tf.Tensor:
+            if callable(start) and not isinstance(start, tf.Variable):
+                return tf.cast(start(), tf.int64)
+            value = start.read_value() if isinstance(start, tf.Variable) else start
+            return tf.cast(value, tf.int64)
+
+        positions = tf.data.Dataset.range(1).map(first)
+        refs = positions.flat_map(lambda p: self.refs(p, rest_of_epoch=rest_of_epoch))
+        return refs.map(self.batch_in, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    def refs(
+        self,
+        start: tf.Tensor,
+        *,
+        rest_of_epoch: bool,
+        on_chunk: Callable[[tf.Tensor], list[Any]] | None = None,
+    ) -> tf.data.Dataset:
+        """The batches from position `start` (an int64 scalar tensor, e.g. inside a
+        ``flat_map``) as ``(chunk, k)``: a `Chunk` and a batch's number in it.
+
+        The order derives its epoch keys once per epoch (a dataset of epochs) and its
+        indices once per chunk of up to `chunk_batches` batches, vectorised; a batch is
+        then a reference to its chunk (`batch_in` slices it), with no function run per
+        batch here. ``on_chunk(batches)``, if given, returns ops each chunk's indices
+        wait for (checks, counts), run once per chunk with the number of its batches.
         """
         layout, order = self.layout, self.order
         per_epoch, size = layout.records_per_epoch, layout.batch_size
         num_epochs = layout.layout.num_epochs
+        chunk = self.chunk_batches
+        position = layout.normalise(start)
+        epoch = position // per_epoch
+        if rest_of_epoch:
+            last = epoch + 1 if num_epochs is None else tf.minimum(epoch + 1, num_epochs)
+            numbers = tf.data.Dataset.range(epoch, last)
+        elif num_epochs is None:
+            numbers = tf.data.Dataset.counter(epoch)
+        else:
+            numbers = tf.data.Dataset.range(epoch, num_epochs)
 
         @_no_autograph
-        def first(_: tf.Tensor) -> tf.Tensor:
-            value = start.read_value() if isinstance(start, tf.Variable) else start
-            return layout.normalise(tf.cast(value, tf.int64))
+        def epochs(e: tf.Tensor) -> tf.data.Dataset:
+            offset = tf.where(e == epoch, position % per_epoch, tf.zeros_like(position))
+            count = layout.batches_left_in_epoch(e * per_epoch + offset)
+            keys = order.epoch_keys(e)
+            return tf.data.Dataset.range(0, count, chunk).map(
+                _no_autograph(lambda b: self._chunk(e, offset + b * size,
+                                                    tf.minimum(count - b, chunk), keys,
+                                                    on_chunk)))
 
         @_no_autograph
-        def epochs(position: tf.Tensor) -> tf.data.Dataset:
-            epoch = position // per_epoch
-            if rest_of_epoch:
-                last = epoch + 1 if num_epochs is None else tf.minimum(epoch + 1, num_epochs)
-                numbers = tf.data.Dataset.range(epoch, last)
-            elif num_epochs is None:
-                numbers = tf.data.Dataset.counter(epoch)
-            else:
-                numbers = tf.data.Dataset.range(epoch, num_epochs)
-            return numbers.map(_no_autograph(lambda e: starts(e, position)))
+        def batches(part: Chunk, count: tf.Tensor) -> tf.data.Dataset:
+            return tf.data.Dataset.zip(
+                (tf.data.Dataset.from_tensors(part).repeat(count), tf.data.Dataset.range(count)))
 
-        def starts(epoch: tf.Tensor, position: tf.Tensor) -> tuple[tf.Tensor, ...]:
-            """An epoch's first batch start, its batches and its keys (once per epoch)."""
-            offset = tf.where(epoch == position // per_epoch, position % per_epoch,
-                              tf.zeros_like(position))
-            count = layout.batches_left_in_epoch(epoch * per_epoch + offset)
-            return epoch, offset, count, order.epoch_keys(epoch)
+        return numbers.flat_map(epochs).flat_map(batches)
 
-        @_no_autograph
-        def batches(epoch: tf.Tensor, offset: tf.Tensor, count: tf.Tensor,
-                    keys: tf.Tensor) -> tf.data.Dataset:
-            return tf.data.Dataset.range(count).map(
-                _no_autograph(lambda j: (epoch, offset + j * size, keys)))
+    def _chunk(self, epoch: tf.Tensor, offset: tf.Tensor, count: tf.Tensor, keys: tf.Tensor,
+               on_chunk: Callable[[tf.Tensor], list[Any]] | None) -> tuple[Chunk, tf.Tensor]:
+        """The `Chunk` of `count` batches from this shard's `offset` of `epoch` (a batch
+        start), and `count`."""
+        layout = self.layout
+        records = tf.minimum(count * layout.batch_size, layout.records_per_epoch - offset)
+        with tf.control_dependencies([] if on_chunk is None else on_chunk(count)):
+            batch = self._indices(epoch, offset, records, keys, exact=False)
+        return Chunk(epoch, batch.position, batch.indices), count
 
-        positions = tf.data.Dataset.range(1).map(first)
-        return positions.flat_map(epochs).flat_map(batches).map(
-            self.epoch_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-        )
+    @_no_autograph
+    def batch_in(self, chunk: Chunk, k: Any) -> BatchIndices:
+        """Batch `k` of `chunk` (`refs`): its slice of the chunk's indices."""
+        size = self.layout.batch_size
+        low = _int64(k) * size
+        indices = chunk.indices[low : low + size]
+        if self.layout.layout.drop_remainder:
+            indices = tf.ensure_shape(indices, [size])
+        return BatchIndices(indices, chunk.epoch, chunk.position + low)
