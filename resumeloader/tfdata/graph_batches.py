@@ -5,10 +5,14 @@ batches: the position arithmetic of `resumeloader.core.positions.Layout`
 (`GraphLayout`: normalising, advancing by k batches in O(1), a batch's end, the
 batches left), the shard stride (shard ``s`` of ``S`` reads global offsets ``s, s +
 S, ...``) and the index stage's order (`graph_order.GraphOrder`), all as integer
-tensor ops. Batch ``k`` is a pure function of the start position and ``k``, so a
-dataset of batches is ``Dataset.range(count).map(k -> indices -> gather)``, parallel
-and in order, with no Python and no ``from_generator``. `GraphBatches.dataset` builds
-its index part, reading the start position (a `tf.Variable`) when an iteration begins.
+tensor ops. Batch ``k`` is a pure function of the start position and ``k``
+(`GraphBatches.batch`). A dataset of batches computes the order's keys once per epoch
+and the indices of a chunk of batches at once (a few hundred microseconds of kernel
+launches per call, whatever its size), hands out each batch as a reference to its
+chunk (`GraphBatches.refs`) and slices and gathers it in one parallel, ordered map
+(`GraphBatches.batch_in`): no Python, no ``from_generator``. `GraphBatches.dataset`
+builds its index part, reading the start position when an iteration begins; the
+``graph`` delivery path (`resumeloader.tfdata.graph_path`) gathers in the same map.
 
 Bit-identical to the plan: the same record indices, epoch, position and metadata for
 every batch (``tests/tf/test_graph_order.py`` compares them over random plans).

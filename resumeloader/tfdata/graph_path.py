@@ -177,10 +177,10 @@ class GraphPath(delivery.DeliveryPath):
                 "constant")
 
     def handover_rows(self) -> list[delivery.Row]:
-        chunk = self.batches.chunk_batches * self.engine.plan.batch_size
+        chunk = self.batches.chunk_batches
         return [
-            ("order", f"graph path: record indices in TensorFlow ops, {chunk} at a time",
-             "int64[None]", "recomputed"),
+            ("order", f"graph path: record indices in TensorFlow ops, up to {chunk} "
+             "batches at once", "int64[None]", "recomputed"),
             ("map", "tf.gather(source, indices), map(AUTOTUNE, deterministic)",
              self.batch_text(), "recomputed"),
         ]
