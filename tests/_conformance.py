@@ -133,6 +133,21 @@ def _unshuffled() -> ResumableLoader:
     return ResumableLoader(_IMAGES, batch_size=5, seed=9, shuffle=False, drop_remainder=True)
 
 
+@register("graph-block-order-dict-shard-1-of-2-metadata", num_steps=7)
+def _graph_blocks() -> ResumableLoader:
+    data = {"image": _IMAGES, "label": _LABELS}
+    pipeline = Pipeline(data, seed=17).shuffle(chunk_records=3, window_chunks=2).batch(2)
+    return ResumableLoader.from_pipeline(
+        pipeline, num_epochs=3, shard=Shard(1, 2), with_metadata=True
+    )
+
+
+@register("graph-endless-drop-remainder-shard-2-of-3-no-prefetch", num_steps=9)
+def _graph_endless() -> ResumableLoader:
+    pipeline = Pipeline(_LABELS, seed=18).shuffle().batch(3, drop_remainder=True)
+    return ResumableLoader.from_pipeline(pipeline, shard=Shard(2, 3), prefetch=None)
+
+
 @register("composed-pipeline-two-maps", num_steps=7)
 def _composed() -> ResumableLoader:
     pipeline = (
