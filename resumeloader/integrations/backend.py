@@ -35,9 +35,9 @@ def values(variables: Sequence[Any]) -> list[np.ndarray]:
     On JAX read them through a callback's ``self.model``, which writes the training
     state back into the variables first (Keras keeps it apart during an epoch).
     """
-    # np.array(variable): the variable's own conversion, which also reads a
-    # tf.distribute variable (a MirroredVariable's value is per replica).
-    return [np.array(v) for v in variables]
+    # The variable's own conversion (it also reads a tf.distribute variable, whose
+    # value is per replica), called directly: NumPy 2 warns through np.array(variable).
+    return [np.array(v.__array__()) for v in variables]
 
 
 def assign(variables: Sequence[Any], arrays: Sequence[np.ndarray]) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,26 +32,17 @@ import numpy as np
 
 from resumeloader import errors
 from resumeloader.integrations import backend, callback_state
+from resumeloader.integrations.checkpoint_layout import (
+    ARRAYS_FILE,
+    FIT_FILE,
+    FORMAT,
+    LOADER_FILE,
+    PARTIAL,
+    checkpoints,
+)
 from resumeloader.tfdata import loader as loader_lib
 
-__all__ = ["FORMAT", "FileStore", "checkpoints"]
-
-#: The format version in ``fit.json``.
-FORMAT = 1
-LOADER_FILE, FIT_FILE, ARRAYS_FILE = "loader.json", "fit.json", "variables.npz"
-_NAME = re.compile(r"ckpt-(\d+)")
-_PARTIAL = ".partial-"
-
-
-def checkpoints(directory: str) -> list[tuple[int, str]]:
-    """The complete checkpoints in `directory`, as (number, path), oldest first."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    found = [(int(m.group(1)), os.path.join(directory, n))
-             for n in names if (m := _NAME.fullmatch(n))]
-    return sorted(found)
+__all__ = ["FileStore"]
 
 
 def _fsync_directory(path: str) -> None:
@@ -204,7 +194,7 @@ class FileStore:
         found = checkpoints(self.directory)
         number = found[-1][0] + 1 if found else 1
         final = os.path.join(self.directory, f"ckpt-{number}")
-        partial = os.path.join(self.directory, f".ckpt-{number}{_PARTIAL}{os.getpid()}")
+        partial = os.path.join(self.directory, f".ckpt-{number}{PARTIAL}{os.getpid()}")
         os.mkdir(partial)
         arrays: dict[str, np.ndarray] = {}
         described: dict[str, list[list[Any]]] = {}
@@ -239,6 +229,6 @@ class FileStore:
     def _remove_partial(self) -> None:
         """Leftovers of saves that were killed (a save of this process is never running)."""
         for name in os.listdir(self.directory):
-            if name.startswith(".ckpt-") and _PARTIAL in name:
+            if name.startswith(".ckpt-") and PARTIAL in name:
                 with contextlib.suppress(OSError):
                     shutil.rmtree(os.path.join(self.directory, name))

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from resumeloader import errors
-from resumeloader.integrations import backend, callback_state, checkpoint_files
+from resumeloader.integrations import backend, callback_state, checkpoint_files, checkpoint_layout
 from resumeloader.tfdata import loader as loader_lib
 
 __all__ = ["Store", "check_format", "open_store"]
@@ -96,7 +96,7 @@ def check_format(store: Store) -> None:
     """Raises `StateError` when `store`'s directory holds the other backends' checkpoints
     and none of its own (they would be ignored: the fit would start from zero)."""
     directory = store.directory
-    files = checkpoint_files.checkpoints(directory)
+    files = checkpoint_layout.checkpoints(directory)
     tf_index = os.path.isfile(os.path.join(directory, _TF_INDEX))
     if isinstance(store, checkpoint_files.FileStore):
         foreign, own = tf_index, bool(files)

@@ -4,8 +4,10 @@ On TensorFlow a Keras model, its optimizer and the loader are trackable, so one
 ``tf.train.Checkpoint`` written by a ``tf.train.CheckpointManager`` holds them all —
 the format of resumeloader 0.1 to 0.3, which `resumeloader.restore`, ``resumeloader
 inspect`` and your own ``CheckpointManager`` read. The fit's state is tracked beside
-them: its JSON (`FitState`) as a ``PythonState`` under ``resumeloader_fit``, and
-`EarlyStopping`'s best weights as variables under ``resumeloader_best_weights``.
+them: its JSON (`FitState`) as a ``PythonState`` under ``resumeloader_fit``,
+`EarlyStopping`'s best weights as variables under ``resumeloader_best_weights``, and
+the model's variables the object graph does not reach from the model (a seed
+generator's state) under ``resumeloader_model_state``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,26 @@ __all__ = ["TFCheckpointStore"]
 # Where the fit state is tracked in the checkpoint.
 _FIT_STATE = "resumeloader_fit"
 _BEST_WEIGHTS = "resumeloader_best_weights"
+_UNTRACKED = "resumeloader_model_state"
+
+
+class _Variables(tf.Module):
+    """Model variables ``tf.train.Checkpoint`` does not reach through the model."""
+
+    def __init__(self, variables: list[Any]) -> None:
+        super().__init__(name="resumeloader_model_state")
+        self.variables_list = variables
+
+
+def _untracked(checkpoint: Any, model: Any) -> list[Any]:
+    """The variables of `model` that `checkpoint` would not save.
+
+    Keras 3 keeps a seed generator's state (``Dropout``, random augmentation layers)
+    in a variable that TensorFlow's object graph does not reach from the model: left
+    out, a resumed fit would draw other dropout masks than the uninterrupted one.
+    """
+    reached = {id(obj) for obj in tf.train.TrackableView(checkpoint).descendants()}
+    return [v for v in model.variables if id(v) not in reached]
 
 
 class _BestWeights(tf.Module):
@@ -117,6 +139,11 @@ class TFCheckpointStore:
             self.manager = tf.train.CheckpointManager(
                 checkpoint, self._directory, max_to_keep=self._max_to_keep
             )
+        checkpoint = self.manager.checkpoint
+        if getattr(checkpoint, _UNTRACKED, None) is None:
+            missing = _untracked(checkpoint, model)
+            if missing:
+                setattr(checkpoint, _UNTRACKED, _Variables(missing))
         path = restore_lib.checked_path(self.manager, self._loader)
         # A checkpoint written without the fit state (by resumeloader 0.1, or by your
         # code) still restores: the fit state is tracked after it then.

@@ -30,6 +30,7 @@ from resumeloader.core import validate
 from resumeloader.handout import consumption, lineage
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
+from resumeloader.stages import resume_point
 from resumeloader.tfdata import arguments, distribute, guard
 from resumeloader.tfdata import delivery as delivery_lib
 from resumeloader.tfdata import describe as describe_lib
@@ -39,7 +40,6 @@ from resumeloader.workers import options
 __all__ = ["AUTOTUNE", "ResumableLoader"]
 
 AUTOTUNE = tf.data.AUTOTUNE
-_MAX_POSITION = 2**63 - 1
 
 
 class ResumableLoader(tf.train.experimental.PythonState):
@@ -645,23 +645,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             StreamIntegrityError: a ``for batch in loader`` is live.
         """
         self._position.ledger.check_position_change("set_state")
-        saved = state_lib.parse(state)
-        state_lib.check_order(
-            saved, self._plan.order_fields(), explain=self._plan.pipeline.explain_field
-        )
-        epoch, offset = state_lib.local_offset(
-            saved, shard_count=self._plan.shard_count, num_records=self.num_records
-        )
-        position = epoch * self._layout.records_per_epoch + offset
-        if position > _MAX_POSITION:
-            msg = (
-                f"Loader state position is out of range: epoch {epoch} of "
-                f"{self._layout.records_per_epoch} records per shard is past 2**63 records."
-            )
-            raise errors.StateError(msg)
-        same = saved["shard_count"] == self._plan.shard_count
-        self._plan.check_history(saved, self._layout.normalise(position))
-        self._plan.check_restore(self._layout.normalise(position), same_layout=same)
+        position = resume_point.position_of(self._plan, state)
         self._delivery.check_restore(self._layout.normalise(position))
         self._position.set(position)
 

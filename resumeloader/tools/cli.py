@@ -91,7 +91,17 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--batch-size", type=int, default=None,
                       help="the batch size of that part of the run (elastic runs)")
     show.add_argument("--key", help="the loader's key in the checkpoint, if it holds several")
-    show.add_argument("--json", action="store_true", help="one JSON line per batch")
+    show.add_argument(
+        "--format", choices=("table", "tsv", "json"), default=None, dest="output_format",
+        help="table (aligned columns; the default), tsv (tab-separated, with a header) or "
+        "json (one JSON line per batch). Rows stream as they are found",
+    )
+    show.add_argument("--json", action="store_true", help="the same as --format json")
+    show.add_argument(
+        "--wide", action="store_true",
+        help="on a terminal, do not shorten long file names to fit its width (they are "
+        "never shortened when the output goes to a file or a pipe)",
+    )
     verify = sub.add_parser(
         "verify",
         help="kill and restart YOUR training command, compare",
@@ -145,10 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "show":
             from resumeloader.tools import show as show_lib
 
+            if args.json and args.output_format not in (None, "json"):
+                msg = f"--json contradicts --format {args.output_format}."
+                raise ValueError(msg)
             return show_lib.main(
                 args.checkpoint, out, pipeline=args.pipeline, steps=args.steps,
-                positions=args.positions, batch_size=args.batch_size, as_json=args.json,
-                key=args.key,
+                positions=args.positions, batch_size=args.batch_size, key=args.key,
+                output_format="json" if args.json else args.output_format or "table",
+                wide=args.wide,
             )
         if args.action == "index":
             from resumeloader.tools import index as index_tool

@@ -14,7 +14,7 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
+import keras
 
 
 @pytest.fixture(autouse=True)

@@ -79,6 +79,7 @@ def test_fit_interrupted_mid_epoch_resumes_weights_logs_and_batch_numbers(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 @pytest.mark.skipif(BACKEND == "tensorflow", reason="TensorFlow: tests/tf/test_keras_phases.py "
                     "kills a fit in every phase (the TensorFlow checkpoint format)")
 def test_fit_killed_in_every_phase_is_identical(tmp_path):
