@@ -490,10 +490,10 @@ def test_verify_keras_early_stopping_job_killed_twice_is_identical(tmp_path):
         reports.append(harness(command, **kwargs))
         return reports[-1]
 
-    # Mid-epoch 4 (saved EarlyStopping state and metrics matter) and mid-epoch 5, the
-    # epoch at whose end the uninterrupted run stops (42 steps of 7 per epoch).
-    argv = ["verify", "--workdir", str(tmp_path / "verify"), "--kill-at=step:31",
-            "--kill-at=step:38", "--timeout", "240", "--", sys.executable, str(script)]
+    # Mid-epoch 6 (saved EarlyStopping state and metrics matter) and mid-epoch 7, the
+    # epoch at whose end the uninterrupted run stops (56 steps of 7 per epoch).
+    argv = ["verify", "--workdir", str(tmp_path / "verify"), "--kill-at=step:45",
+            "--kill-at=step:52", "--timeout", "240", "--", sys.executable, str(script)]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_harness, "kill_and_restart", spy)
         status = cli.main(argv)
@@ -501,7 +501,7 @@ def test_verify_keras_early_stopping_job_killed_twice_is_identical(tmp_path):
 
     assert status == 0, str(report)
     assert report.identical, str(report)
-    assert (report.reference_steps, report.resumed_steps, report.processes) == (42, 42, 3)
+    assert (report.reference_steps, report.resumed_steps, report.processes) == (56, 56, 3)
     assert report.weights_identical is True
     assert report.resumed_loss == report.reference_loss
 
