@@ -69,7 +69,7 @@ def test_checkpoint_of_another_model_is_refused_naming_the_variable(tmp_path):
                               keras.layers.Dense(1)])
     other.compile(optimizer="adam", loss="mse")
 
-    with pytest.raises(errors.StateError, match=r"other variables.*model: .*#0"):
+    with pytest.raises(errors.StateError, match=r"(?s)other variables.*model: .*#0"):
         fit(tmp_path, model=other)
 
 

@@ -92,7 +92,8 @@ def test_fit_killed_in_every_phase_is_identical(tmp_path):
 
     report = testing.kill_and_restart(
         command, kill_points=points, workdir=tmp_path, timeout=600,
-        env={"KERAS_BACKEND": BACKEND, "PYTHONPATH": str(ROOT / "tests")},
+        env={"KERAS_BACKEND": BACKEND,
+             "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT), *sys.path])},
     )
 
     assert report.identical, str(report)
