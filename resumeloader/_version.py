@@ -1,1 +1,3 @@
-__version__ = "0.2.0"
+"""The package version: the newest version heading of CHANGELOG.md (a test keeps them equal)."""
+
+__version__ = "0.4.0"

@@ -1,4 +1,4 @@
-"""The ``resumeloader`` command (``demo``, ``inspect``, ``verify``): `resumeloader.tools.cli`."""
+"""The ``resumeloader`` command (a façade of `resumeloader.tools.cli`)."""
 
 from resumeloader.tools.cli import main
 

@@ -11,6 +11,8 @@
 * The generated regions of the pages (benchmark tables from benchmarks/results/*.json,
   the unsafe-ops table from the guard's list) and the plots are what
   ``docs/_gen/generate.py`` makes from the current data.
+* ARCHITECTURE.md's module table is what ``docs/_gen/modules.py`` makes from the module
+  docstrings, and its check fails, naming that command, when the tree changes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -199,6 +202,101 @@ def test_generated_check_fails_when_a_figure_changes(tmp_path):
     assert result.returncode == 1
     assert "performance.md" in result.stdout + result.stderr
     assert "throughput.svg is stale" in result.stderr
+
+
+# -- ARCHITECTURE.md's module table: made from the module docstrings -----------------------
+
+REGENERATE_TABLE = "python docs/_gen/modules.py"
+
+
+def _module_table(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(root / "docs" / "_gen" / "modules.py"), *args],
+        cwd=root, env=ENV, capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+def _tree_copy(tmp_path: Path) -> Path:
+    """The package's modules, pyproject.toml, ARCHITECTURE.md and the generator, in `tmp_path`."""
+    for path in [*(ROOT / "resumeloader").rglob("*.py"), ROOT / "pyproject.toml",
+                 ROOT / "ARCHITECTURE.md", DOCS / "_gen" / "modules.py"]:
+        target = tmp_path / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
+    return tmp_path
+
+
+def test_architecture_module_table_is_what_the_docstrings_make():
+    """ARCHITECTURE.md's module table lists every module with its docstring's summary."""
+    result = _module_table(ROOT, "--check")
+
+    assert result.returncode == 0, (
+        "ARCHITECTURE.md's module table is not what the module docstrings make (a module was "
+        f"added, moved or removed, or a docstring changed): run `{REGENERATE_TABLE}`.\n"
+        + (result.stdout + result.stderr)[-3000:]
+    )
+
+
+def _add_module(root: Path) -> str:
+    (root / "resumeloader" / "core" / "novel.py").write_text('"""`Novel`: a new module."""\n')
+    return "| core | `resumeloader/core/novel.py` | `Novel`: a new module |"
+
+
+def _remove_module(root: Path) -> str:
+    (root / "resumeloader" / "core" / "wire.py").unlink()
+    return "| core | `resumeloader/core/shard.py` |"
+
+
+def _edit_docstring(root: Path) -> str:
+    path = root / "resumeloader" / "core" / "shard.py"
+    text = path.read_text()
+    path.write_text(text.replace('"""', '"""Edited summary line.\n\n', 1))
+    return "| core | `resumeloader/core/shard.py` | Edited summary line |"
+
+
+@pytest.mark.parametrize("change", [_add_module, _remove_module, _edit_docstring],
+                         ids=["module-added", "module-removed", "docstring-edited"])
+def test_module_table_check_fails_naming_the_command_until_it_is_rerun(tmp_path, change):
+    """A changed tree makes `--check` fail naming the command; running it brings the table up."""
+    root = _tree_copy(tmp_path)
+    expected_row = change(root)
+
+    stale = _module_table(root, "--check")
+    regenerated = _module_table(root)
+    current = _module_table(root, "--check")
+
+    assert stale.returncode == 1
+    assert REGENERATE_TABLE in stale.stdout + stale.stderr
+    assert regenerated.returncode == 0, regenerated.stderr[-3000:]
+    assert current.returncode == 0
+    table = (root / "ARCHITECTURE.md").read_text()
+    assert expected_row in table
+    assert ("| core | `resumeloader/core/wire.py` |" in table) == (change is not _remove_module)
+
+
+def test_module_table_refuses_a_module_without_a_docstring(tmp_path):
+    """A module without a docstring stops the generator, naming the module and the command."""
+    root = _tree_copy(tmp_path)
+    (root / "resumeloader" / "core" / "bare.py").write_text("X = 1\n")
+
+    result = _module_table(root)
+
+    assert result.returncode != 0
+    assert "resumeloader/core/bare.py has no module docstring" in result.stderr
+    assert REGENERATE_TABLE in result.stderr
+
+
+def test_module_table_groups_modules_by_layer_lowest_first():
+    """Rows run package, then the layers of the import-linter contract from core upward."""
+    result = _module_table(ROOT, "--check")
+    table = (ROOT / "ARCHITECTURE.md").read_text()
+    layers = re.findall(r"^\| (\w+) \| `resumeloader/", table, flags=re.MULTILINE)
+
+    assert result.returncode == 0
+    order = list(dict.fromkeys(layers))
+    assert order[:3] == ["package", "core", "sources"]
+    assert order.index("tfdata") < order.index("integrations") < order.index("tools")
+    assert layers == sorted(layers, key=order.index)
 
 
 # -- the page runner itself: it fails when it should ----------------------------------------

@@ -3,7 +3,8 @@
     python docs/_gen/generate.py [--check]
 
 The regions are the cog blocks of the pages under docs/ (tables from
-benchmarks/results/*.json and from the guard's list of unsafe ops); the plots are the
+benchmarks/results/*.json and from the guard's list of unsafe ops) and ARCHITECTURE.md's
+module table (from the module docstrings; `modules.py` makes it alone); the plots are the
 SVGs of docs/assets/benchmarks/. Run it after the benchmarks (`benchmarks/run_all.py`)
 and commit the results files, the pages and the plots together; the test suite
 (`tests/test_docs.py`) fails when they disagree.
@@ -26,8 +27,9 @@ DOCS = HERE.parent
 
 
 def pages() -> list[Path]:
-    """The pages under docs/ with generated regions."""
-    return sorted(p for p in DOCS.rglob("*.md") if "[[[cog" in p.read_text())
+    """The pages with generated regions: under docs/, and ARCHITECTURE.md (its module table)."""
+    found = sorted(p for p in DOCS.rglob("*.md") if "[[[cog" in p.read_text())
+    return [*found, DOCS.parent / "ARCHITECTURE.md"]
 
 
 def stale_plots() -> list[str]:

@@ -1,4 +1,4 @@
-"""Block order: a seeded shuffle whose every window of positions reads a few chunks.
+"""`BlockOrder`: a seeded shuffle whose every window of positions reads a few chunks.
 
 A global shuffle touches records all over the data, so storage that is read by ranges
 (object storage: one GET per range) serves one record per request. The block order

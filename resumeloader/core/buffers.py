@@ -1,4 +1,4 @@
-"""Recycled batch memory: large arrays that come back to a pool when nothing can read them.
+"""`BufferPool`: recycled batch memory, arrays that come back when nothing can read them.
 
 Once TensorFlow builds a ``from_generator`` dataset it sets glibc's
 ``M_MMAP_THRESHOLD`` to 128 KiB for the whole process (and so switches glibc's

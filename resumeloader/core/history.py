@@ -1,4 +1,4 @@
-"""The run's data history: amendments that take effect at a position, and their state entry.
+"""`History` of a run's data: amendments (`MixChange`, `Skip`) at positions; its state entry.
 
 An *amendment* changes the stream from a position of the global order on (``at``:
 ``epoch * records_per_epoch + offset``, the records of the global order consumed by

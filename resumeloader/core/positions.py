@@ -1,4 +1,4 @@
-"""Position arithmetic: which records a batch covers and where the next one starts.
+"""`Layout`: position arithmetic, which records a batch covers and where the next one starts.
 
 A position counts one shard's records across epochs (epoch * records_per_epoch +
 offset). Batches are cut from the position the stream (re)starts at, never cross an

@@ -1,4 +1,4 @@
-"""The quota sequence: which of K sources fills each position, exact to within one record.
+"""`QuotaSequence`: which of K sources fills each position, exact to within one record.
 
 Given positive rational weights ``w_k = p_k / Q`` (``Q`` their least common
 denominator, so ``sum(p_k) == Q``), every position ``n = 0, 1, 2, ...`` is assigned to

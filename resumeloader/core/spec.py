@@ -1,4 +1,4 @@
-"""The structure and per-leaf kind, dtype and shape of one record (NumPy and optree only).
+"""`RecordSpec`, `LeafSpec`: a record's structure, each leaf's kind, dtype and shape (NumPy only).
 
 A leaf is numeric (a NumPy dtype) or a string (`STRING`: bytes; a ``str`` is stored
 as its UTF-8 bytes, as ``tf.string`` does). Its shape has fixed dimensions and

@@ -105,11 +105,17 @@ def make(
 
 
 def _load(state: Any) -> Any:
-    if isinstance(state, bytes):
+    """A state given as JSON text (str or UTF-8 bytes) parsed; anything else as it is."""
+    if isinstance(state, (bytes, bytearray, memoryview)):
+        data = bytes(state)
         try:
-            state = state.decode()
+            state = data.decode()
         except UnicodeDecodeError as err:
-            msg = f"A loader state's JSON text must be UTF-8. Received: {state!r:.80}."
+            msg = (
+                "A loader state is JSON text, but this value is not text: it holds "
+                f"{_describe_bytes(data)}. Received: {data!r:.80}. It was not saved by a "
+                "ResumableLoader (e.g. another object saved under the loader's checkpoint key)."
+            )
             raise errors.StateError(msg) from err
     if isinstance(state, str):
         if len(state) > _MAX_TEXT:
@@ -121,9 +127,26 @@ def _load(state: Any) -> Any:
         try:
             return json.loads(state)
         except (ValueError, RecursionError) as err:
-            msg = f"A loader state must be a dict or its JSON text. Received: {state!r:.80}."
+            found = "truncated JSON" if _truncated(state) else "text that is not JSON"
+            msg = (
+                f"A loader state must be a dict or its JSON text. Received {found} "
+                f"({err}): {state!r:.80}."
+            )
             raise errors.StateError(msg) from err
     return state
+
+
+def _describe_bytes(data: bytes) -> str:
+    """What binary data looks like, for an error message."""
+    if len(data) > 1 and data[0] == 0x80 and 2 <= data[1] <= 5:  # PROTO opcode, protocol
+        return f"a Python pickle (protocol {data[1]}, {len(data)} bytes; nothing was unpickled)"
+    return f"{len(data)} bytes of binary data"
+
+
+def _truncated(text: str) -> bool:
+    """Whether `text` is the start of a JSON object whose end is missing."""
+    stripped = text.strip()
+    return stripped.startswith("{") and not stripped.endswith("}")
 
 
 def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:

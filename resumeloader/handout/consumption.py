@@ -1,4 +1,4 @@
-"""Who consumes a loader's batches, checked: its live eager loop and its dataset() iterations.
+"""`Ledger`: who consumes a loader's batches, checked: its live eager loop, its dataset() loops.
 
 The position moves only when the consumer says it consumed a batch. Two consumers of
 one loader, a position changed under a live loop, or an advance for batches the

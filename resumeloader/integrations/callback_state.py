@@ -1,4 +1,4 @@
-"""What else a resumed Keras ``fit`` needs beside model, optimizer and loader.
+"""`FitState`: what else a resumed Keras ``fit`` needs beside model, optimizer and loader.
 
 A ``fit`` killed mid-run and resumed from a checkpoint of model, optimizer and loader
 still diverges from the uninterrupted run when callbacks decide from their own state

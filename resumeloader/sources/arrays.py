@@ -1,4 +1,4 @@
-"""In-memory columns: an array, or a dict or tuple (possibly nested) of equal-length columns.
+"""`ArraySource`: in-memory columns, an array or a dict or tuple (nested) of equal-length columns.
 
 A column is a NumPy array, a list, or a tensor (anything with ``.numpy()``, converted
 once, here); record ``i`` holds row ``i`` of every column. A list column of numbers

@@ -55,7 +55,7 @@ class RandomAccessSource(Protocol):
 
     ``source[i]`` must return the same record every time it is called with the same
     ``i`` (the loader re-reads records after a restore); it may be called from a
-    thread that is not the main thread, and with ``worker_type="process"`` from a
+    thread that is not the main thread, and with ``Workers(kind="process")`` from a
     worker process that received the source pickled once.
 
     Records may hold NumPy arrays, numbers, bytes and str (strings become

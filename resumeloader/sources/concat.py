@@ -1,4 +1,4 @@
-"""Named sources read as one: the record space of a mixture.
+"""`ConcatSource`: named sources read as one, the record space of a mixture.
 
 The parts are ordered by name; part ``k`` holds the concatenated indices
 ``[start_k, start_k + len(part_k))``. An index may also carry a *lap*: ``index =

@@ -1,4 +1,4 @@
-"""Any object with ``len()`` and ``__getitem__(int)``, optionally ``read_batch``, ``identity``."""
+"""`IndexableSource`: any ``len()`` + ``__getitem__(int)`` object; ``read_batch``, ``identity``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tfds data sources (``tfds.data_source(...)``, ``builder.as_data_source(...)``), identified.
+"""`TFDSSource`: a tfds data source, identified by builder, version, split and files.
 
 A tfds data source is read like any ``len()`` + ``__getitems__`` object
 (`IndexableSource`); what this adds is its identity: the builder's name and version,

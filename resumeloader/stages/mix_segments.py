@@ -1,4 +1,4 @@
-"""The segments of an amended mixture: which source supplies each position, and its count.
+"""`Segments` of an amended mixture: which source supplies each position, and its count.
 
 A mixture with changes (`resumeloader.core.history.MixChange`) is a sequence of
 segments: segment ``s`` runs from its change's position ``P_s`` (``P_0 = 0``) to the

@@ -37,7 +37,7 @@ def position_of(plan: plan_lib.Plan, state: dict[str, Any] | str) -> int:
     saved = state_lib.parse(state)
     state_lib.check_order(saved, plan.order_fields(), explain=plan.pipeline.explain_field)
     epoch, offset = state_lib.local_offset(
-        saved, shard_count=plan.shard_count, num_records=plan.num_records
+        saved, shard_count=plan.shard.count, num_records=plan.num_records
     )
     position = epoch * plan.layout.records_per_epoch + offset
     if position > _MAX_POSITION:
@@ -48,5 +48,5 @@ def position_of(plan: plan_lib.Plan, state: dict[str, Any] | str) -> int:
         raise errors.StateError(msg)
     normalised = plan.layout.normalise(position)
     plan.check_history(saved, normalised)
-    plan.check_restore(normalised, same_layout=saved["shard_count"] == plan.shard_count)
+    plan.check_restore(normalised, same_layout=saved["shard_count"] == plan.shard.count)
     return position

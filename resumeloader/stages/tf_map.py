@@ -1,4 +1,4 @@
-"""A tensor stage running the user's ``fn(batch, seeds)`` of TensorFlow ops on each batch.
+"""`TFMapStage`: a tensor stage running the user's ``fn(batch, seeds)`` of TensorFlow ops.
 
 The definition only (no TensorFlow here): `resumeloader.tfdata.tf_map` runs it in
 the loader's tf.data graph (``map(..., num_parallel_calls=AUTOTUNE,

@@ -134,11 +134,13 @@ class Delivery:
         on_batch = None
         if watch is not None:
             tasks, on_batch = watch(position, tasks)
-        seed = self.plan.pipeline.seed if self.finisher.seeded else None
         produced = self.backend.run(tasks)
         if self.quarantine is not None:
             produced = quarantine.handed_out(self.quarantine, plan, self.producer, produced)
-        return stream.batches(produced, layout, position, seed=seed, on_batch=on_batch)
+        return stream.batches(
+            produced, layout, position, seed=plan.pipeline.seed,
+            with_metadata=self.finisher.seeded, on_batch=on_batch,
+        )
 
     def _index_arrays(
         self, layout: positions.Layout, position: int, watch: Watch | None = None
@@ -150,8 +152,10 @@ class Delivery:
         for task in tasks:
             if produced is not None:
                 produced(layout.normalise(task.position + len(task.indices)))
-            seed = self.plan.pipeline.seed if self.finisher.seeded else None
-            yield stream.labelled(task.indices, task, None, seed=seed)
+            yield stream.labelled(
+                task.indices, task, None, seed=self.plan.pipeline.seed,
+                with_metadata=self.finisher.seeded,
+            )
 
     # -- how -----------------------------------------------------------------------
     def prefetched(self, ds: tf.data.Dataset) -> tf.data.Dataset:
@@ -313,7 +317,11 @@ class Delivery:
         task = next(self.plan.tasks(position))
         made = self.producer.batch(task)
         self.producer.skips.take(task)  # made for this check only, never handed out
-        next(stream.batches(iter([(task, made)]), layout, position, seed=None), None)
+        ends = stream.batches(
+            iter([(task, made)]), layout, position, seed=self.plan.pipeline.seed,
+            with_metadata=False,
+        )
+        next(ends, None)
 
     def sync(self) -> None:
         """Makes the quarantine log's lines durable (see `Quarantine.sync`), if any."""

@@ -1,4 +1,4 @@
-"""A loader's position: where it lives, who may move it, and the live eager loop.
+"""`Position`: where a loader's position lives, who may move it, and the live eager loop.
 
 The position is a `tf.Variable` (graph code reads and advances it, and
 ``MirroredStrategy`` mirrors it), except while a ``for batch in loader`` is live: the

@@ -1,4 +1,4 @@
-"""The last step of every delivery path: produced batches become the loader's elements.
+"""`Finisher`: the last step of every delivery path, produced batches become loader elements.
 
 A `Finisher` builds each ragged leaf from its parts (`graph.assemble`), runs the
 pipeline's tensor stages (`Pipeline.tf_map`: ``fn(batch, seeds)`` with each record's

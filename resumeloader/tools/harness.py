@@ -1,4 +1,4 @@
-"""The kill-and-restart runner: SIGKILL a training command at chosen steps, restart it.
+"""`kill_and_restart`: SIGKILL a training command at chosen steps, restart it.
 
 The command runs as a subprocess with ``RESUMELOADER_TRACE`` (a fresh trace file
 per process), ``RESUMELOADER_CKPT_DIR`` (one directory shared by the killed and

@@ -1,4 +1,4 @@
-"""Stitching the traces of killed-and-restarted processes and comparing them with a reference.
+"""`ResumeReport`: the traces of killed-and-restarted processes, stitched and compared.
 
 Stitching rule: process i+1 starts at step r (what its restored checkpoint had
 completed). Steps >= r that process i recorded were not in that checkpoint, so they

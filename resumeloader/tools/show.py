@@ -215,8 +215,7 @@ def main(
         raise ValueError(msg)
     plan, position = _restored(_load(pipeline), next(iter(states.values())))
     if batch_size is not None and batch_size != plan.batch_size:
-        plan = plan.sharded(shard_index=plan.shard_index, shard_count=plan.shard_count,
-                            batch_size=batch_size)
+        plan = plan.sharded(plan.shard, batch_size=batch_size)
     batches = _batches(plan, steps=step_range, positions=position_range, position=position)
     try:
         first = next(batches)  # a usage error (e.g. steps of a packing stage) before output

@@ -1,4 +1,4 @@
-"""The per-step trace a training script writes for the kill-and-restart harness.
+"""`TraceRecorder`: the per-step trace a training script writes for the kill-and-restart harness.
 
 A trace is a JSON-lines file, one event per line, appended and fsynced so that
 every line written before a SIGKILL survives it:

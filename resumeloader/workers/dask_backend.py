@@ -1,4 +1,4 @@
-"""The Dask backend: batch tasks made on a Dask cluster, handed back in task order.
+"""`DaskBackend`: batch tasks made on a Dask cluster, handed back in task order.
 
 ``Workers(kind="dask", client=...)`` (a ``distributed.Client``), ``Workers(kind="dask",
 address="tcp://...")`` (a scheduler to connect to) or ``Workers(n, kind="dask")`` (a

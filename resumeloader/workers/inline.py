@@ -1,4 +1,4 @@
-"""The inline backend: batches made one by one in the thread that iterates the loader."""
+"""`InlineBackend`: batches made one by one in the thread that iterates the loader."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The process backend: the loader's worker processes (`processes.ProcessPool`).
+"""`ProcessBackend`: the loader's worker processes (`processes.ProcessPool`).
 
 The processes start once (`start`, or the first iteration) and serve every iteration
 and epoch until `close`, garbage collection or interpreter exit; batches come back

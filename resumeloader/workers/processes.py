@@ -1,4 +1,4 @@
-"""Process workers that live as long as the loader; batches back through shared memory.
+"""`ProcessPool`: process workers that live as long as the loader; batches via shared memory.
 
 `ProcessPool` starts its workers once (``resumeloader.workers.child``: a fresh
 interpreter that never imports the user's ``__main__`` nor TensorFlow) and sends each

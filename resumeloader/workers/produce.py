@@ -1,4 +1,4 @@
-"""Turns a task into its batches: read, run the record stages, check, group, assemble, encode.
+"""`BatchProducer`: a task into its batches: read, run the record stages, check, group, encode.
 
 NumPy and optree only, no TensorFlow, so that worker processes stay light. Every
 failure of user code is translated into a `RecordError` naming the record index,
@@ -83,6 +83,8 @@ class BatchProducer:
         self, pipeline: pipeline_lib.Pipeline, spec: spec_lib.RecordSpec | None = None
     ) -> None:
         self.pipeline = pipeline.python_part()
+        #: The pipeline's seed: the one every stage receives with the epoch.
+        self._seed = pipeline.seed
         self._source = pipeline.source
         self._stages = pipeline.record_stages
         assert pipeline.batch_stage is not None
@@ -128,7 +130,7 @@ class BatchProducer:
             record = optree.tree_map(_read_only, record, none_is_leaf=True)
         for stage in self._stages:
             try:
-                record = stage.apply(record, epoch=epoch, index=index)
+                record = stage.apply(record, seed=self._seed, epoch=epoch, index=index)
             except Exception as err:
                 what = "`map_fn`" if stage.name == "map" else f"Stage `{stage.name}`"
                 raise checks.record_error(what, err, index, epoch, position) from err
@@ -153,7 +155,7 @@ class BatchProducer:
         stage = self._batch_stage
         assert isinstance(stage, stages_base.WindowedBatchStage)
         return stage.group(
-            self._columns(task), self.spec, seed=self.pipeline.seed, epoch=task.epoch,
+            self._columns(task), self.spec, seed=self._seed, epoch=task.epoch,
             window=task.window,
         )
 
@@ -188,7 +190,7 @@ class BatchProducer:
         stage = self._batch_stage
         try:
             made = stage.batches(
-                columns, self.spec, seed=self.pipeline.seed, epoch=task.epoch,
+                columns, self.spec, seed=self._seed, epoch=task.epoch,
                 window=task.window,
             )
         except stages_base.GroupError as err:
@@ -216,7 +218,9 @@ class BatchProducer:
         batch = optree.tree_unflatten(self._map_specs[0].treespec, leaves)
         for stage, spec in zip(self._maps, self._map_specs[1:], strict=True):
             try:
-                batch = stage.apply_batch(batch, epoch=task.epoch, indices=indices)
+                batch = stage.apply_batch(
+                    batch, seed=self._seed, epoch=task.epoch, indices=indices
+                )
             except Exception as err:
                 who = f"The `{stage.name}` function"
                 raise checks.batch_error(stage.name, err, indices, task.epoch, position,
@@ -256,7 +260,7 @@ class BatchProducer:
     ) -> tuple[Any, dict[str, Any]]:
         assert self._policy is not None
         order = self.pipeline.index_stage
-        return self._policy.replace(err, read, check, order=order, seed=self.pipeline.seed)
+        return self._policy.replace(err, read, check, order=order, seed=self._seed)
 
     def _probe(self) -> Any:
         """Record 0 of epoch 0, whose spec is the batches' (replaced if it fails)."""

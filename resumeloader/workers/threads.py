@@ -1,4 +1,4 @@
-"""The thread backend: daemon threads making batch tasks, handed back in task order.
+"""`ThreadBackend`: daemon threads making batch tasks, handed back in task order.
 
 The threads are started per iteration (`run`) and are daemons: a thread stalled in
 user code never keeps the interpreter from exiting (Ctrl-C), and is left behind by an

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import resumeloader
+from resumeloader import Shard
 
 
 class _Records:
@@ -48,7 +49,7 @@ _COLUMNS = {"x": _X, "label": np.arange(23, dtype=np.int64) % 5}
 CASES = {
     "array": (_X, {}),
     "dict-metadata": (_COLUMNS, {"with_metadata": True}),
-    "drop-remainder-shard": (_X, {"drop_remainder": True, "shard_index": 1, "shard_count": 2}),
+    "drop-remainder-shard": (_X, {"drop_remainder": True, "shard": Shard(1, 2)}),
     "no-shuffle-uint8": (np.arange(23 * 2, dtype=np.uint8).reshape(23, 2), {"shuffle": False}),
     # 250 records in batches of 3: several 16-batch chunks, one spanning the epoch boundary.
     "chunks-across-epochs": (np.arange(250, dtype=np.int32), {"batch_size": 3}),

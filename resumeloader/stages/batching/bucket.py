@@ -1,4 +1,4 @@
-"""The bucketing batch stage: windows of records sorted by length, cut into padded batches."""
+"""`BucketStage`: windows of records sorted by length, cut into padded batches."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fixed-size batch stage: consecutive positions, stacked."""
+"""`FixedBatchStage`: the fixed-size batch stage, consecutive positions stacked."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The packing batch stage: windows of sequences packed into rows of length L (first fit).
+"""`PackStage`: windows of sequences packed into rows of length L (first fit, T5 layout).
 
 The layout is the one T5 and MaxText train on: every sequence leaf ``k`` of a record
 becomes a row ``k`` of length ``L_k`` holding several records' tokens one after the

@@ -1,4 +1,4 @@
-"""The padded batch stage: consecutive positions, varying leaves padded into dense arrays."""
+"""`PaddedBatchStage`: consecutive positions, varying leaves padded into dense arrays."""
 
 from __future__ import annotations
 

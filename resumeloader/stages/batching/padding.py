@@ -1,4 +1,4 @@
-"""Padding the varying leaves of a batch of records into dense arrays (pure NumPy).
+"""`Padding`, `PaddedStage`: a batch's varying leaves padded into dense arrays (pure NumPy).
 
 The helpers of the padded, bucketing and token-budget batch stages: which leaves are
 padded (numeric leaves with a ``None`` dimension), with which length and value, the

@@ -1,4 +1,4 @@
-"""The token-budget batch stage: windows of records cut into padded batches of <= T tokens."""
+"""`TokenBudgetStage`: windows of records cut into padded batches of <= T tokens."""
 
 from __future__ import annotations
 

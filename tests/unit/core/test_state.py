@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,22 @@ def test_check_order_identity_differs_refused_naming_it():
 
     with pytest.raises(StateMismatchError, match=r"source\.identity: checkpoint has 'sampled-v1"):
         _state.check_order(saved, {**_ORDER, "source.identity": "sampled-v1:cd"})
+
+
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        (pickle.dumps({"version": 2, "epoch": 0}), "a Python pickle (protocol"),
+        (b"\x00\xff\xfe binary \x81", "bytes of binary data"),
+        (json.dumps(_state_for())[:40], "truncated JSON"),
+        (json.dumps(_state_for())[:40].encode(), "truncated JSON"),
+        ("version=2, epoch=0", "text that is not JSON"),
+    ],
+    ids=["pickle", "binary", "truncated-json", "truncated-json-bytes", "not-json"],
+)
+def test_parse_value_that_is_no_loader_json_raises_state_error_naming_it(value, found):
+    """A checkpoint value that is not a loader's JSON is a StateError saying what it is."""
+    with pytest.raises(StateError) as info:
+        _state.parse(value)
+    assert found in str(info.value)
+    assert "Received" in str(info.value)
