@@ -32,7 +32,7 @@ import tensorflow as tf
 from resumeloader.core import buffers
 from resumeloader.core import spec as spec_lib
 from resumeloader.sources import digest
-from resumeloader.tfdata import generator
+from resumeloader.tfdata import generator, graph
 
 __all__ = ["Gatherer"]
 
@@ -121,11 +121,10 @@ class Gatherer:
                     gather(chunk[0], size),
                     tf.nest.map_structure(lambda m: split(m, size), chunk[1]),
                 ),
-                num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=True,
+                **graph.parallel_map(),
             )
         else:
-            ds = ds.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            ds = ds.map(gather, **graph.parallel_map())
         ds = ds.unbatch()
         return ds.with_options(_OPTIONS)
 

@@ -1,9 +1,9 @@
 """The Keras backend tier: tests of the Keras integration written once for every backend.
 
-They run in the suite's own processes on the TensorFlow backend, and each under
-``KERAS_BACKEND=jax`` and ``KERAS_BACKEND=torch`` in a pytest process of its own
-(`test_suite_under_other_backends.py` starts them; the backend is fixed when Keras
-is imported). ``KERAS_BACKEND`` tells which one runs.
+They run in the suite's own processes on the TensorFlow backend, and the whole tier
+once more under ``KERAS_BACKEND=jax`` and once under ``KERAS_BACKEND=torch``, each in
+one pytest process of its own (`tests/test_keras_backends.py` starts them; Keras fixes
+its backend when it is imported). ``KERAS_BACKEND`` tells which one runs.
 """
 
 from __future__ import annotations
