@@ -36,7 +36,7 @@ class Workers:
             start once and serve every iteration and epoch until the loader's
             ``close`` (or garbage collection, or exit); they never import
             ``__main__`` nor TensorFlow. A dead worker raises `WorkerError`.
-            ``"dask"``: batch tasks on a Dask cluster (the ``resumeloader[dask]``
+            ``"dask"``: batch tasks on a Dask cluster (the ``dask``
             extra; `client`, `address`, or a local cluster of `num_workers`
             processes), retried there when a worker is lost.
         timeout: seconds to wait for one batch from a worker before raising a

@@ -1,5 +1,6 @@
 """`resumeloader inspect` and `show` as tools: no TensorFlow unless the pipeline needs it,
-rows streamed in bounded memory, full names off a terminal, quiet output."""
+rows streamed in bounded memory, full names off a terminal, quiet output; `verify`
+runs one training process at a time, shows its progress, and its help stands alone."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +19,8 @@ from rich.console import Console
 import resumeloader
 from resumeloader import cli
 from resumeloader.sources import TFRecordSource
+from resumeloader.tools import harness, tf_bundle
 from resumeloader.tools import show as show_lib
-from resumeloader.tools import tf_bundle
 
 LONG = "a-directory-name-long-enough-to-be-cut-on-a-terminal"
 
@@ -262,3 +264,51 @@ def test_show_tsv_and_json_have_full_names_and_a_finite_run_ends_at_its_end(
     batches = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [b["step"] for b in batches] == [0, 1, 2]  # 10 records in batches of 4
     assert batches[-1]["records"][-1]["file"].startswith(directory)
+
+
+COUNTER = [sys.executable, str(Path(__file__).parents[1] / "scripts" / "train_counter.py")]
+
+
+def test_verify_runs_the_uninterrupted_job_before_the_killed_one(tmp_path):
+    """By default the uninterrupted process ends before the first killed one starts:
+    never two training processes at once."""
+    events = []
+
+    report = harness.kill_and_restart(
+        COUNTER, kill_points=["step:5"], workdir=tmp_path,
+        on_event=lambda name, event: events.append((name, event["event"])),
+    )
+
+    assert report.identical, str(report)
+    reference_end = events.index(("reference", "end"))
+    first_attempt = next(i for i, (name, _) in enumerate(events) if name != "reference")
+    assert reference_end < first_attempt
+    assert events[first_attempt] == ("attempt-0", "start")
+
+
+def test_verify_shows_progress_of_both_runs_on_stderr(tmp_path, capsys):
+    """The progress display names each run, the process and the kills; the report goes
+    to stdout."""
+    argv = ["verify", "--kill-at", "step:5", "--workdir", str(tmp_path), "--", *COUNTER]
+
+    assert cli.main(argv) == 0
+
+    captured = capsys.readouterr()
+    assert "uninterrupted: done" in captured.err
+    assert "killed + resumed: process 2, 1/1 SIGKILLs: done" in captured.err
+    assert "24/24 steps" in captured.err
+    assert "IDENTICAL" in captured.out and "IDENTICAL" not in captured.err
+
+
+def test_verify_help_shows_the_keras_recipe_and_no_repository_path(capsys):
+    """``verify --help`` gives the recorder contract and the Keras recipe in full, and
+    points to nothing that only a checkout of the repository has."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["verify", "--help"])
+
+    out = capsys.readouterr().out
+    assert exited.value.code == 0
+    assert "FitRecorder(resume)" in out and "ResumeCallback(loader" in out
+    assert "--parallel" in out
+    for path in ("tests/", "docs/", "scripts/", "notebooks/", "benchmarks/"):
+        assert path not in out
