@@ -122,9 +122,11 @@ class ResumeCallback(keras.callbacks.Callback):
 
     Args:
         loader: the `ResumableLoader` feeding ``fit``.
-        checkpoint: a directory (a ``tf.train.CheckpointManager`` of model,
-            optimizer and loader is kept there), or your own
-            ``tf.train.CheckpointManager`` whose checkpoint tracks the loader (the
+        checkpoint: a directory — on TensorFlow a ``tf.train.CheckpointManager`` of
+            model, optimizer and loader is kept there, on JAX and PyTorch atomic
+            ``ckpt-N`` directories of JSON and arrays
+            (`resumeloader.integrations.checkpoint_files`) — or, on TensorFlow, your
+            own ``tf.train.CheckpointManager`` whose checkpoint tracks the loader (the
             callback adds the callbacks' state to its checkpoint).
         save_every: save after every this many batches; None saves only at epoch
             ends (if `save_at_epoch_end`) and when ``fit`` returns. A save due at an
