@@ -21,12 +21,12 @@ __all__ = ["position_of"]
 _MAX_POSITION = 2**63 - 1
 
 
-def position_of(plan: plan_lib.Plan, state: dict[str, Any] | str) -> int:
+def position_of(plan: plan_lib.Plan, state: dict[str, Any] | str | bytes) -> int:
     """The position (this shard's records, across epochs) `state` names in `plan`.
 
     Args:
         plan: the plan to resume.
-        state: a loader state (``get_state()``) or its JSON text.
+        state: a loader state (``get_state()``) or its JSON text (str or bytes).
 
     Raises:
         StateError: the state is malformed, corrupted or past 2**63 records.
