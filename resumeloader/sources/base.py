@@ -175,6 +175,19 @@ class Source:
         nothing that is read. Default: nothing to do (True)."""
         return True
 
+    def dry_read(self, indices: np.ndarray, dry: Any) -> bool:
+        """Records in `dry` (a `resumeloader.sources.fetch.DryRun`) the storage requests
+        that reading `indices` in one call (``read_batch`` or ``read_many``) sends, without
+        sending them; False when the source cannot tell (its reads are not ranges of
+        files or objects). Default: False."""
+        return False
+
+    def dry_prefetch(self, indices: np.ndarray, dry: Any) -> bool:
+        """Records in `dry` (a `resumeloader.sources.fetch.DryRun`) the GETs that
+        ``prefetch(indices)`` starts, without sending them; returns what `prefetch`
+        would. Default: nothing to do (True)."""
+        return True
+
     def explain_field(self, field: str, saved: int | str) -> str | None:
         """Why order field `field` is `saved` in a checkpoint and not what it is now, in
         words, when the source can tell (e.g. which objects changed); else None."""

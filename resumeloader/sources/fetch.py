@@ -45,7 +45,8 @@ from resumeloader.sources import protocols, spans, storage
 from resumeloader.sources.protocols import ObjectChangedError
 
 __all__ = [
-    "ObjectChangedError", "ObjectReadError", "ObjectReads", "clear", "prefetch", "read", "stats",
+    "DryReads", "DryRun", "ObjectChangedError", "ObjectReadError", "ObjectReads", "clear", "merged",
+    "prefetch", "read", "stats",
 ]
 
 Range = tuple[storage.Object, int, int]
@@ -171,8 +172,10 @@ def _key(obj: storage.Object) -> tuple[str, str, int]:
     return obj.url, obj.version, obj.size
 
 
-def _plan(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None) -> list[Range]:
-    """The GETs that cover `ranges` (none cached): widened to blocks, neighbours merged."""
+def merged(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None) -> list[Range]:
+    """The GETs that read `ranges` (none cached): each widened to its block (`blocks`),
+    neighbours of one object closer than ``reads.gap_bytes`` merged into one GET of at
+    most ``reads.max_get_bytes``; objects in the order they first appear."""
     wanted: dict[tuple[str, str, int], tuple[storage.Object, list[tuple[int, int]]]] = {}
     for obj, start, stop in ranges:
         if blocks is not None:
@@ -193,26 +196,28 @@ def _plan(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None) ->
 
 
 def _spans(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None, *, ahead: bool,
-           budget: int | None = None) -> list[spans.Span | None]:
+           budget: int | None = None, cache: spans.Cache = _CACHE,
+           submit: Callable[[storage.Object, int, int, ObjectReads], Any] = _submit,
+           ) -> list[spans.Span | None]:
     """The cached span of each range, the missing ones submitted (None where the
     read-ahead `budget` would be exceeded)."""
-    with _CACHE.lock:
-        found = [_CACHE.find(_key(o), a, b, reads.max_get_bytes) for o, a, b in ranges]
+    with cache.lock:
+        found = [cache.find(_key(o), a, b, reads.max_get_bytes) for o, a, b in ranges]
         missing = [r for r, span in zip(ranges, found, strict=True) if span is None]
-        for obj, start, stop in _plan(missing, reads, blocks) if missing else []:
-            if budget is not None and _CACHE.ahead + (stop - start) > budget:
+        for obj, start, stop in merged(missing, reads, blocks) if missing else []:
+            if budget is not None and cache.ahead + (stop - start) > budget:
                 break
-            span = spans.Span(start, stop, _submit(obj, start, stop, reads), ahead)
-            _CACHE.add(_key(obj), span)
+            span = spans.Span(start, stop, submit(obj, start, stop, reads), ahead)
+            cache.add(_key(obj), span)
         out = [
-            span or _CACHE.find(_key(o), a, b, reads.max_get_bytes)
+            span or cache.find(_key(o), a, b, reads.max_get_bytes)
             for (o, a, b), span in zip(ranges, found, strict=True)
         ]
         if not ahead:
             for used in out:
                 if used is not None:
-                    _CACHE.used(used)
-        _CACHE.shrink(reads.cache_bytes)
+                    cache.used(used)
+        cache.shrink(reads.cache_bytes)
     return out
 
 
@@ -249,6 +254,102 @@ def prefetch(ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | No
     (then not every range was started)."""
     spans = _spans(ranges, reads, blocks, ahead=True, budget=reads.readahead_bytes)
     return all(span is not None for span in spans)
+
+
+class DryRun:
+    """The requests that reads would send, found without sending any.
+
+    Objects' ranges (`read` and `prefetch`, called as `resumeloader.sources.fetch.read`
+    and `resumeloader.sources.fetch.prefetch` are) go through the same merging
+    (`merged`) and the same span cache rules (`resumeloader.sources.spans`: a range
+    inside a kept span is not read again; at most ``reads.cache_bytes`` kept, least
+    recently used dropped first, read-ahead kept until read) as those functions, on a
+    cache of its own in which GETs finish by the end of the next `read` (as for a process
+    that reads its batches one after the other: a read waits for its own GETs, and a GET
+    takes longer than the code between its start and the cache's next trim). A source
+    that reads local files records each ``pread`` it would make (`pread`). `take` hands
+    over what was recorded since the last call.
+
+    Attributes:
+        reads: the settings of the last objects' read recorded (None before one).
+        get_bytes: the bytes of all GETs recorded so far (`take` leaves it).
+    """
+
+    def __init__(self) -> None:
+        self.reads: ObjectReads | None = None
+        self.get_bytes = 0
+        self._cache = spans.Cache()
+        self._taken = DryReads([], [], 0)
+        self._pending: list[concurrent.futures.Future[bytes]] = []
+
+    def read(
+        self, ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None,
+        cache: bool = True,
+    ) -> None:
+        """Records the GETs that ``read(ranges, reads, blocks=blocks, cache=cache)`` would
+        send now, in the order it would send them (the cache updated as `read` would)."""
+        self.reads = reads
+        self._taken.wanted_bytes += sum(stop - start for _, start, stop in ranges)
+        if not cache:
+            self._taken.sent.extend(ranges)
+            self.get_bytes += sum(stop - start for _, start, stop in ranges)
+            return
+        self._taken.cached.extend(ranges)
+        _spans(ranges, reads, blocks, ahead=False, cache=self._cache, submit=self._submit)
+        for future in self._pending:  # `read` waits for its GETs after the cache shrank
+            future.set_result(b"")
+        self._pending = []
+
+    def prefetch(
+        self, ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None
+    ) -> bool:
+        """Records the GETs that ``prefetch(ranges, reads, blocks=blocks)`` would start
+        now (they finish by the end of the next `read`); False when the read-ahead budget
+        is full, as there."""
+        self.reads = reads
+        found = _spans(ranges, reads, blocks, ahead=True, budget=reads.readahead_bytes,
+                       cache=self._cache, submit=self._submit)
+        return all(span is not None for span in found)
+
+    def pread(self, path: str, start: int, stop: int, *, wanted: int | None = None) -> None:
+        """Records one read of bytes ``[start, stop)`` of local file `path`, of which
+        `wanted` bytes are records (default: all)."""
+        self._taken.sent.append((path, start, stop))
+        self._taken.wanted_bytes += stop - start if wanted is None else wanted
+
+    def holds(self, obj: storage.Object, start: int, stop: int) -> bool:
+        """Whether the cache holds a span of `obj` containing ``[start, stop)`` (nothing moves)."""
+        return any(
+            span.start <= start and span.stop >= stop for span in self._cache.spans.get(
+                _key(obj), [])
+        )
+
+    def take(self) -> DryReads:
+        """What was recorded since the last call."""
+        taken, self._taken = self._taken, DryReads([], [], 0)
+        return taken
+
+    def _submit(self, obj: storage.Object, start: int, stop: int, _: ObjectReads) -> Any:
+        self._taken.sent.append((obj, start, stop))
+        self.get_bytes += stop - start
+        self._pending.append(concurrent.futures.Future())
+        return self._pending[-1]
+
+
+@dataclasses.dataclass
+class DryReads:
+    """What `DryRun` recorded.
+
+    Attributes:
+        sent: each request, in order: (object, start, stop) for a GET, (local path,
+            start, stop) for a pread.
+        cached: the objects' ranges read through the cache (what the requests were for).
+        wanted_bytes: the bytes of the records themselves (without gaps and widening).
+    """
+
+    sent: list[tuple[storage.Object | str, int, int]]
+    cached: list[Range]
+    wanted_bytes: int
 
 
 def stats() -> dict[str, int]:

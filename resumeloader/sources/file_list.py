@@ -127,3 +127,16 @@ class FileSource(base.Source):
                     raise base.CorruptRecordError(msg, record_index=index) from err
         paths = [os.fsencode(self._names[i]) for i in at]
         return {"path": paths, "data": data}
+
+    def dry_read(self, indices: np.ndarray, dry: fetch.DryRun) -> bool:
+        """Records in `dry` the GETs and preads that ``read_batch(indices)`` makes: one
+        whole object or file per record."""
+        at = np.asarray(indices, dtype=np.int64).tolist()
+        remote = [i for i in at if isinstance(self._locations[i], storage.Object)]
+        if remote:
+            ranges = [(self._locations[i], 0, self._sizes[i]) for i in remote]
+            dry.read(ranges, self._reads, cache=False)
+        for i in at:
+            if isinstance(self._locations[i], str):
+                dry.pread(self._locations[i], 0, self._sizes[i])
+        return True

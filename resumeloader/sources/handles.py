@@ -37,6 +37,7 @@ __all__ = [
     "budget",
     "opened",
     "pread",
+    "stats",
 ]
 
 _MAX_BUDGET = 1024
@@ -195,7 +196,21 @@ def pread(path: str, length: int, offset: int, *, stamp: Stamp | None = None) ->
     """
     key = ("fd", path, stamp)
     with CACHE.use(key, lambda: _open_fd(path, stamp), os.close, repr(path)) as fd:
-        return os.pread(fd, length, offset)
+        data = os.pread(fd, length, offset)
+    with _counts_lock:
+        _counts["reads"] += 1
+        _counts["bytes"] += len(data)
+    return data
+
+
+_counts: collections.Counter[str] = collections.Counter()
+_counts_lock = threading.Lock()
+
+
+def stats() -> dict[str, int]:
+    """This process's `pread` calls and bytes read so far."""
+    with _counts_lock:
+        return {key: int(_counts[key]) for key in ("reads", "bytes")}
 
 
 class File:

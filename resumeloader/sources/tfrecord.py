@@ -167,6 +167,18 @@ class TFRecordSource(base.Source):
         if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
             msg = f"Record indices must lie in [0, {len(self)}). Received: {indices.tolist()}."
             raise IndexError(msg)
+        files, numbers, starts, stops, remote = self._locate(indices)
+        order = np.lexsort((starts, files))
+        out: list[bytes] = [b""] * len(indices)
+        if remote.any():
+            self._read_objects(np.flatnonzero(remote), files, numbers, starts, stops, out)
+            order = order[~remote[order]]
+        for group in self._groups(order, files, starts, stops):
+            self._read_group(group, files, numbers, starts, stops, out)
+        return out
+
+    def _locate(self, indices: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The file, number in it, byte range and remoteness of each record of `indices`."""
         files = np.searchsorted(self._ends, indices, side="right")
         numbers = indices - self._starts[files]
         starts = np.empty(len(indices), dtype=np.int64)
@@ -178,21 +190,36 @@ class TFRecordSource(base.Source):
             # A record ends where the next one starts, the last one at the end of the file.
             following = np.minimum(local + 1, len(ix.offsets) - 1)
             stops[mine] = np.where(local + 1 == len(ix.offsets), ix.size, ix.offsets[following])
-        order = np.lexsort((starts, files))
-        out: list[bytes] = [b""] * len(indices)
-        remote = self._remote[files]
-        if remote.any():
-            self._read_objects(np.flatnonzero(remote), files, numbers, starts, stops, out)
-            order = order[~remote[order]]
-        group: list[int] = []
+        return files, numbers, starts, stops, self._remote[files]
+
+    @classmethod
+    def _groups(
+        cls, order: np.ndarray, files: np.ndarray, starts: np.ndarray, stops: np.ndarray
+    ) -> list[list[int]]:
+        """The positions of local records in `order`, cut into groups read by one pread."""
+        groups: list[list[int]] = []
         for position in order.tolist():
-            if group and not self._joins(group, position, files, starts, stops):
-                self._read_group(group, files, numbers, starts, stops, out)
-                group = []
-            group.append(position)
-        if group:
-            self._read_group(group, files, numbers, starts, stops, out)
-        return out
+            if groups and cls._joins(groups[-1], position, files, starts, stops):
+                groups[-1].append(position)
+            else:
+                groups.append([position])
+        return groups
+
+    def dry_read(self, indices: np.ndarray, dry: fetch.DryRun) -> bool:
+        """Records in `dry` the preads and GETs that ``read_batch(indices)`` makes."""
+        indices = np.asarray(indices, dtype=np.int64)
+        files, _, starts, stops, remote = self._locate(indices)
+        at = np.flatnonzero(remote).tolist()
+        if at:
+            ranges = [(self._indexes[files[p]].obj, int(starts[p]), int(stops[p])) for p in at]
+            dry.read(ranges, self._reads, blocks=self._blocks)
+        order = np.lexsort((starts, files))
+        begins, ends, numbers = starts.tolist(), stops.tolist(), files.tolist()
+        for group in self._groups(order[~remote[order]], files, starts, stops):
+            wanted = sum(ends[p] - begins[p] for p in group)
+            path = self._indexes[numbers[group[0]]].path
+            dry.pread(path, begins[group[0]], max(ends[p] for p in group), wanted=wanted)
+        return True
 
     @staticmethod
     def _joins(
@@ -301,13 +328,22 @@ class TFRecordSource(base.Source):
     def prefetch(self, indices: np.ndarray) -> bool:
         """Starts reading the objects' bytes of `indices` (see `fetch.prefetch`); False
         when the read-ahead budget is full."""
+        ranges = self._object_ranges(indices)
+        return not ranges or fetch.prefetch(ranges, self._reads, blocks=self._blocks)
+
+    def dry_prefetch(self, indices: np.ndarray, dry: fetch.DryRun) -> bool:
+        """Records in `dry` the GETs that ``prefetch(indices)`` starts."""
+        ranges = self._object_ranges(indices)
+        return not ranges or dry.prefetch(ranges, self._reads, blocks=self._blocks)
+
+    def _object_ranges(self, indices: np.ndarray) -> list[fetch.Range]:
+        """The byte ranges of the records of `indices` that lie in object storage."""
         indices = np.asarray(indices, dtype=np.int64)
         files = np.searchsorted(self._ends, indices, side="right")
         mine = self._remote[files]
         if not mine.any():
-            return True
-        ranges = objects_lib.ranges(self._indexes, self._starts, files[mine], indices[mine])
-        return fetch.prefetch(ranges, self._reads, blocks=self._blocks)
+            return []
+        return objects_lib.ranges(self._indexes, self._starts, files[mine], indices[mine])
 
     def _record(
         self, buffer: bytes, at: int, stop: int, file: int, number: int, begin: int

@@ -37,7 +37,10 @@ class MapStage(base.RecordStage):
     )
 
     def apply(self, record: Any, *, seed: int, epoch: int, index: int) -> Any:
-        return self.fn(record, rng.record_rng(seed, epoch, index))
+        generator = rng.lend(seed, epoch, index)
+        record = self.fn(record, generator)
+        rng.give_back(generator)
+        return record
 
     def describe(self) -> str:
         name = getattr(self.fn, "__qualname__", type(self.fn).__name__)

@@ -227,6 +227,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         Also done when the loader is garbage collected or the interpreter exits; a
         ``with`` block closes it on leaving.
         """
+        self._position.drop_started()
         self._delivery.close()
 
     def __enter__(self) -> ResumableLoader:
@@ -515,6 +516,27 @@ class ResumableLoader(tf.train.experimental.PythonState):
             )
             raise TypeError(msg)
         return self._position.loop(self._delivery.eager, consumption.caller())
+
+    def start_prefetch(self) -> None:
+        """Starts making the batches of the next ``for batch in loader`` now.
+
+        Call it once the position is known (after `set_state`, or restoring the
+        loader's checkpoint) and before the slow rest of a restore (the model's
+        weights, the optimizer): the worker backend starts and the first batches are
+        made meanwhile, so the loop's first batch is waiting for it. What is made is
+        what the loop would make from that position: the loop takes these batches only
+        if it starts where they start; `set_state` or `advance` to another position,
+        or `close`, drops them. Until a loop takes them, a few batches wait made (the
+        first, and as many as ``prefetch`` keeps ahead) and the worker backend stays
+        started. For ``for batch in loader`` only: a `dataset` iteration makes
+        its batches when it is iterated. Calling it again at the same position does
+        nothing. Eager only.
+
+        Raises:
+            StreamIntegrityError: a ``for batch in loader`` is live.
+        """
+        position_lib.eager_only("loader.start_prefetch()")
+        self._position.start(self._delivery.eager)
 
     @contextlib.contextmanager
     def excluding_in_flight(self) -> Iterator[int]:

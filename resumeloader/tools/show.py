@@ -2,10 +2,11 @@
 
 ``resumeloader show CHECKPOINT --pipeline module:function --steps 340:346`` builds the
 pipeline of your training script (``function()`` returns a `Pipeline` or a
-`ResumableLoader`), restores the checkpoint's loader state into it (so a pipeline
-whose data history differs from the run's in the past is refused, naming the
-amendment) and prints the records of each batch (`ResumableLoader.records_at`):
-nothing is trained and no batch before them is computed.
+`ResumableLoader`; `resumeloader.tools.factory` finds it), restores the checkpoint's
+loader state into it (so a pipeline whose data history differs from the run's in the
+past is refused, naming the amendment) and prints the records of each batch
+(`ResumableLoader.records_at`): nothing is trained and no batch before them is
+computed.
 
 A tool for pipes and terminals alike:
 
@@ -22,9 +23,7 @@ A tool for pipes and terminals alike:
 from __future__ import annotations
 
 import contextlib
-import importlib
 import itertools
-import os
 import sys
 from collections.abc import Iterator
 from typing import IO, Any
@@ -34,8 +33,8 @@ from rich.console import Console
 from resumeloader.handout import lineage
 from resumeloader.stages import plan as plan_lib
 from resumeloader.stages import resume_point
+from resumeloader.tools import factory, quiet
 from resumeloader.tools import inspect as inspect_lib
-from resumeloader.tools import quiet
 from resumeloader.workers import produce
 
 __all__ = ["FORMATS", "main", "parse_range"]
@@ -77,45 +76,19 @@ def _nothing() -> Iterator[None]:
     yield
 
 
-def _load(spec: str) -> Any:
-    """What ``module:function`` builds: a `Pipeline` or a `ResumableLoader`."""
-    from resumeloader.stages.pipeline import Pipeline
-
-    module_name, _, name = spec.partition(":")
-    if not module_name or not name:
-        msg = f"--pipeline must be MODULE:FUNCTION. Received: --pipeline {spec!r}."
-        raise ValueError(msg)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    # Your module may import TensorFlow: its start-up lines are kept out of the output.
+def _load(spec: str) -> factory.Made:
+    """What ``MODULE:FUNCTION`` builds (`resumeloader.tools.factory`), the start-up lines
+    of a TensorFlow it imports kept out of the output."""
     with quiet.startup_filtered() if "tensorflow" not in sys.modules else _nothing():
-        try:
-            function = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as err:
-            msg = f"--pipeline {spec!r} names no function: {err}."
-            raise ValueError(msg) from err
-        made = function()
-    # A ResumableLoader's module is loaded if the function made one.
-    loader_module = sys.modules.get("resumeloader.tfdata.loader")
-    loader_class = getattr(loader_module, "ResumableLoader", ())
-    if not isinstance(made, (Pipeline, loader_class)):
-        msg = (
-            f"--pipeline {spec!r} must return a ResumableLoader or a Pipeline. Received: "
-            f"{type(made).__name__}."
-        )
-        raise ValueError(msg)
-    return made
+        return factory.build(spec, option="--pipeline")
 
 
-def _restored(made: Any, state: dict[str, Any]) -> tuple[plan_lib.Plan, int]:
+def _restored(made: factory.Made, state: dict[str, Any]) -> tuple[plan_lib.Plan, int]:
     """The plan of what the function made, and the position `state` names in it."""
-    from resumeloader.stages.pipeline import Pipeline
-
-    if isinstance(made, Pipeline):  # no loader, so no TensorFlow
-        plan = plan_lib.Plan(made, num_epochs=None)
-        return plan, resume_point.position_of(plan, state)
-    made.set_state(state)
-    return made.plan, made.position
+    if made.loader is None:  # a Pipeline: no loader, so no TensorFlow
+        return made.plan, resume_point.position_of(made.plan, state)
+    made.loader.set_state(state)
+    return made.loader.plan, made.loader.position
 
 
 def _batches(

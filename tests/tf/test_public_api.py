@@ -63,7 +63,7 @@ LOADER_MEMBERS = [
     "close", "dataset", "describe", "deserialize", "drop_remainder", "element_spec", "epoch",
     "excluding_in_flight", "exhausted", "from_pipeline", "get_state", "num_epochs",
     "num_records", "pipeline", "plan", "position", "records_at", "sampler", "seed",
-    "serialize", "set_state", "shard", "step", "with_metadata", "workers",
+    "serialize", "set_state", "shard", "start_prefetch", "step", "with_metadata", "workers",
 ]
 STAGES = [
     "BatchMapStage", "BatchStage", "BlockStage", "BucketStage", "FixedBatchStage", "Group",
