@@ -108,6 +108,13 @@ def _rate(source: Any, fn: Callable[..., Any], workers: Any, batch: int = BATCH,
             loader.close()
 
 
+def _on(client: Any, **kwargs: Any) -> Any:
+    """The `Workers` of the Dask cluster of `client`."""
+    from resumeloader import DaskOptions, Workers
+
+    return Workers(kind="dask", options=DaskOptions(client=client), **kwargs)
+
+
 def cpu_bound(quick: bool, client: Any) -> tuple[Table, list[Target]]:
     from resumeloader import Workers
 
@@ -118,7 +125,7 @@ def cpu_bound(quick: bool, client: Any) -> tuple[Table, list[Target]]:
     contenders = {
         ZERO: lambda: _rate(source, _common.burn_python, Workers()),
         OWN: lambda: _rate(source, _common.burn_python, Workers(2, kind="process")),
-        DASK: lambda: _rate(source, _common.burn_python, Workers(kind="dask", client=client)),
+        DASK: lambda: _rate(source, _common.burn_python, _on(client)),
         TF: lambda: _common.steady_rate(lambda: _plain_tf(source)),
     }
     rates = _common.interleaved(contenders, rounds)
@@ -170,14 +177,14 @@ def costs(quick: bool, client: Any) -> tuple[Table, list[Target]]:
     per_task = {
         "0 workers": 1 / _rate(tiny, _common.identity, Workers(), 1, 0.5),
         "Dask, window=1 (a round trip per task)":
-            1 / _rate(tiny, _common.identity, Workers(kind="dask", client=client, window=1), 1,
+            1 / _rate(tiny, _common.identity, _on(client, window=1), 1,
                       0.5),
         "Dask, default window (2 per thread)":
-            1 / _rate(tiny, _common.identity, Workers(kind="dask", client=client), 1, 0.5),
+            1 / _rate(tiny, _common.identity, _on(client), 1, 0.5),
     }
     source = np.random.default_rng(1).random((2_000, 16), np.float32)
     repeats = 3 if quick else 7
-    workers = Workers(kind="dask", client=client)
+    workers = _on(client)
     running = _loader(source, _common.burn_python, workers)
     batches = iter(running)  # the pipeline travels to the workers with the first batch
     for _ in range(len(source) // BATCH // 2):
@@ -224,7 +231,6 @@ def costs(quick: bool, client: Any) -> tuple[Table, list[Target]]:
 
 
 def scaling(quick: bool) -> tuple[Table, list[Target]]:
-    from resumeloader import Workers
 
     counts = (1, 2, 4, 8) if quick else (1, 2, 4, 8, 16, 32)
     share = 0.5 if quick else 1.0
@@ -235,7 +241,7 @@ def scaling(quick: bool) -> tuple[Table, list[Target]]:
     for count in counts:
         client = _cluster(count, processes=False)
         try:
-            workers = Workers(kind="dask", client=client)
+            workers = _on(client)
             rate = _rate(source, sleep_record, workers, share=share)
             bound = _rate(source, _common.identity, workers, share=share)
         finally:

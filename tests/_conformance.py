@@ -22,8 +22,14 @@ import _objstore_fixtures
 import _worker_fns
 import numpy as np
 
-from resumeloader import Pipeline, ResumableLoader, Shard, Workers
-from resumeloader.sources import ArrayRecordSource, FileSource, HuggingFaceSource, TFRecordSource
+from resumeloader import DaskOptions, Pipeline, ResumableLoader, Shard, Workers
+from resumeloader.sources import (
+    ArrayRecordSource,
+    FileSource,
+    HuggingFaceSource,
+    Storage,
+    TFRecordSource,
+)
 
 REGISTRY: dict[str, Case] = {}
 
@@ -435,7 +441,9 @@ def _objects(kind: str) -> tuple[str, dict]:
 def _object_tfrecords(kind: str) -> TFRecordSource:
     url, options = _objects(kind)
     index = os.path.join(_files(), f"index-{kind}")
-    return TFRecordSource(f"{url}/part-*.tfrecord", index_dir=index, storage_options=options)
+    return TFRecordSource(
+        f"{url}/part-*.tfrecord", index_dir=index, storage=Storage(options=options)
+    )
 
 
 @register("tfrecord-s3-block-order-tf_map", num_steps=7, needs=("s3_store",))
@@ -467,7 +475,7 @@ if importlib.util.find_spec("array_record"):
         url, options = _objects(kind)
         copies = os.path.join(_files(), f"copies-{kind}")
         return ArrayRecordSource(
-            f"{url}/all.array_record", storage_options=options, cache_dir=copies
+            f"{url}/all.array_record", storage=Storage(options=options, cache_dir=copies)
         )
 
     @register("array_record-s3-shuffle", num_steps=7, needs=("s3_store",))
@@ -559,7 +567,7 @@ def _process_values() -> ResumableLoader:
 def _dask_workers(**kwargs) -> Workers:
     import _dask
 
-    return Workers(kind="dask", client=_dask.local(), **kwargs)
+    return Workers(kind="dask", options=DaskOptions(client=_dask.local()), **kwargs)
 
 
 @register("dask-mix-map_fn-shard-1-of-2", num_steps=7, break_points=(3, 7))

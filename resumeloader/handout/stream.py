@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from resumeloader import errors
 from resumeloader.core import positions, rng
+from resumeloader.handout import resume
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import produce
 
@@ -67,7 +67,8 @@ def batches(
         on_batch: called with the position after each batch, as it is produced.
 
     Raises:
-        ElasticResumeError: `position` lies inside a batch of its window.
+        ElasticResumeError: `position` lies inside a batch of its window (which
+            `resume.resume` refuses first).
     """
     for task, out in produced:
         at = task.position
@@ -75,8 +76,8 @@ def batches(
             start, at = at, at + count
             if at <= position:  # a window's batches before the position restored
                 continue
-            if start < position:
-                raise _not_a_boundary(layout, position, start, at)
+            if start < position:  # never after `resume.resume` checked the position
+                raise resume.inside_a_batch(layout, position, start, at)
             end = layout.normalise(at)
             if on_batch is not None:
                 on_batch(end)
@@ -106,18 +107,3 @@ class EagerBatches:
     def close(self) -> None:
         """Stops the producer."""
         self._batches.close()  # type: ignore[attr-defined]
-
-
-def _not_a_boundary(
-    layout: positions.Layout, position: int, start: int, stop: int
-) -> errors.ElasticResumeError:
-    epoch, offset = divmod(position, layout.records_per_epoch)
-    msg = (
-        "Cannot resume between two batches of a window: the position restored lies "
-        f"inside a batch, which holds the window's positions [{start}, {stop}). A windowed "
-        "stage resumes only at the end of one of its batches (where its checkpoints are "
-        "saved); this state was edited, or saved by another configuration of the "
-        f"pipeline. Received: position {position} (epoch {epoch}, offset {offset} of "
-        "this shard)."
-    )
-    return errors.ElasticResumeError(msg)

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from resumeloader import errors
 from resumeloader.core import history as history_lib
 from resumeloader.core import positions, sampler, validate
 from resumeloader.core import shard as shard_lib
@@ -132,30 +131,6 @@ class Plan:
         epoch, offset = divmod(position, self.records_per_epoch)
         return epoch * self.num_records + offset * self.shard.count
 
-    def check_history(self, saved: dict[str, object], position: int) -> None:
-        """Raises unless a state's data history agrees with the pipeline's in its past.
-
-        Args:
-            saved: the parsed state.
-            position: its position in this shard, normalised.
-
-        Raises:
-            StateMismatchError: an amendment before the state's position (for a
-                windowed stage restored inside a window, that window's end) is missing
-                on either side, moved or changed.
-        """
-        text = saved.get(history_lib.FIELD)
-        own = self.pipeline.history
-        if not own and text is None:
-            return
-        past = int(saved["epoch"]) * self.num_records + int(saved["offset"])  # type: ignore[call-overload]
-        layout = self.layout
-        if layout.window is not None and (layout.end is None or position < layout.end):
-            start, stop = layout.window_bounds(position)
-            if start != position:
-                past = max(past, self.global_position(stop))
-        history_lib.check_past(None if text is None else str(text), own, past_end=past)
-
     @property
     def batch_size(self) -> int:
         """Records per batch."""
@@ -207,43 +182,6 @@ class Plan:
         epoch = position // self.records_per_epoch
         last = epoch + 1 if self.num_epochs is None else min(epoch + 1, self.num_epochs)
         return dataclasses.replace(self.layout, num_epochs=last)
-
-    def check_restore(self, position: int, *, same_layout: bool) -> None:
-        """Raises unless a windowed stream can continue exactly from normalised `position`.
-
-        Args:
-            position: the position restored.
-            same_layout: whether the state was saved with this plan's shard count.
-
-        Raises:
-            ElasticResumeError: the position lies inside a window and the shard count
-                changed (this shard's windows now hold other records), or it is not a
-                batch boundary of its window (a stage whose batches count `batch_size`
-                positions).
-        """
-        layout = self.layout
-        if layout.window is None or (layout.end is not None and position >= layout.end):
-            return
-        start, _ = layout.window_bounds(position)
-        inside = position - start
-        epoch, offset = divmod(position, self.records_per_epoch)
-        where = f"offset {offset} of epoch {epoch} (this shard), {inside} into its window"
-        if inside and not same_layout:
-            msg = (
-                "Cannot resume inside a window with another shard count: each shard groups "
-                f"the records of windows of {layout.window} of its own positions, which now "
-                "hold other records, so the rest of the window would repeat or lose some. "
-                f"Received: a state saved at {where}. Resume with the shard count it was "
-                "saved with, or from a checkpoint at a window boundary."
-            )
-            raise errors.ElasticResumeError(msg)
-        if layout.known_counts and inside % layout.batch_size:
-            msg = (
-                "Cannot resume between two batches of a window: the position must be a batch "
-                f"boundary (a multiple of batch_size={layout.batch_size} into the window). "
-                f"Received: a state at {where}."
-            )
-            raise errors.ElasticResumeError(msg)
 
     def tasks(self, position: int, layout: positions.Layout | None = None) -> Iterator[Task]:
         """One task per batch (per window for a windowed stage) from normalised `position`

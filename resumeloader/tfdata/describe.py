@@ -27,13 +27,12 @@ _CAPTION = (
     "re-read, recomputed: redone after a restore, so read-ahead is never lost. "
     "constant: the data itself."
 )
-Row = tuple[str, str, str, str]
+Row = delivery_lib.Row
 
 
-def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.Delivery) -> list[Row]:
+def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.DeliveryPath) -> list[Row]:
     pipeline = plan.pipeline
-    source = pipeline.source
-    record = delivery.producer.spec.describe()
+    record = delivery.engine.producer.spec.describe()
     epochs = "endless" if plan.num_epochs is None else f"{plan.num_epochs} epochs"
     rows: list[Row] = [
         ("position", "int64 tf.Variable, advanced by the consumer", "int64", "CHECKPOINTED"),
@@ -44,13 +43,8 @@ def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.Delivery) -> list[Ro
             "record index",
             "derived",
         ),
+        delivery.source_row(),
     ]
-    if delivery.path == "gather":  # arrays, no record stage: no Python per record
-        rows.append(("source", f"{source.description}, as constant tensors", record, "constant"))
-    else:
-        access = "read_batch(indices)" if delivery.path == "read_batch" else "source[index]"
-        element = record if not pipeline.record_stages else "record"
-        rows.append(("source", f"{source.description}: {access}", element, "re-read"))
     for stage in pipeline.record_stages:
         name = "map_fn" if stage.name == "map" else stage.name
         rows.append((name, stage.describe(), record, "derived"))
@@ -69,7 +63,7 @@ def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.Delivery) -> list[Ro
 def describe(
     title: str,
     plan: plan_lib.Plan,
-    delivery: delivery_lib.Delivery,
+    delivery: delivery_lib.DeliveryPath,
     *,
     console: Console | None = None,
 ) -> str:
@@ -92,7 +86,7 @@ def describe(
         │ sampler        │ IndexSampler: shuffled, seed 0, 1      │ record index    │ derived      │
         │                │ epochs, shard 0/1                      │                 │              │
         │ source         │ ndarray of arrays, as constant tensors │ float32[3]      │ constant     │
-        │ from_generator │ index array of each batch              │ int64[None]     │ recomputed   │
+        │ from_generator │ gather path: index array of each batch │ int64[None]     │ recomputed   │
         │ map            │ tf.gather(source, indices)             │ float32[None,3] │ recomputed   │
         │ prefetch       │ prefetch(AUTOTUNE)                     │ float32[None,3] │ recomputed   │
         └────────────────┴────────────────────────────────────────┴─────────────────┴──────────────┘
@@ -109,7 +103,7 @@ def describe(
     table.add_column("stage", no_wrap=True)
     for column in ("what", "element", "state"):
         table.add_column(column, overflow="fold")
-    for row in [*_order_rows(plan, delivery), *delivery.describe()]:
+    for row in [*_order_rows(plan, delivery), *delivery.describe_rows()]:
         table.add_row(*(Text(cell) for cell in row))  # Text: no markup, `[i]` stays
     buffer = io.StringIO()
     # force_jupyter=False: in a notebook rich would otherwise display the table and

@@ -132,7 +132,7 @@ def pipeline(plan: plan_lib.Plan, input_context: Any) -> InputPipeline:
 
 def dataset(
     plan: plan_lib.Plan,
-    delivery: delivery_lib.Delivery,
+    delivery: delivery_lib.DeliveryPath,
     input_context: Any,
     position: Callable[[], int],
 ) -> tf.data.Dataset:
@@ -148,7 +148,8 @@ def dataset(
 
     def generate() -> Generator[Any, None, None]:
         start = pipe.start(position(), per_epoch)
-        yield from delivery.batches(pipe.plan, pipe.layout, start)
+        made = delivery.engine.batches(start, plan=pipe.plan, layout=pipe.layout)
+        yield from delivery_lib.without_ends(made)
 
     size = pipe.per_replica_batch_size
     rebatch = size if pipe.replicas_per_pipeline > 1 else None

@@ -1,11 +1,12 @@
-"""In-memory array sources without a ``map_fn``: batches gathered inside tf.data.
+"""The ``gather`` path: in-memory numeric columns without a record stage, gathered in tf.data.
 
 For such sources Python only computes the record indices, CHUNK batches of one size
 per ``from_generator`` element; tf.data gathers a chunk's records with one gather per
 column in its own threads and splits the chunk into its batches (``unbatch`` of a
 ``[batches, batch_size, ...]`` tensor), which costs much less than converting a NumPy
-batch per ``from_generator`` call. The stream is identical to the generic path: the
-same tasks, cut the same way.
+batch per ``from_generator`` call. The stream is identical to the produced paths': the
+same tasks, cut the same way (``for batch in loader`` reads each batch with one fancy
+index, through the engine).
 
 Each column is read where it is, nothing copied before the first batch
 (`resumeloader.tfdata.columns`). There is no size limit: nothing is embedded in a
@@ -13,6 +14,7 @@ graph, and tf.data's static optimisations, whose graph rewrite would copy every
 captured tensor on each new iterator, are switched off for this dataset (its one map
 is parallel and ordered already).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -22,11 +24,11 @@ import numpy as np
 import optree
 import tensorflow as tf
 
-from resumeloader.core import spec as spec_lib
+from resumeloader.handout import engine as engine_lib
 from resumeloader.tfdata import columns as columns_lib
-from resumeloader.tfdata import generator, graph
+from resumeloader.tfdata import delivery, generator, graph
 
-__all__ = ["Gatherer"]
+__all__ = ["GatherPath"]
 
 _KINDS = "biuf"  # bool, signed, unsigned, float
 # Batches whose index arrays travel through from_generator together.
@@ -37,26 +39,67 @@ def _is_spec(x: Any) -> bool:
     return isinstance(x, tf.TensorSpec)
 
 
-class Gatherer:
-    """Builds the gather pipeline of in-memory columns (see `supports`)."""
+class GatherPath(delivery.DeliveryPath):
+    """In-memory numeric columns read by one batched read per batch, fixed-shape rows
+    stacked as read, no workers: gathered in tf.data (`columns.Column`)."""
 
-    def __init__(self, leaves: list[np.ndarray], treespec: Any) -> None:
-        self._leaves = leaves
-        self._treespec = treespec
-        self._columns: list[columns_lib.Column] | None = None
+    name = "gather"
 
-    @staticmethod
-    def supports(leaves: list[np.ndarray], treespec: Any, spec: spec_lib.RecordSpec) -> bool:
-        """Whether in-memory columns can be gathered in the graph: numeric leaves that
-        match `spec`, of any size."""
-        if treespec != spec.treespec:
+    @classmethod
+    def accepts(cls, engine: engine_lib.Engine) -> bool:
+        pipeline, producer = engine.plan.pipeline, engine.producer
+        stage = pipeline.batch_stage
+        spec = producer.output_spec
+        if not (
+            producer.reads_batches
+            and not engine.backend.parallel  # workers asked for: let them make the batches
+            and stage is not None and stage.stacks
+            and not spec.variable
+            and not pipeline.batch_map_stages  # Python on every batch
+        ):
+            return False
+        columns = pipeline.source.columns()
+        if columns is None or columns[1] != spec.treespec:
             return False
         return all(
             leaf.dtype.kind in _KINDS and want.accepts(leaf[0])
-            for leaf, want in zip(leaves, spec.leaves, strict=True)
+            for leaf, want in zip(columns[0], spec.leaves, strict=True)
         )
 
-    def dataset(
+    def __init__(self, engine: engine_lib.Engine, *, prefetch: int | None) -> None:
+        super().__init__(engine, prefetch=prefetch)
+        columns = engine.plan.pipeline.source.columns()
+        assert columns is not None
+        self._leaves, self._treespec = columns
+        self._columns: list[columns_lib.Column] | None = None
+
+    def handover(
+        self, begin: Callable[[], tuple[int, Any]], watch: delivery.Watch | None
+    ) -> tf.data.Dataset:
+        def indices() -> Iterator[Any]:
+            position, layout = begin()
+            return self.engine.indices(position, layout=layout, watch=watch)
+
+        seeded = self.finisher.seeded
+        ds = self._gathered(
+            indices, graph.element_spec(self.spec, self.batch_dim, seeded), with_metadata=seeded
+        )
+        return self.prefetched(self.finisher.map(ds, self.batch_dim))
+
+    def source_row(self) -> delivery.Row:
+        pipeline = self.engine.plan.pipeline
+        record = self.engine.producer.spec.describe()
+        return ("source", f"{pipeline.source.description}, as constant tensors", record,
+                "constant")
+
+    def handover_rows(self) -> list[delivery.Row]:
+        return [
+            ("from_generator", "gather path: index array of each batch", "int64[None]",
+             "recomputed"),
+            ("map", "tf.gather(source, indices)", self.batch_text(), "recomputed"),
+        ]
+
+    def _gathered(
         self,
         indices: Callable[[], Iterator[Any]],
         element_spec: Any,

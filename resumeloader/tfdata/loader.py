@@ -29,12 +29,11 @@ from resumeloader.core import shard as shard_lib
 from resumeloader.core import state as state_lib
 from resumeloader.core import validate
 from resumeloader.handout import consumption, lineage
+from resumeloader.handout import engine as engine_lib
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.stages import resume_point
-from resumeloader.tfdata import delivery as delivery_lib
 from resumeloader.tfdata import describe as describe_lib
-from resumeloader.tfdata import distribute, guard
+from resumeloader.tfdata import distribute, guard, paths
 from resumeloader.tfdata import position as position_lib
 from resumeloader.workers import options
 
@@ -208,18 +207,18 @@ class ResumableLoader(tf.train.experimental.PythonState):
             )
             raise TypeError(msg)
         self._plan = plan_lib.Plan(pipeline, num_epochs=num_epochs, shard=shard)
-        self._delivery = delivery_lib.Delivery(
+        self._engine = engine_lib.Engine(
             self._plan,
-            workers=options.Workers() if workers is None else workers,
-            prefetch=prefetch,
+            options.Workers() if workers is None else workers,
             with_metadata=validate.boolean("with_metadata", with_metadata),
         )
+        self._delivery = paths.choose(self._engine, prefetch=prefetch)
         self._layout = self._plan.layout
         self._position = position_lib.Position(self._layout)
         self._dataset: tf.data.Dataset | None = None
         # Gone (nothing holds it: it is in no cycle), the loader releases its worker
         # processes; an iteration still running keeps them until it ends.
-        weakref.finalize(self, self._delivery.backend.release)
+        weakref.finalize(self, self._engine.backend.release)
 
     def close(self) -> None:
         """Stops the loader's worker processes, if any; iterating again restarts them.
@@ -228,7 +227,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         ``with`` block closes it on leaving.
         """
         self._position.drop_started()
-        self._delivery.close()
+        self._engine.close()
 
     def __enter__(self) -> ResumableLoader:
         return self
@@ -280,12 +279,12 @@ class ResumableLoader(tf.train.experimental.PythonState):
     @property
     def with_metadata(self) -> bool:
         """Whether batches are (data, per-record metadata)."""
-        return self._delivery.with_metadata
+        return self._engine.with_metadata
 
     @property
     def workers(self) -> options.Workers:
         """The `Workers` that make the batches."""
-        return self._delivery.workers
+        return self._engine.workers
 
     @property
     def shard(self) -> shard_lib.Shard:
@@ -473,10 +472,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         # dataset, and a dataset holding it back would make a cycle that only the cyclic
         # garbage collector frees, its worker processes with it.
         ds = self._delivery.dataset(
-            self._position.read,
-            rest_of_epoch=rest_of_epoch,
-            element_spec=self.element_spec,
-            watch=self._position.ledger.watch,
+            self._position.read, rest_of_epoch=rest_of_epoch, watch=self._position.ledger.watch
         )
         # Keras fixes an epoch's length from the cardinality at fit start, so the
         # one-epoch dataset (whose first epoch may be short after a resume) keeps it
@@ -633,7 +629,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             ValueError: a negative step or position, or one past the end.
         """
         plan = self._plan_with(batch_size)
-        return lineage.records_at(plan, self._delivery.producer, steps=steps, positions=positions)
+        return lineage.records_at(plan, self._engine.producer, steps=steps, positions=positions)
 
     def batch_at(
         self, step: int | None = None, *, position: int | None = None,
@@ -675,15 +671,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         far are made durable first (fsync), so no checkpoint outlives them.
         """
         position_lib.eager_only("loader.get_state()")
-        self._delivery.sync()
-        epoch, offset = divmod(self.position, self._layout.records_per_epoch)
-        return state_lib.make(
-            self._plan.order_fields(),
-            epoch=epoch,
-            offset=offset * self._plan.shard.count,
-            shard_count=self._plan.shard.count,
-            batch_size=self.batch_size,
-        )
+        return self._engine.state_of(self.position)
 
     def set_state(self, state: dict[str, Any] | str | bytes) -> None:
         """Restores a state from `get_state` (or its JSON text); validates before changing anything.
@@ -699,10 +687,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 position lies inside a batch of a windowed stage (an edited state).
             StreamIntegrityError: a ``for batch in loader`` is live.
         """
-        self._position.ledger.check_position_change("set_state")
-        position = resume_point.position_of(self._plan, state)
-        self._delivery.check_restore(self._layout.normalise(position))
-        self._position.set(position)
+        self._position.set(self._engine.resume(state))
 
     def serialize(self) -> str:
         """`tf.train.experimental.PythonState` hook: the state as JSON text."""

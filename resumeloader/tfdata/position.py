@@ -108,16 +108,16 @@ class Position:
         return position
 
     def set(self, position: int) -> None:
-        """Restores `position` (validated by the caller).
+        """Restores normalised `position` (validated by the caller: `Engine.resume`).
 
         Raises:
             StreamIntegrityError: a ``for batch in loader`` is live.
         """
         self.ledger.check_position_change("set_state")
-        self.variable.assign(self._layout.normalise(position))
+        self.variable.assign(position)
         self.ledger.restored()
         self.ledger.moved()
-        self._moved_to(self._layout.normalise(position))
+        self._moved_to(position)
 
     def advance(self, num_batches: Any) -> None:
         """Advances by `num_batches` batches, eagerly (checked) or in a graph (ordered).

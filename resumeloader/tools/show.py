@@ -30,9 +30,8 @@ from typing import IO, Any
 
 from rich.console import Console
 
-from resumeloader.handout import lineage
+from resumeloader.handout import lineage, resume
 from resumeloader.stages import plan as plan_lib
-from resumeloader.stages import resume_point
 from resumeloader.tools import factory, quiet
 from resumeloader.tools import inspect as inspect_lib
 from resumeloader.workers import produce
@@ -86,7 +85,8 @@ def _load(spec: str) -> factory.Made:
 def _restored(made: factory.Made, state: dict[str, Any]) -> tuple[plan_lib.Plan, int]:
     """The plan of what the function made, and the position `state` names in it."""
     if made.loader is None:  # a Pipeline: no loader, so no TensorFlow
-        return made.plan, resume_point.position_of(made.plan, state)
+        producer = produce.BatchProducer(made.plan.pipeline)
+        return made.plan, resume.resume(made.plan, producer, state)
     made.loader.set_state(state)
     return made.loader.plan, made.loader.position
 

@@ -51,9 +51,18 @@ class Backend(Protocol):
 
     #: The `Workers.kind` it is registered under.
     kind: ClassVar[str]
-    #: The fields of `Workers` it takes besides `num_workers` and `kind`; a `Workers` of
-    #: its kind that sets another one (a field of another backend) is refused.
+    #: The fields of `Workers` it takes besides `num_workers`, `kind` and `options`
+    #: (``timeout``, ``window``); a `Workers` of its kind that sets another is refused.
     option_fields: ClassVar[tuple[str, ...]]
+    #: The type of its own options value (`Workers.options`; e.g. `DaskOptions`), made
+    #: with no arguments when none is given; None: it takes none.
+    options_type: ClassVar[type | None]
+    #: Whether the source is read in the process that hands batches out (so read-ahead
+    #: hints reach the reads: `resumeloader.workers.readahead`).
+    reads_in_this_process: bool
+    #: Whether it makes several tasks at once (a delivery path that makes batches
+    #: without the backend is then not chosen: the user asked for workers).
+    parallel: bool
 
     @classmethod
     def check(cls, workers: Any) -> None:

@@ -11,9 +11,10 @@ the batch wire format (`resumeloader.core.wire`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ import optree
 from resumeloader import errors
 from resumeloader.core import buffers, handoff, wire
 from resumeloader.core import spec as spec_lib
+from resumeloader.sources import base as sources_base
 from resumeloader.stages import base as stages_base
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
@@ -98,8 +100,9 @@ class BatchProducer:
         self._stages = pipeline.record_stages
         assert pipeline.batch_stage is not None
         self._batch_stage = pipeline.batch_stage
-        # Without record stages a batched source returns whole batches in one call.
-        self.reads_batches = not self._stages and self._source.batched
+        # Without record stages a source with `read_batch` returns whole batches in one call.
+        self._read_batch_of = sources_base.optional(self._source, "read_batch")
+        self.reads_batches = not self._stages and self._read_batch_of is not None
         self._records = records.Records(self._source, self._stages, seed=self._seed)
         policy = pipeline.error_policy
         self._policy = policy if policy.replaces else None
@@ -140,15 +143,25 @@ class BatchProducer:
     def _batch(self, task: plan_lib.Task) -> Produced:
         return self._grouped(self._columns(task), task)
 
-    def groups(self, task: plan_lib.Task) -> list[stages_base.Group]:
-        """The batches of a windowed stage's window `task` as groups of its slots (what
-        lineage needs: which records each batch holds), without assembling them."""
+    def groups(self, task: plan_lib.Task, *, replacing: bool = False) -> list[stages_base.Group]:
+        """The batches of a windowed stage's window `task` as groups of its slots (which
+        records each batch holds: what lineage and a restore's check need), without
+        assembling them; `replacing`, a failing record is replaced as the error policy
+        says (the groups are then the stream's; which records replaced which is not
+        returned)."""
         stage = self._batch_stage
         assert isinstance(stage, stages_base.WindowedBatchStage)
-        return stage.group(
-            self._columns(task), self.spec, seed=self._seed, epoch=task.epoch,
-            window=task.window,
-        )
+        try:
+            columns = self._columns(task)
+        except errors.RecordError:
+            if self._policy is None or not replacing:
+                raise
+            columns = self._columns_replacing(task)[0]
+        with self._naming_group_errors(task):
+            return stage.group(
+                columns, self.spec, seed=self._seed, epoch=task.epoch,
+                window=task.window,
+            )
 
     def _columns(self, task: plan_lib.Task) -> list[Any]:
         """The checked leaves of `task`'s records, column by column."""
@@ -160,21 +173,11 @@ class BatchProducer:
     # -- the batch stage's part ------------------------------------------------------
     def _grouped(self, columns: list[Any], task: plan_lib.Task) -> Produced:
         """The task's batches from its records' checked `columns`."""
-        stage = self._batch_stage
-        try:
-            made = stage.batches(
+        with self._naming_group_errors(task):
+            made = self._batch_stage.batches(
                 columns, self.spec, seed=self._seed, epoch=task.epoch,
                 window=task.window,
             )
-        except stages_base.GroupError as err:
-            index, position = int(task.indices[err.slot]), task.position + err.slot
-            msg = (
-                f"Record index {index} (epoch {task.epoch}, position {position}) does not fit "
-                f"the batch stage `{stage.name}`: {err}"
-            )
-            raise errors.RecordSpecError(
-                msg, record_index=index, epoch=task.epoch, position=position
-            ) from err
         batches = made.leaves
         if self._maps:
             starts = np.cumsum([0, *made.counts[:-1]]).tolist()
@@ -183,6 +186,21 @@ class BatchProducer:
                 for leaves, start, count in zip(batches, starts, made.counts, strict=True)
             ]
         return Produced([self._encoded(leaves) for leaves in batches], made.counts, made.rows)
+
+    @contextlib.contextmanager
+    def _naming_group_errors(self, task: plan_lib.Task) -> Iterator[None]:
+        """A record that does not fit the batch stage raises `RecordSpecError` naming it."""
+        try:
+            yield
+        except stages_base.GroupError as err:
+            index, position = int(task.indices[err.slot]), task.position + err.slot
+            msg = (
+                f"Record index {index} (epoch {task.epoch}, position {position}) does not fit "
+                f"the batch stage `{self._batch_stage.name}`: {err}"
+            )
+            raise errors.RecordSpecError(
+                msg, record_index=index, epoch=task.epoch, position=position
+            ) from err
 
     def _mapped(self, leaves: list[Any], task: plan_lib.Task, start: int, count: int) -> list[Any]:
         """A batch's leaves run through the batch map stages (a plain stage's batch: its
@@ -207,6 +225,14 @@ class BatchProducer:
     def _batch_replacing(self, task: plan_lib.Task) -> Produced:
         """`task`'s batches made again record by record, each failing record replaced as
         the error policy says; the replacements are left in `skips`."""
+        columns, skips = self._columns_replacing(task)
+        produced = self._grouped(columns, task)
+        self.skips.put(task, skips)
+        return produced
+
+    def _columns_replacing(self, task: plan_lib.Task) -> tuple[list[Any], list[dict[str, Any]]]:
+        """The checked leaves of `task`'s records read one by one, each failing record
+        replaced, and the replacements."""
         epoch = task.epoch
         columns: list[list[np.ndarray]] = [[] for _ in self.spec.leaves]
         skips = []
@@ -220,9 +246,7 @@ class BatchProducer:
                 skips.append(skip)
             for column, leaf in zip(columns, leaves, strict=True):
                 column.append(leaf)
-        produced = self._grouped(columns, task)
-        self.skips.put(task, skips)
-        return produced
+        return columns, skips
 
     def _checked(self, index: int, *, epoch: int, position: int) -> list[np.ndarray]:
         record = self.record(index, epoch=epoch, position=position)
@@ -264,7 +288,8 @@ class BatchProducer:
 
     def _read_batch(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
         try:
-            batch = self._source.read_batch(indices)
+            assert self._read_batch_of is not None
+            batch = self._read_batch_of(indices)
         except Exception as err:
             raise checks.batch_error("read_batch", err, indices, epoch, position) from err
         if self._exact:

@@ -80,3 +80,18 @@ def test_repr_is_one_line():
     text = repr(_loader(workers=resumeloader.Workers(1)))
     assert "\n" not in text
     assert text.startswith("ResumableLoader(num_records=10, batch_size=4, seed=5")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "path"),
+    [
+        ({}, "gather"),
+        ({"workers": resumeloader.Workers(1)}, "read_batch"),
+        ({"map_fn": fns.augment}, "records"),
+    ],
+    ids=["arrays", "arrays-1-worker", "map_fn"],
+)
+def test_describe_names_the_delivery_path(kwargs, path):
+    """The hand-over row names the delivery path the loader took."""
+    text = _loader(**kwargs).describe()
+    assert f"{path} path:" in text
