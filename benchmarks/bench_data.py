@@ -50,7 +50,7 @@ import numpy as np
 import tensorflow as tf
 from _results import Column, Report, Table, Target
 
-from resumeloader import Pipeline, ResumableLoader
+from resumeloader import Pipeline, ResumableLoader, Workers
 from resumeloader.sources import ArrayRecordSource, TFRecordSource, tfrecord_index
 
 BATCH = 128
@@ -268,8 +268,7 @@ def contenders(data: dict[str, Any], root: str, slow_limit: int) -> dict[str, tu
                 seed=0,
                 num_epochs=1,
                 map_fn=python_parse_decode,
-                num_workers=2,
-                worker_type="thread",
+                workers=Workers(2, kind="thread"),
             ),
             slow_limit,
         ),

@@ -45,7 +45,8 @@ def _ours(source: np.ndarray, fn: Callable[..., object], workers: int = 0,
     import resumeloader
 
     return lambda: _common.steady_rate(lambda: resumeloader.ResumableLoader(
-        source, batch_size=BATCH, seed=SEED, map_fn=fn, num_workers=workers, worker_type=kind
+        source, batch_size=BATCH, seed=SEED, map_fn=fn,
+        workers=resumeloader.Workers(workers, kind=kind if workers else None),
     ))
 
 

@@ -147,7 +147,9 @@ def contenders(sources: dict[str, Any], num_batches: int) -> dict[str, Callable[
     grain_iterator = iter(grain_mix.to_iter_dataset(_GRAIN_OPTIONS()))
 
     # NumPy floor: the order precomputed (not timed), one fancy-index per source per batch.
-    keys = loader.pipeline.index_stage.indices(0, np.arange(num_batches * BATCH))
+    keys = loader.pipeline.index_stage.indices(
+        0, np.arange(num_batches * BATCH), seed=loader.pipeline.seed
+    )
     concat = loader.pipeline.source
 
     def numpy_reference() -> int:

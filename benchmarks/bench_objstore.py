@@ -1,6 +1,6 @@
 """Object storage: TFRecord objects in a local S3 server behind 20 ms per request, side by side.
 
-    python benchmarks/bench_objstore.py [--quick] [--rounds 3]
+    python benchmarks/bench_objstore.py [--quick] [--rounds 3] [--build-only OBJECTS]
 
 Writes 16 TFRecord objects of ``tf.train.Example`` records of 3 KB (20,000 records;
 4,000 with ``--quick``) into moto's S3 server on 127.0.0.1, behind a proxy that adds
@@ -27,13 +27,21 @@ batch. Then: restore to the first batch at epoch 50 of a 1,000,000-record object
 (100,000 with ``--quick``; index cached), median of 5; and one epoch in the block order
 under each fault kind of the proxy (503, reset, truncated body, slow body): records
 lost, duplicated, partial. The slow contenders are timed over their first batches only.
+Last, building a ``TFRecordSource`` over a glob of 10,000 small objects (1,000 with
+``--quick``) on the local S3 server without added latency (a server of its own): wall
+and CPU seconds and requests per object counted at the proxy, without sidecar indexes
+(each object read once) and with them (each sidecar read once); ``--build-only N``
+runs only this table, over N objects.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import io
 import os
+import shutil
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -59,10 +67,11 @@ from resumeloader.sources import (
     ArrayRecordSource,
     IndexableSource,
     ObjectReads,
+    Storage,
     TFRecordSource,
-    fetch,
     tfrecord_index,
 )
+from resumeloader.sources.storage import fetch
 
 BATCH = 128
 WARMUP = 4  # batches before the clock starts (the first one's time is its own column)
@@ -182,7 +191,7 @@ def restore_first_batch(store: dict[str, Any], num: int, rounds: int) -> tuple[f
     url, index_dir, proxy = store["url"](key), store["index_dir"], store["proxy"]
 
     def loader() -> ResumableLoader:
-        source = TFRecordSource(url, index_dir=index_dir, object_reads=READS)
+        source = TFRecordSource(url, index_dir=index_dir, storage=Storage(reads=READS))
         pipeline = Pipeline(source, seed=0).shuffle(block="4MiB").batch(BATCH)
         return ResumableLoader.from_pipeline(pipeline)
 
@@ -254,7 +263,9 @@ def array_record_table(written: list[bytes], folder: str, direct: Any, rounds: i
     for _ in range(rounds):
         copies = tempfile.mkdtemp(prefix="copies-", dir=folder)
         cpu, start = _common.cpu_seconds(), time.perf_counter()
-        on_s3 = ArrayRecordSource("s3://bench/ar-*.array_record", cache_dir=copies)
+        on_s3 = ArrayRecordSource(
+            "s3://bench/ar-*.array_record", storage=Storage(cache_dir=copies)
+        )
         builds.append((time.perf_counter() - start,
                        (_common.cpu_seconds() - cpu) * 1e6 / len(written)))
         for name, source in ((s3, on_s3), (disk, local)):
@@ -270,6 +281,73 @@ def array_record_table(written: list[bytes], folder: str, direct: Any, rounds: i
     for name, samples in epochs.items():
         table.add(name=name, rate=statistics.median(r for r, _ in samples),
                   cpu_us=statistics.median(c for _, c in samples))
+    return table.finish(load)
+
+
+def build_table(count: int) -> Table:
+    """Building a TFRecordSource over a glob of `count` small objects: seconds, CPU seconds
+    (this process) and requests per object, without and with sidecar indexes."""
+    from resumeloader import cli
+
+    table = Table(
+        "build", f"Building a source over {count:,} small TFRecord objects", "bench_objstore.py",
+        "TFRecordSource over one glob of objects of 2 records (about 100 bytes) in moto's "
+        "S3 server (a process of its own, no added latency), an empty index folder; timed "
+        "against the server itself, then built again through the counting proxy for the "
+        "requests (listings included).",
+        [Column("name", "case"), Column("seconds", "seconds", ",.1f"),
+         Column("cpu", "CPU seconds", ",.1f"), Column("per_object", "requests/object", ".3f"),
+         Column("lists", "listings", ",d")],
+    )
+    load = _results.load_average()
+    with _objstore.s3_process(0.0) as (endpoint, proxy):
+        import s3fs
+
+        direct = s3fs.S3FileSystem(endpoint_url=endpoint, key="testing", secret="testing")
+        direct.call_s3("create_bucket", Bucket="many")
+        data = {
+            f"many/part-{i:05d}.tfrecord": _objstore.tfrecord_bytes([b"%d" % i, b"x" * 40])
+            for i in range(count)
+        }
+        direct.pipe(data)
+
+        def build(via: str) -> float:
+            """Seconds to build the source with empty index and cache folders."""
+            folder = tempfile.mkdtemp(prefix="bench-build-")
+            fetch.clear()
+            options = {"endpoint_url": via, "key": "testing", "secret": "testing",
+                       "client_kwargs": {"region_name": "us-east-1"}}
+            try:
+                start = time.perf_counter()
+                source = TFRecordSource(
+                    "s3://many/part-*.tfrecord", index_dir=os.path.join(folder, "index"),
+                    storage=Storage(options=options, cache_dir=folder),
+                )
+                seconds = time.perf_counter() - start
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            assert len(source) == 2 * count
+            return seconds
+
+        for name, sidecars in (("no sidecars: each object read once", False),
+                               ("sidecars: each sidecar read once", True)):
+            if sidecars:
+                saved = dict(os.environ)
+                os.environ.update(_objstore.s3_environment(endpoint))
+                try:
+                    with contextlib.redirect_stdout(io.StringIO()):  # a line per object
+                        cli.main(["index", "s3://many/part-*.tfrecord"])
+                finally:
+                    os.environ.clear()
+                    os.environ.update(saved)
+            cpu = time.process_time()
+            seconds = build(endpoint)
+            cpu = time.process_time() - cpu
+            proxy.clear()
+            build(proxy.url)
+            requests = proxy.requests
+            table.add(name=name, seconds=seconds, cpu=cpu,
+                      per_object=sum(requests.values()) / count, lists=requests.get("list", 0))
     return table.finish(load)
 
 
@@ -297,10 +375,10 @@ def run(quick: bool, rounds: int) -> Report:
             direct.pipe_file(f"bench/train-{part:02d}.tfrecord", data)
         url = "s3://bench/train-*.tfrecord"
         index_dir = os.path.join(folder, "index")
-        on_s3 = TFRecordSource(url, index_dir=index_dir, object_reads=READS)
+        on_s3 = TFRecordSource(url, index_dir=index_dir, storage=Storage(reads=READS))
         local = TFRecordSource(os.path.join(folder, "train-*.tfrecord"), index_dir=index_dir)
-        wide = TFRecordSource(url, index_dir=index_dir, object_reads=ObjectReads(
-            cache_bytes=48 << 20, readahead_bytes=32 << 20, gap_bytes=64 << 10))
+        wide = TFRecordSource(url, index_dir=index_dir, storage=Storage(reads=ObjectReads(
+            cache_bytes=48 << 20, readahead_bytes=32 << 20, gap_bytes=64 << 10)))
         fs = s3fs.S3FileSystem(skip_instance_cache=True)  # the endpoint from AWS_ENDPOINT_URL
         paths = [os.path.join(folder, f"train-{part:02d}.tfrecord") for part in range(OBJECTS)]
         hand = PerRecord(
@@ -381,9 +459,9 @@ def run(quick: bool, rounds: int) -> Report:
         restore.finish(load)
         array_records = array_record_table(written, folder, direct, rounds)
         faults = faults_table(
-            lambda: Pipeline(TFRecordSource(url, index_dir=index_dir, object_reads=ObjectReads(
-                backoff=0.01, timeout=1.0, cache_bytes=48 << 20)), seed=1).shuffle(block="1MiB")
-            .batch(BATCH), written, proxy)
+            lambda: Pipeline(TFRecordSource(url, index_dir=index_dir, storage=Storage(
+                reads=ObjectReads(backoff=0.01, timeout=1.0, cache_bytes=48 << 20))), seed=1)
+            .shuffle(block="1MiB").batch(BATCH), written, proxy)
     block, by = results["block"]["rate"], results
     targets = [
         Target("block order over S3 (+20 ms) / same on local disk", block / by["local"]["rate"],
@@ -398,7 +476,19 @@ def run(quick: bool, rounds: int) -> Report:
                float(sum(r["lost"] + r["duplicated"] + r["partial"] for r in faults.rows)), 0,
                unit="", at_most=True, item="21"),
     ]
-    return Report([table, restore, array_records, faults], targets)
+    build = build_table(1_000 if quick else 10_000)
+    return Report([table, restore, array_records, faults, build], targets + build_targets(build))
+
+
+def build_targets(build: Table) -> list[Target]:
+    """The build table's targets: 10,000 objects in 60 s, 1.05 requests per object."""
+    cold = {row["name"]: row for row in build.rows}["no sidecars: each object read once"]
+    return [
+        Target(f"build over {build.title.split()[4]} small objects, no sidecars",
+               cold["seconds"], 60, unit=" s", at_most=True, item="29.4"),
+        Target("build: requests per object (listings included)", cold["per_object"], 1.05,
+               unit="", at_most=True, item="29.4"),
+    ]
 
 
 def _objects_per_batch(per_object: int, batches: range) -> float:
@@ -419,9 +509,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4,000 records, 1 round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--build-only", type=int, metavar="OBJECTS", default=0,
+        help="only the build table, over this many objects",
+    )
     _common.add_json_option(parser)
     args = parser.parse_args()
     timer = _results.Timer(_results.command_line(), args.quick)
+    if args.build_only:  # printed only: the results file keeps the full run's tables
+        build = build_table(args.build_only)
+        print(Report([build], []).markdown)
+        print()
+        print(_results.targets_table(build_targets(build)))
+        return
     _common.finish(run(args.quick, 1 if args.quick else args.rounds), timer, args.json)
 
 

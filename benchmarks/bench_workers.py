@@ -59,7 +59,7 @@ def _name(workers: int, kind: str) -> str:
 def _loader(records: np.ndarray, workers: int, kind: str) -> resumeloader.ResumableLoader:
     return resumeloader.ResumableLoader(
         records, batch_size=BATCH, seed=0, map_fn=_common.burn_python, num_epochs=None,
-        num_workers=workers, worker_type=kind,
+        workers=resumeloader.Workers(workers, kind=kind if workers else None),
     )
 
 
@@ -96,7 +96,7 @@ def fit_seconds(records: np.ndarray, labels: np.ndarray, workers: int, kind: str
     loader = resumeloader.ResumableLoader(
         (records, labels), batch_size=BATCH, seed=0, num_epochs=epochs,
         map_fn=lambda record, rng: (_common.burn_python(record[0]), record[1]),
-        num_workers=workers, worker_type=kind,
+        workers=resumeloader.Workers(workers, kind=kind if workers else None),
     )
     model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8, activation="relu"),
                               keras.layers.Dense(1)])

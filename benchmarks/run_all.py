@@ -24,8 +24,12 @@ run was loaded (`_results.Target`).
 targets stand; publish figures from a full run on an otherwise idle machine.
 
 The scripts: bench_loader.py ((a) in-memory throughput, (b) restore latency, (c)
-checkpoint size), bench_overhead.py ((d) fixed cost per batch, (e) per-record ``map_fn``
-overhead), bench_arrays.py ((f) in-memory arrays below and above 1 GiB), bench_map_fn.py
+checkpoint size), bench_restore.py (the first batch after a restore, with and without
+``start_prefetch``), bench_overhead.py ((d) fixed cost per batch, (e) per-record ``map_fn``
+overhead), bench_augment.py ((r) ``map_batch`` against one generator per batch, (s) the
+``map_fn`` path on small records against the bare function), bench_arrays.py ((f)
+in-memory arrays below and above 1 GiB), bench_first_batch.py ((u) the first batch
+over a 2 GiB ``np.load`` array), bench_map_fn.py
 ((g) workers for a Python ``map_fn`` against tf.data and grain), bench_workers.py ((h)
 worker start-up and Keras ``fit``, TensorFlow imported at the top like a training
 script), bench_sampler.py (index throughput), bench_graph_order.py (the record order
@@ -65,9 +69,9 @@ SECTIONS = ("loader", "overhead", "arrays", "workers", "sampler", "data", "mix",
 
 # The scripts each section runs, each in a process of its own.
 SCRIPTS = {
-    "loader": ["bench_loader"],
-    "overhead": ["bench_overhead"],
-    "arrays": ["bench_arrays"],
+    "loader": ["bench_loader", "bench_restore"],
+    "overhead": ["bench_overhead", "bench_augment"],
+    "arrays": ["bench_arrays", "bench_first_batch"],
     "workers": ["bench_map_fn", "bench_workers"],
     "sampler": ["bench_sampler", "bench_graph_order"],
     "data": ["bench_data", "bench_tfrecord"],

@@ -35,7 +35,7 @@ from resumeloader.errors import (
     WorkerError,
 )
 from resumeloader.sources import RandomAccessSource
-from resumeloader.stages import Pipeline
+from resumeloader.stages.pipeline import Pipeline
 from resumeloader.workers.options import Workers
 
 if TYPE_CHECKING:

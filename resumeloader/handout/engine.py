@@ -77,7 +77,7 @@ class Engine:
         plan = self.plan if plan is None else plan
         layout = plan.layout if layout is None else layout
         tasks = plan.tasks(position, layout)
-        if self.backend.reads_in_this_process and plan.pipeline.source.prefetches:
+        if self.backend.reads_in_this_process:  # a source with `prefetch` reads ahead
             tasks = readahead.hinted(tasks, plan.pipeline.source)
         on_batch = None
         if watch is not None:
@@ -85,8 +85,10 @@ class Engine:
         produced = self.backend.run(tasks)
         if self.quarantine is not None:
             produced = quarantine_lib.handed_out(self.quarantine, plan, self.producer, produced)
-        seed = plan.pipeline.seed if self.labelled else None
-        return stream.batches(produced, layout, position, seed=seed, on_batch=on_batch)
+        return stream.batches(
+            produced, layout, position, seed=plan.pipeline.seed, with_metadata=self.labelled,
+            on_batch=on_batch,
+        )
 
     def indices(
         self, position: int, *, layout: positions.Layout | None = None, watch: Watch | None = None
@@ -100,11 +102,12 @@ class Engine:
         on_batch = None
         if watch is not None:
             tasks, on_batch = watch(position, tasks)
-        seed = plan.pipeline.seed if self.labelled else None
         for task in tasks:
             if on_batch is not None:
                 on_batch(layout.normalise(task.position + len(task.indices)))
-            yield stream.labelled(task.indices, task, None, seed=seed)
+            yield stream.labelled(
+                task.indices, task, None, seed=plan.pipeline.seed, with_metadata=self.labelled
+            )
 
     # -- state -----------------------------------------------------------------------
     def state_of(self, position: int) -> dict[str, Any]:

@@ -44,8 +44,8 @@ def state_of(plan: plan_lib.Plan, position: int) -> dict[str, Any]:
     return state_lib.make(
         plan.order_fields(),
         epoch=epoch,
-        offset=offset * plan.shard_count,
-        shard_count=plan.shard_count,
+        offset=offset * plan.shard.count,
+        shard_count=plan.shard.count,
         batch_size=plan.batch_size,
     )
 
@@ -69,7 +69,7 @@ def resume(plan: plan_lib.Plan, producer: produce.BatchProducer, state: Any) -> 
     saved = state_lib.parse(state)
     state_lib.check_order(saved, plan.order_fields(), explain=plan.pipeline.explain_field)
     epoch, offset = state_lib.local_offset(
-        saved, shard_count=plan.shard_count, num_records=plan.num_records
+        saved, shard_count=plan.shard.count, num_records=plan.num_records
     )
     per_epoch = plan.records_per_epoch
     if epoch * per_epoch + offset > MAX_POSITION:
@@ -80,7 +80,7 @@ def resume(plan: plan_lib.Plan, producer: produce.BatchProducer, state: Any) -> 
         raise errors.StateError(msg)
     position = plan.layout.normalise(epoch * per_epoch + offset)
     _check_history(plan, saved, position)
-    _check_window(plan, producer, position, same_shards=saved["shard_count"] == plan.shard_count)
+    _check_window(plan, producer, position, same_shards=saved["shard_count"] == plan.shard.count)
     return position
 
 

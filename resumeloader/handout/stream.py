@@ -50,11 +50,13 @@ class Watch(Protocol):
     ) -> tuple[Iterator[plan_lib.Task], Callable[[int], None]]: ...
 
 
-def labelled(value: Any, task: plan_lib.Task, rows: np.ndarray | None, *, seed: int | None) -> Any:
-    """`value`, paired with the per-record metadata of its rows when `seed` is given: the
-    task's records in order, or those at the task's slots `rows` (-1: an empty row,
-    keyed as record -1)."""
-    if seed is None:
+def labelled(
+    value: Any, task: plan_lib.Task, rows: np.ndarray | None, *, seed: int, with_metadata: bool
+) -> Any:
+    """`value`, paired `with_metadata` with the per-record metadata of its rows (keyed by
+    the pipeline's `seed`): the task's records in order, or those at the task's slots
+    `rows` (-1: an empty row, keyed as record -1)."""
+    if not with_metadata:
         return value
     if rows is None:
         return value, rng.metadata(seed, task.indices, task.epoch, task.position)
@@ -70,7 +72,8 @@ def batches(
     layout: positions.Layout,
     position: int,
     *,
-    seed: int | None,
+    seed: int,
+    with_metadata: bool,
     on_batch: Callable[[int], None] | None = None,
 ) -> Generator[tuple[Any, int], None, None]:
     """(batch, the position after it) of the tasks' batches from normalised `position` on.
@@ -79,7 +82,8 @@ def batches(
         produced: ``(task, its batches)`` in task order, the first task holding `position`.
         layout: the layout the tasks were cut by.
         position: where the stream starts.
-        seed: the pipeline seed to label batches with metadata, or None.
+        seed: the pipeline's seed (keys the metadata's per-record seeds).
+        with_metadata: whether each batch is paired with its per-record metadata.
         on_batch: called with the position after each batch, as it is produced.
 
     Raises:
@@ -98,7 +102,7 @@ def batches(
             if on_batch is not None:
                 on_batch(end)
             rows = None if out.rows is None else out.rows[number]
-            yield labelled(batch, task, rows, seed=seed), end
+            yield labelled(batch, task, rows, seed=seed, with_metadata=with_metadata), end
 
 
 class EagerBatches:

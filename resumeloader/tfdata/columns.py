@@ -1,83 +1,100 @@
-"""In-memory columns as tensors without a copy (the gather path's source).
+"""In-memory columns as tf.data reads their rows: in place, or gathered by NumPy, never copied.
 
-A NumPy array becomes a tensor that reads it in place (through DLPack) when
-TensorFlow can address it (C-contiguous, writeable or a read-only view of a
-writeable array, native byte order, 64-byte aligned); otherwise the array is copied
-once into aligned memory, and that copy is shared by every loader and iterator over
-the same array (while any of them lives; a copy is matched by the array's memory,
-layout and sampled content digest).
+A `Column` is read in place by ``tf.gather`` (its memory given to a tensor through
+DLPack) when TensorFlow can address it: C-contiguous, writeable or a read-only view of
+a writeable array, native byte order, and 64-byte aligned. TensorFlow's kernels check
+that alignment and abort the process on a tensor aligned less, and the large arrays
+NumPy allocates (``np.load``'s, ``np.empty``'s) start 16 bytes past a 64-byte
+boundary; the rows of such a column, or of a strided, read-only or big-endian one,
+are gathered by NumPy (``tf.numpy_function``) into recycled aligned memory
+(`resumeloader.core.buffers`) that TensorFlow takes over. Either way nothing is
+copied or scanned when the column is made, so the first batch does not wait for the
+array's size.
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 
-from resumeloader.core import buffers
-from resumeloader.sources import digest
+from resumeloader.core import buffers, exiting, handoff
 
-__all__ = ["tensor"]
+__all__ = ["Column"]
 
-# TensorFlow's kernels assume buffers aligned to EIGEN_MAX_ALIGN_BYTES (at most 64) and
-# abort the process on a misaligned one, so only such arrays are read in place.
-_ALIGNMENT = 64
-
-
-def tensor(leaf: np.ndarray) -> tf.Tensor:
-    """`leaf` as a tensor that shares its memory, or shares that of its aligned copy."""
-    leaf = _unlocked(leaf)
-    if not (
-        leaf.flags.c_contiguous
-        and leaf.flags.writeable  # NumPy exports no read-only array through DLPack
-        and leaf.dtype.isnative
-        and buffers.address(leaf) % _ALIGNMENT == 0
-    ):
-        leaf = _shared_copy(leaf)
-    # The tensor keeps `leaf` (and the memory it views) alive until it is freed.
-    return tf.experimental.dlpack.from_dlpack(leaf.__dlpack__())
+# TensorFlow's kernels check that a tensor's buffer is aligned to EIGEN_MAX_ALIGN_BYTES
+# (64) and abort the process otherwise, so only such arrays are read in place.
+_ALIGNMENT = buffers.ALIGNMENT
 
 
-# (address, shape, strides, dtype, content digest) of an array -> (a weak reference to
-# the array that owns that memory, a weak reference to its aligned copy). Every loader
-# and iterator over one array shares one copy, alive while any of their tensors is.
-_COPIES: dict[tuple[Any, ...], tuple[weakref.ref[Any], weakref.ref[np.ndarray]]] = {}
-_COPIES_LOCK = threading.Lock()
+class Column:
+    """One in-memory column as tf.data gathers its rows (see the module docstring): in
+    place through ``tf.gather`` when TensorFlow can address the array, else by NumPy into
+    recycled aligned memory. Nothing is copied when it is made.
+
+    Args:
+        leaf: the column (first dimension: records).
+    """
+
+    def __init__(self, leaf: np.ndarray) -> None:
+        leaf = _unlocked(leaf)
+        #: Whether ``tf.gather`` reads the array's own memory.
+        self.in_place = bool(
+            leaf.flags.c_contiguous
+            and leaf.flags.writeable  # NumPy exports no read-only array through DLPack
+            and leaf.dtype.isnative
+            and buffers.address(leaf) % _ALIGNMENT == 0
+        )
+        self._leaf = leaf
+        self._dtype = leaf.dtype.newbyteorder("=")
+        self._tensor: tf.Tensor | None = None
+
+    def gather(self, index: tf.Tensor) -> tf.Tensor:
+        """The rows at `index` (an int64 vector tensor, within the column), as TensorFlow ops."""
+        if self.in_place:
+            if self._tensor is None:
+                with tf.init_scope():
+                    # The tensor keeps `leaf` (and the memory it views) alive until freed.
+                    self._tensor = tf.experimental.dlpack.from_dlpack(self._leaf.__dlpack__())
+            return tf.gather(self._tensor, index)
+        exiting.install()
+        rows = tf.numpy_function(
+            _weak_take(self), [index], tf.as_dtype(self._dtype), stateful=False
+        )
+        rows.set_shape((index.shape[0], *self._leaf.shape[1:]))
+        return rows
+
+    def take(self, index: np.ndarray) -> np.ndarray:
+        """``leaf[index]`` in native byte order, in recycled memory aligned for TensorFlow
+        (`core/buffers.py`) when large enough to be worth it."""
+        index = handoff.check_indices(index, len(self._leaf))
+        rows = buffers.empty((len(index), *self._leaf.shape[1:]), self._dtype)
+        if self._leaf.dtype.isnative:
+            np.take(self._leaf, index, axis=0, out=rows, mode="clip")  # unbuffered
+        else:
+            rows[...] = self._leaf[index]
+        return rows
 
 
-def _owner(leaf: np.ndarray) -> Any:
-    """The object that owns the memory `leaf` views (its last base), or `leaf`."""
-    owner: Any = leaf
-    while isinstance(owner, np.ndarray) and owner.base is not None:
-        owner = owner.base
-    return owner
+def _weak_take(column: Column) -> Callable[[np.ndarray], np.ndarray]:
+    """`column.take` for ``tf.numpy_function``, holding the column only weakly: in eager
+    mode TensorFlow keeps every ``numpy_function`` callable for the life of the process
+    (see `resumeloader.tfdata.generator`), and with it the array. Each call is
+    `exiting.busy` and refused once the interpreter exits."""
+    ref = weakref.ref(column)
 
+    def take(index: np.ndarray) -> np.ndarray:
+        with exiting.busy():
+            exiting.check("dataset() batches")
+            target = ref()
+            if target is None:
+                msg = "This dataset's loader was garbage collected; keep the dataset referenced."
+                raise RuntimeError(msg)
+            return target.take(index)
 
-def _shared_copy(leaf: np.ndarray) -> np.ndarray:
-    """The aligned copy of `leaf` (`_aligned_copy`), made once for every loader over the
-    same array: keyed by its memory, layout and sampled content (`sources.digest`),
-    valid while the array that owns the memory lives."""
-    owner = _owner(leaf)
-    try:
-        owner_ref = weakref.ref(owner)
-    except TypeError:  # an owner without weak references: no sharing, one copy each
-        return _aligned_copy(leaf)
-    key = (leaf.ctypes.data, leaf.shape, leaf.strides, leaf.dtype.str,
-           digest.columns_digest([leaf]))
-    with _COPIES_LOCK:
-        for stale in [k for k, (o, c) in _COPIES.items() if o() is None or c() is None]:
-            del _COPIES[stale]
-        entry = _COPIES.get(key)
-        if entry is not None and entry[0]() is owner:
-            copy = entry[1]()
-            if copy is not None:
-                return copy
-        copy = _aligned_copy(leaf)
-        _COPIES[key] = (owner_ref, weakref.ref(copy))
-        return copy
+    return take
 
 
 def _unlocked(leaf: np.ndarray) -> np.ndarray:
@@ -99,14 +116,3 @@ def _unlocked(leaf: np.ndarray) -> np.ndarray:
     if offset < 0 or offset + leaf.nbytes > owner.nbytes:
         return leaf
     return np.ndarray(leaf.shape, leaf.dtype, buffer=owner, offset=offset)
-
-
-def _aligned_copy(leaf: np.ndarray) -> np.ndarray:
-    """A C-contiguous, native-order copy of `leaf` starting on an _ALIGNMENT boundary."""
-    dtype = leaf.dtype.newbyteorder("=")
-    size = leaf.size * dtype.itemsize
-    raw = np.empty(size + _ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % _ALIGNMENT
-    copy = raw[start : start + size].view(dtype).reshape(leaf.shape)
-    np.copyto(copy, leaf)
-    return copy

@@ -38,8 +38,8 @@ def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.DeliveryPath) -> lis
         ("position", "int64 tf.Variable, advanced by the consumer", "int64", "CHECKPOINTED"),
         (
             pipeline.index_stage.name,
-            f"{pipeline.index_stage.describe()}, {epochs}, "
-            f"shard {plan.shard_index}/{plan.shard_count}",
+            f"{pipeline.index_stage.describe()}, seed {pipeline.seed}, {epochs}, "
+            f"shard {plan.shard.index}/{plan.shard.count}",
             "record index",
             "derived",
         ),
@@ -54,8 +54,9 @@ def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.DeliveryPath) -> lis
         if batch.window is not None:
             what += "; a restore inside a window recomputes that window"
         rows.append((batch.name, what, f"row {delivery.spec.describe()}", "derived"))
-    for stage in pipeline.batch_map_stages:
-        rows.append((stage.name, stage.describe(), f"row {delivery.spec.describe()}", "derived"))
+    for batch_map in pipeline.batch_map_stages:
+        row = f"row {delivery.spec.describe()}"
+        rows.append((batch_map.name, batch_map.describe(), row, "derived"))
     return rows
 
 

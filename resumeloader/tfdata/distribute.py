@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from resumeloader import errors
 from resumeloader.core import positions
+from resumeloader.core import shard as shard_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import delivery as delivery_lib
 
@@ -114,11 +115,11 @@ def pipeline(plan: plan_lib.Plan, input_context: Any) -> InputPipeline:
             "row-wise function (`map_batch(fn, rowwise=True)`)."
         )
         raise ValueError(msg)
-    sub_plan = plan.sharded(
-        shard_index=plan.shard_index + plan.shard_count * input_context.input_pipeline_id,
-        shard_count=plan.shard_count * pipelines,
-        batch_size=batch_size // pipelines,
+    shard = plan.shard
+    sub_shard = shard_lib.Shard(
+        shard.index + shard.count * input_context.input_pipeline_id, shard.count * pipelines
     )
+    sub_plan = plan.sharded(sub_shard, batch_size=batch_size // pipelines)
     return InputPipeline(
         sub_plan,
         # Epochs end in full global batches, so every sub-plan batch is full too.

@@ -1,18 +1,18 @@
 """The ``gather`` path: in-memory numeric columns without a record stage, gathered in tf.data.
 
 For such sources Python only computes the record indices, CHUNK batches of one size
-per ``from_generator`` element; tf.data gathers a chunk's records with one
-``tf.gather`` per column in its own threads and splits the chunk into its batches
-(``unbatch`` of a ``[batches, batch_size, ...]`` tensor), which costs much less than
-converting a NumPy batch per ``from_generator`` call. The stream is identical to the
-produced paths': the same tasks, cut the same way (``for batch in loader`` reads each
-batch with one fancy index, through the engine).
+per ``from_generator`` element; tf.data gathers a chunk's records with one gather per
+column in its own threads and splits the chunk into its batches (``unbatch`` of a
+``[batches, batch_size, ...]`` tensor), which costs much less than converting a NumPy
+batch per ``from_generator`` call. The stream is identical to the produced paths': the
+same tasks, cut the same way (``for batch in loader`` reads each batch with one fancy
+index, through the engine).
 
-The gather reads the NumPy arrays in place where it can (`resumeloader.tfdata.columns`).
-There is no size limit: nothing is embedded in a graph, and tf.data's static
-optimisations, whose graph rewrite would copy every captured tensor on each new
-iterator, are switched off for this dataset (its one map is parallel and ordered
-already).
+Each column is read where it is, nothing copied before the first batch
+(`resumeloader.tfdata.columns`). There is no size limit: nothing is embedded in a
+graph, and tf.data's static optimisations, whose graph rewrite would copy every
+captured tensor on each new iterator, are switched off for this dataset (its one map
+is parallel and ordered already).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _is_spec(x: Any) -> bool:
 
 class GatherPath(delivery.DeliveryPath):
     """In-memory numeric columns read by one batched read per batch, fixed-shape rows
-    stacked as read, no workers: gathered by ``tf.gather``."""
+    stacked as read, no workers: gathered in tf.data (`columns.Column`)."""
 
     name = "gather"
 
@@ -71,7 +71,7 @@ class GatherPath(delivery.DeliveryPath):
         columns = engine.plan.pipeline.source.columns()
         assert columns is not None
         self._leaves, self._treespec = columns
-        self._columns: list[tf.Tensor] | None = None
+        self._columns: list[columns_lib.Column] | None = None
 
     def handover(
         self, begin: Callable[[], tuple[int, Any]], watch: delivery.Watch | None
@@ -115,8 +115,7 @@ class GatherPath(delivery.DeliveryPath):
             with_metadata: whether elements are ``(batch, metadata)``.
         """
         if self._columns is None:
-            with tf.init_scope():
-                self._columns = [columns_lib.tensor(leaf) for leaf in self._leaves]
+            self._columns = [columns_lib.Column(leaf) for leaf in self._leaves]
         columns = self._columns
         data_spec = element_spec[0] if with_metadata else element_spec
         specs = optree.tree_leaves(data_spec, is_leaf=_is_spec, none_is_leaf=True)
@@ -134,10 +133,7 @@ class GatherPath(delivery.DeliveryPath):
         def gather(index: tf.Tensor, size: tf.Tensor) -> Any:
             # One gather per column for the whole chunk: far less tf.data work per batch
             # than a gather per batch (a third less CPU, measured).
-            batch = [
-                split(tf.gather(column, index), size)
-                for column, spec in zip(columns, specs, strict=True)
-            ]
+            batch = [split(column.gather(index), size) for column in columns]
             return optree.tree_unflatten(treespec, batch)
 
         chunk_spec = tf.nest.map_structure(

@@ -198,7 +198,7 @@ class GraphBatches:
         #: The plan's position arithmetic.
         self.layout = GraphLayout(plan.layout)
         #: The plan's index stage's order.
-        self.order = graph_order.GraphOrder(plan.pipeline.index_stage)
+        self.order = graph_order.GraphOrder(plan.pipeline.index_stage, seed=plan.pipeline.seed)
         #: Batches whose indices `refs` computes at once.
         self.chunk_batches = max(1, chunk_records // plan.layout.batch_size)
 
@@ -237,8 +237,9 @@ class GraphBatches:
         `exact`)."""
         layout, plan = self.layout, self.plan
         offsets = offset + tf.range(count)
-        if plan.shard_count != 1:  # the shard stride: global offsets s, s + S, ...
-            offsets = offsets * plan.shard_count + plan.shard_index
+        shard = plan.shard
+        if shard.count != 1:  # the shard stride: global offsets s, s + S, ...
+            offsets = offsets * shard.count + shard.index
         indices = self.order.indices(epoch, offsets, keys)
         if exact and layout.layout.drop_remainder:
             indices = tf.ensure_shape(indices, [layout.batch_size])

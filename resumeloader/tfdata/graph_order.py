@@ -356,12 +356,13 @@ class GraphOrder:
 
     Args:
         stage: the pipeline's index stage; `supports` tells which ones are accepted.
+        seed: the pipeline's seed (the one the stage's `indices` receives).
 
     Raises:
         TypeError: the stage's order has no graph form (a mixture, an amended pipeline).
     """
 
-    def __init__(self, stage: base.IndexStage) -> None:
+    def __init__(self, stage: base.IndexStage, *, seed: int) -> None:
         if not self.supports(stage):
             msg = (
                 "This index stage's order has no TensorFlow form: only the sampler's "
@@ -370,7 +371,9 @@ class GraphOrder:
             )
             raise TypeError(msg)
         self.stage = stage
+        self.seed = seed
         self.num_records: int = stage.num_records
+        self._blocks = stage.order(seed) if isinstance(stage, block_stage.BlockStage) else None
 
     @staticmethod
     def supports(stage: base.IndexStage) -> bool:
@@ -385,24 +388,24 @@ class GraphOrder:
         empty tensor for the natural order): compute it once per epoch and pass it to
         `indices` for each batch of the epoch."""
         stage = self.stage
-        if isinstance(stage, block_stage.BlockStage):
-            return block_keys(stage.order, epoch)
+        if self._blocks is not None:
+            return block_keys(self._blocks, epoch)
         assert isinstance(stage, sampler_stage.SamplerStage)
         if not stage.shuffle:
             return tf.zeros([0], tf.int32)
-        return epoch_keys(stage.num_records, stage.seed, epoch)
+        return epoch_keys(stage.num_records, self.seed, epoch)
 
     @_no_autograph
     def indices(self, epoch: Any, offsets: Any, keys: tf.Tensor | None = None) -> tf.Tensor:
         """The stage's record indices (int64) at global `offsets` (int64) of `epoch`: what
-        ``stage.indices(epoch, offsets)`` returns, bit for bit.
+        ``stage.indices(epoch, offsets, seed=seed)`` returns, bit for bit.
 
         `keys`, if given, is ``epoch_keys(epoch)`` (computed once per epoch).
         """
         stage = self.stage
         offsets = tf.convert_to_tensor(offsets, tf.int64)
-        if isinstance(stage, block_stage.BlockStage):
-            return block_indices(stage.order, epoch, offsets, keys)
+        if self._blocks is not None:
+            return block_indices(self._blocks, epoch, offsets, keys)
         assert isinstance(stage, sampler_stage.SamplerStage)
         if not stage.shuffle:
             return offsets

@@ -5,11 +5,12 @@ columns, a batch stage that only stacks fixed-size batches, the sampler's or the
 order, no workers — the whole stream is a function of the start position that
 TensorFlow can compute: the record indices of each chunk of batches with the order's
 integer ops (`resumeloader.tfdata.graph_batches`, bit-identical to the plan's tasks),
-each batch gathered from the columns (``tf.gather``, read in place,
-`resumeloader.tfdata.columns`) in a parallel, ordered ``map`` (AUTOTUNE). No
-``from_generator``, no Python per batch: Python runs once per iteration, when it
-begins, to read the position and tell the loader's ledger (a ``py_function``, as the
-generator of the other paths does).
+each batch gathered from the columns (`resumeloader.tfdata.columns`: ``tf.gather`` of
+the array in place) in a parallel, ordered ``map`` (AUTOTUNE). No ``from_generator``,
+no Python per batch: Python runs once per iteration, when it begins, to read the
+position and tell the loader's ledger (a ``py_function``, as the generator of the
+other paths does). A column TensorFlow cannot address in place (``np.load``'s arrays
+sit 16 bytes off alignment) is gathered by NumPy in the same map, as on the gather path.
 
 The ledger's checks (`resumeloader.handout.consumption`) see such an iteration through
 its count (`stream.Counter`): once per chunk the graph checks that the iteration was not
@@ -77,7 +78,7 @@ class GraphPath(delivery.DeliveryPath):
         found = engine.plan.pipeline.source.columns()
         assert found is not None
         self._leaves, self._treespec = found
-        self._columns: list[tf.Tensor] | None = None
+        self._columns: list[columns_lib.Column] | None = None
         #: The plan's batches as TensorFlow ops.
         self.batches = graph_batches.GraphBatches(engine.plan)
         with tf.init_scope():
@@ -105,7 +106,9 @@ class GraphPath(delivery.DeliveryPath):
         watch: delivery.Watch | None = None,
     ) -> tf.data.Dataset:
         batches, produced, current = self.batches, self._produced, self._serial
-        columns = self._column_tensors()
+        if self._columns is None:
+            self._columns = [columns_lib.Column(leaf) for leaf in self._leaves]
+        columns = self._columns
         labelled = self.finisher.seeded
         begin = _Begin(start, watch, self)
 
@@ -120,7 +123,7 @@ class GraphPath(delivery.DeliveryPath):
         def gathered(chunk: graph_batches.Chunk, k: tf.Tensor) -> Any:
             batch = batches.batch_in(chunk, k)
             data = optree.tree_unflatten(
-                self._treespec, [tf.gather(column, batch.indices) for column in columns]
+                self._treespec, [column.gather(batch.indices) for column in columns]
             )
             return (data, batches.metadata(batch)) if labelled else data
 
@@ -138,12 +141,6 @@ class GraphPath(delivery.DeliveryPath):
         self._produced.assign(0, read_value=False)
         self._serial.assign(serial, read_value=False)
         return serial
-
-    def _column_tensors(self) -> list[tf.Tensor]:
-        if self._columns is None:
-            with tf.init_scope():
-                self._columns = [columns_lib.tensor(leaf) for leaf in self._leaves]
-        return self._columns
 
     # -- for batch in loader, with tensor stages ----------------------------------------
     def eager(self, position: int) -> stream.EagerBatches:

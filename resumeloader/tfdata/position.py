@@ -13,7 +13,8 @@ loop (a ``dataset()`` iteration raises, an eager `advance` raises, and a graph
 advance is dropped when the loop ends: the loop already counted its batches).
 
 `Position` also keeps the loader's `resumeloader.handout.consumption.Ledger`, through
-which every move is checked, and starts the live loop (`resumeloader.handout.loop`).
+which every move is checked, and starts the live loop (`resumeloader.handout.loop`),
+with the batches `start` began for it if the position is still theirs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from resumeloader import errors
 from resumeloader.core import positions, validate
 from resumeloader.handout import consumption
 from resumeloader.handout import loop as loop_lib
-from resumeloader.tfdata import ordering
+from resumeloader.tfdata import ordering, prefetch
 
 __all__ = ["Position", "eager_only"]
 
@@ -102,6 +103,8 @@ class Position:
             self._limit = _variable(
                 "resumeloader_advance_limit", self._advance_limit(0) if self._counted else 0
             )
+        # (position, batches) that `start` began for the next loop from that position.
+        self._started: tuple[int, prefetch.Started] | None = None
 
     def _write(self, position: int) -> None:
         """Writes normalised `position`: the variable, no pending batches, their limit."""
@@ -154,6 +157,7 @@ class Position:
         self._write(position)
         self.ledger.restored()
         self.ledger.moved()
+        self._moved_to(position)
 
     def advance(self, num_batches: Any) -> None:
         """Advances by `num_batches` batches, eagerly (checked) or in a graph (ordered).
@@ -180,6 +184,7 @@ class Position:
         self.ledger.check_advance(start, end)
         self._write(end)
         self.ledger.moved()
+        self._moved_to(end)
 
     def _advance_in_graph(self, num_batches: Any) -> None:
         """``pending += num_batches`` in the graph being traced: one op for a constant
@@ -238,13 +243,52 @@ class Position:
         """
         self.ledger.check_no_loop(origin)
         position = self.read()
-        loop = loop_lib.EagerLoop(batches(position), position, origin=origin, on_close=self._ended)
+        started, self._started = self._started, None
+        if started is not None and started[0] != position:  # moved since (a graph advance)
+            started[1].close()
+            started = None
+        made = started[1] if started is not None else batches(position)
+        loop = loop_lib.EagerLoop(made, position, origin=origin, on_close=self._ended)
         try:
             self.ledger.open_loop(loop)
         except BaseException:
             loop.live = False  # never started: nothing to hand back
             raise
         return loop
+
+    def start(self, batches: Callable[[int], Iterator[Any]]) -> prefetch.Started:
+        """Begins ``batches(position)`` now, for the next loop if it starts at this
+        position (kept until then: a move or `drop_started` closes them).
+
+        Raises:
+            StreamIntegrityError: a loop is live.
+        """
+        live = self.ledger.loop()
+        if live is not None:
+            msg = (
+                "`start_prefetch()` begins the batches of the next `for batch in loader`, "
+                f"but a loop is live and producing already: {live.describe()}. Call it "
+                "after restoring, before the loop starts. Received: start_prefetch() "
+                "while the loop is live."
+            )
+            raise errors.StreamIntegrityError(msg)
+        position = self.read()
+        if self._started is not None and self._started[0] == position:
+            return self._started[1]
+        self.drop_started()
+        started = prefetch.Started(lambda: batches(position))
+        self._started = (position, started)
+        return started
+
+    def _moved_to(self, position: int) -> None:
+        if self._started is not None and self._started[0] != position:
+            self.drop_started()
+
+    def drop_started(self) -> None:
+        """Closes the batches `start` began, if any (not for a loop any more)."""
+        started, self._started = self._started, None
+        if started is not None:
+            started[1].close()
 
     def _ended(self, loop: loop_lib.EagerLoop) -> None:
         self.ledger.close_loop(loop)

@@ -1,5 +1,5 @@
-"""The ``resumeloader`` command: ``demo``, ``inspect``, ``show``, ``verify -- CMD ...`` and
-``index URL...``.
+"""The ``resumeloader`` command: ``demo``, ``inspect``, ``show``, ``verify -- CMD ...``,
+``index URL...`` and ``plan MODULE:FACTORY``.
 
 * ``demo`` trains a small Keras model (`resumeloader.tools.demo`), SIGKILLs it at random
   steps, resumes it each time, and compares it with an uninterrupted run.
@@ -11,9 +11,12 @@
   identical to the uninterrupted one, 1 when it differs, 2 on a usage error.
 * ``index`` builds TFRecord offset indexes and writes them next to objects in storage
   (`resumeloader.tools.index`), so that fresh machines do not read the objects.
+* ``plan`` prints what the order of your loader will read over given steps (GETs and
+  bytes, read-ahead and cache) and how well it shuffles beside tf.data, without
+  reading a record (`resumeloader.tools.plan`).
 
-Only ``inspect`` and ``show`` import TensorFlow in this process; the training runs in
-subprocesses.
+Only ``inspect`` and ``show`` import TensorFlow in this process (``plan`` only if your
+module does); the training runs in subprocesses.
 """
 
 from __future__ import annotations
@@ -117,6 +120,30 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--workdir", help="keep checkpoints, traces and logs here")
     verify.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
     verify.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ...")
+    plan = sub.add_parser(
+        "plan",
+        help="what your order will read (GETs, bytes, cache) and how well it shuffles",
+        description="Builds your loader or pipeline and computes, without reading any "
+        "record, what the batches of the given steps read: per shard and group of steps, "
+        "the objects or files touched, the GETs and bytes after merging and caching, the "
+        "local reads, the read-ahead and cache they need; and the order's shuffle score "
+        "beside tf.data's list_files + interleave + shuffle(buffer) at the given settings.",
+    )
+    plan.add_argument("factory", metavar="MODULE:FACTORY",
+                      help="a function returning your ResumableLoader or Pipeline")
+    plan.add_argument("--steps", metavar="N|START:STOP",
+                      help="batches numbered from position 0 (default: the first epoch)")
+    plan.add_argument("--every", type=int, metavar="K", help="steps per row (default: 10 rows)")
+    plan.add_argument("--shards", metavar="all|I,J,...", help="which shards (default: all)")
+    plan.add_argument("--shard-count", type=int, metavar="N",
+                      help="plan N shards (default: the loader's shard count)")
+    plan.add_argument("--buffer", type=int, default=10_000, metavar="N",
+                      help="tf.data shuffle buffer compared with (10000)")
+    plan.add_argument("--cycle-length", type=int, metavar="N",
+                      help="tf.data interleave cycle_length (default: files, at most the cores)")
+    plan.add_argument("--block-length", type=int, default=1, metavar="N",
+                      help="tf.data interleave block_length (1)")
+    plan.add_argument("--json", action="store_true", help="one JSON object per line")
     index = sub.add_parser(
         "index",
         help="build TFRecord indexes, written next to objects in storage (sidecars)",
@@ -149,6 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.checkpoint, out, pipeline=args.pipeline, steps=args.steps,
                 positions=args.positions, batch_size=args.batch_size, as_json=args.json,
                 key=args.key,
+            )
+        if args.action == "plan":
+            from resumeloader.tools import plan as plan_tool
+
+            return plan_tool.main(
+                args.factory, out, steps=args.steps, every=args.every, shards=args.shards,
+                shard_count=args.shard_count, as_json=args.json, buffer_size=args.buffer,
+                cycle_length=args.cycle_length, block_length=args.block_length,
             )
         if args.action == "index":
             from resumeloader.tools import index as index_tool

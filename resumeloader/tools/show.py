@@ -11,14 +11,10 @@ computed.
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-from typing import Any
-
 from rich.console import Console
 from rich.table import Table
 
+from resumeloader.tools import factory
 from resumeloader.tools import inspect as inspect_lib
 
 __all__ = ["main", "parse_range"]
@@ -51,33 +47,6 @@ def parse_range(option: str, text: str) -> range | list[int]:
         raise ValueError(msg) from err
 
 
-def _load(spec: str) -> Any:
-    """The loader that ``module:function`` builds."""
-    from resumeloader import Pipeline, ResumableLoader
-
-    module_name, _, name = spec.partition(":")
-    if not module_name or not name:
-        msg = f"--pipeline must be MODULE:FUNCTION. Received: --pipeline {spec!r}."
-        raise ValueError(msg)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        function = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as err:
-        msg = f"--pipeline {spec!r} names no function: {err}."
-        raise ValueError(msg) from err
-    made = function()
-    if isinstance(made, Pipeline):
-        made = ResumableLoader.from_pipeline(made)
-    if not isinstance(made, ResumableLoader):
-        msg = (
-            f"--pipeline {spec!r} must return a ResumableLoader or a Pipeline. Received: "
-            f"{type(made).__name__}."
-        )
-        raise ValueError(msg)
-    return made
-
-
 def main(
     checkpoint: str,
     out: Console,
@@ -100,7 +69,7 @@ def main(
             f"Received: {shown}."
         )
         raise ValueError(msg)
-    loader = _load(pipeline)
+    loader = factory.loader_of(factory.build(pipeline, option="--pipeline"))
     loader.set_state(next(iter(states.values())))
     if steps is not None and positions is not None:
         msg = "Give --steps or --positions, not both."

@@ -161,7 +161,7 @@ def timed_out(task: Task, timeout: float, what: str) -> errors.WorkerError:
     `what` says what became of the worker that held it."""
     first = int(task.indices[0])
     msg = (
-        f"No batch arrived within worker_timeout={timeout} s (Workers.timeout) for the batch of "
+        f"No batch arrived within timeout={timeout} s (Workers.timeout) for the batch of "
         f"{len(task.indices)} records at position {task.position} (epoch {task.epoch}, "
         f"first record index {first}): {what} The position was not advanced."
     )
@@ -181,8 +181,8 @@ def check_picklable(pipeline: pipeline_lib.Pipeline, *, kind: str) -> None:
     for stage in pipeline.record_stages:
         name = "map_fn" if stage.name == "map" else f"stage {stage.name}"
         parts.append((name, getattr(stage, "fn", stage)))
-    for stage in pipeline.batch_map_stages:
-        parts.append((f"{stage.name} function", getattr(stage, "fn", stage)))
+    for batch_map in pipeline.batch_map_stages:
+        parts.append((f"{batch_map.name} function", getattr(batch_map, "fn", batch_map)))
     if pipeline.error_policy.fn is not None:
         parts.append(("on_error policy", pipeline.error_policy.fn))
     for name, value in parts:

@@ -280,7 +280,7 @@ def _connect(address: str) -> Any:
     except (OSError, TimeoutError) as err:
         msg = (
             f"Could not connect to the Dask scheduler at {address}: {type(err).__name__}: "
-            f"{err}. Received: Workers(kind='dask', address={address!r}). Expected: the "
+            f"{err}. Received: DaskOptions(address={address!r}). Expected: the "
             "address of a running scheduler this machine can reach."
         )
         raise ConnectionError(msg) from err

@@ -10,7 +10,7 @@ from resumeloader.core import validate
 from resumeloader.workers import backend as backend_lib
 from resumeloader.workers import produce, registry
 
-__all__ = ["MAX_WORKERS", "Workers", "legacy"]
+__all__ = ["MAX_WORKERS", "Workers"]
 
 MAX_WORKERS = 1024
 # The fields every kind takes; a backend names the others it takes (`Backend.option_fields`).
@@ -176,19 +176,3 @@ def _timeout(value: Any) -> float | None:
         )
         raise (ValueError if ok else TypeError)(msg)
     return float(value)
-
-
-def legacy(
-    num_workers: Any = 0, worker_type: Any = "thread", worker_timeout: Any = None
-) -> Workers:
-    """The `Workers` of the keywords of 0.2 (``num_workers``, ``worker_type``,
-    ``worker_timeout``); ``num_workers=0`` makes batches in the calling thread."""
-    if worker_type not in ("thread", "process"):
-        msg = (
-            "`worker_type` must be 'thread' or 'process'. "
-            f"Received: worker_type={worker_type!r}."
-        )
-        raise ValueError(msg)
-    inline = validate.is_integer(num_workers) and num_workers == 0
-    return Workers(num_workers, kind="inline" if inline else worker_type, timeout=worker_timeout)
-

@@ -76,8 +76,10 @@ class Source:
 
 loader = resumeloader.ResumableLoader(
     Source(), batch_size=BATCH, seed=1, num_epochs=2, map_fn=map_fn,
-    num_workers=args.workers, worker_type=args.worker_type, prefetch=args.prefetch,
-    worker_timeout=args.timeout,
+    workers=resumeloader.Workers(
+        args.workers, kind=args.worker_type if args.workers else None, timeout=args.timeout
+    ),
+    prefetch=args.prefetch,
 )
 path = args.workdir / "state.json"
 saved = json.loads(path.read_text()) if path.exists() else {"loader": None, "records": []}

@@ -156,7 +156,7 @@ def test_graph_order_unsupported_stage_raises_type_error():
     )
     assert not graph_order.GraphOrder.supports(pipeline.index_stage)
     with pytest.raises(TypeError, match="no TensorFlow form"):
-        graph_order.GraphOrder(pipeline.index_stage)
+        graph_order.GraphOrder(pipeline.index_stage, seed=0)
 
 
 # -- batches of a plan -----------------------------------------------------------------
@@ -185,8 +185,7 @@ def plans(draw: st.DrawFn) -> tuple[plan_lib.Plan, int]:
     plan = plan_lib.Plan(
         pipeline,
         num_epochs=draw(st.sampled_from([None, 1, 3])),
-        shard_index=draw(st.integers(0, shard_count - 1)),
-        shard_count=shard_count,
+        shard=rl.Shard(draw(st.integers(0, shard_count - 1)), shard_count),
     )
     return plan, draw(st.integers(0, 3 * per_epoch))
 
@@ -270,7 +269,7 @@ def test_dataset_rest_of_epoch_ends_with_the_epoch():
 def test_batch_in_tf_function_equals_plan_task():
     """`GraphBatches.batch` inside a tf.function with tensor start and k is the task."""
     plan = plan_lib.Plan(
-        _pipeline(1000, "shuffled", 5, 32, True), num_epochs=None, shard_index=1, shard_count=3
+        _pipeline(1000, "shuffled", 5, 32, True), num_epochs=None, shard=rl.Shard(1, 3)
     )
     batches = graph_batches.GraphBatches(plan)
     fn = tf.function(lambda s, k: batches.batch(s, k).indices)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resumeloader import IndexSampler
+from resumeloader import IndexSampler, Shard
 
 GOLDEN = _golden.SAMPLER
 
@@ -110,7 +110,7 @@ def test_shards_disjoint_and_union_is_kept_prefix(shard_count):
     global_order = IndexSampler(num_records, seed=4).epoch_indices(2, 0, num_records)
     kept = num_records - num_records % shard_count
     shards = [
-        IndexSampler(num_records, seed=4, shard_index=s, shard_count=shard_count)
+        IndexSampler(num_records, seed=4, shard=Shard(s, shard_count))
         for s in range(shard_count)
     ]
     parts = [shard.epoch_indices(2, 0, shard.records_per_epoch) for shard in shards]
@@ -123,14 +123,14 @@ def test_shards_disjoint_and_union_is_kept_prefix(shard_count):
 def test_shards_first_k_positions_are_first_k_times_s_global():
     """The shards' first k positions together are the first k*S records of the global order."""
     global_order = IndexSampler(500, seed=8).indices(0, 500)
-    shards = [IndexSampler(500, seed=8, shard_index=s, shard_count=4) for s in range(4)]
+    shards = [IndexSampler(500, seed=8, shard=Shard(s, 4)) for s in range(4)]
     interleaved = np.stack([shard.indices(0, 30) for shard in shards], axis=1).reshape(-1)
     assert np.array_equal(interleaved, global_order[:120])
 
 
 def test_len_finite_and_index_past_end_raises():
     """A finite sampler has a length; the position at the end raises IndexError."""
-    sampler = IndexSampler(10, seed=0, num_epochs=3, shard_count=3)
+    sampler = IndexSampler(10, seed=0, num_epochs=3, shard=Shard(0, 3))
     assert len(sampler) == 9
     assert sampler[8] >= 0
     with pytest.raises(IndexError, match="past the end") as info:
@@ -146,7 +146,7 @@ def test_len_endless_raises_type_error():
 
 def test_locate_returns_epoch_and_offset():
     """locate splits a position into its epoch and its offset within the epoch."""
-    assert IndexSampler(10, seed=0, shard_count=3).locate(7) == (2, 1)
+    assert IndexSampler(10, seed=0, shard=Shard(0, 3)).locate(7) == (2, 1)
 
 
 def test_repr_one_line():
@@ -244,7 +244,7 @@ def test_property_shards_partition_kept_records(num_records, shard_count, seed, 
     kept = num_records - num_records % shard_count
     parts = []
     for index in range(shard_count):
-        shard = IndexSampler(num_records, seed=seed, shard_index=index, shard_count=shard_count)
+        shard = IndexSampler(num_records, seed=seed, shard=Shard(index, shard_count))
         part = shard.epoch_indices(epoch, 0, shard.records_per_epoch)
         assert np.array_equal(part, global_order[index:kept:shard_count])
         parts.append(part)
@@ -266,15 +266,13 @@ def test_property_shards_partition_kept_records(num_records, shard_count, seed, 
         ({"seed": 2**64}, ValueError, "seed"),
         ({"shuffle": 1}, TypeError, "shuffle"),
         ({"num_epochs": 0}, ValueError, "num_epochs"),
-        ({"shard_index": 2, "shard_count": 2}, ValueError, "shard_index.*shard_count=2"),
-        ({"shard_index": -1, "shard_count": 2}, ValueError, "shard_index"),
-        ({"shard_count": 0}, ValueError, "shard_count"),
-        ({"num_records": 3, "shard_count": 4}, ValueError, "shard_count.*exceed"),
+        ({"shard": (1, 2)}, TypeError, r"`shard` must be a resumeloader.Shard.*tuple"),
+        ({"num_records": 3, "shard": Shard(0, 4)}, ValueError, "shard_count.*exceed"),
     ],
     ids=[
         "zero-records", "negative-records", "float-records", "bool-records", "bool-seed",
         "float-seed", "negative-seed", "huge-seed", "int-shuffle", "zero-epochs",
-        "shard-index-too-big", "negative-shard-index", "zero-shards", "more-shards-than-records",
+        "shard-not-a-Shard", "more-shards-than-records",
     ],
 )
 def test_init_bad_argument_raises_clear_error(kwargs, error, match):

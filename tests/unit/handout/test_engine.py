@@ -13,14 +13,13 @@ import pytest
 
 from resumeloader import Pipeline, Workers
 from resumeloader.handout import engine as engine_lib
-from resumeloader.stages import Plan
+from resumeloader.stages.plan import Plan
 from resumeloader.workers import long_lived, registry
 
 
-def _plan(**shard) -> Plan:
+def _plan() -> Plan:
     data = np.repeat(np.arange(23, dtype=np.float32), 3).reshape(23, 3)
-    return Plan(Pipeline(data, seed=5).shuffle().map(fns.augment).batch(4), num_epochs=2,
-                **shard)
+    return Plan(Pipeline(data, seed=5).shuffle().map(fns.augment).batch(4), num_epochs=2)
 
 
 def _stream(engine: engine_lib.Engine, position: int = 0) -> list[tuple[bytes, int]]:

@@ -9,23 +9,23 @@ import _windowed as w
 import numpy as np
 import pytest
 
-from resumeloader import ElasticResumeError, Pipeline, StateError, StateMismatchError
+from resumeloader import ElasticResumeError, Pipeline, Shard, StateError, StateMismatchError
 from resumeloader.handout import resume
-from resumeloader.stages import Plan
+from resumeloader.stages.plan import Plan
 from resumeloader.workers import produce
 
 _LENGTHS = w.lengths(48, seed=2, high=12)
 
 
-def _plain(**shard) -> Plan:
-    return Plan(Pipeline(np.arange(10), seed=3).shuffle().batch(4), num_epochs=3, **shard)
+def _plain(shard: Shard | None = None) -> Plan:
+    return Plan(Pipeline(np.arange(10), seed=3).shuffle().batch(4), num_epochs=3, shard=shard)
 
 
-def _bucket(**shard) -> Plan:
+def _bucket(shard: Shard | None = None) -> Plan:
     pipeline = Pipeline(w.tokens(_LENGTHS), seed=3).shuffle().bucket_by_length(
         4, window=12, mask=True
     )
-    return Plan(pipeline, num_epochs=2, **shard)
+    return Plan(pipeline, num_epochs=2, shard=shard)
 
 
 def _tokens() -> Plan:
@@ -83,7 +83,7 @@ def _windowed_boundaries(plan: Plan) -> list[int]:
 _REFUSED = {
     "not-a-dict": (_plain, [1, 2], StateError, "must be a dict"),
     "bad-json": (_plain, "{not json", StateError, "dict or its JSON text"),
-    "not-utf8": (_plain, b"\xff\xfe", StateError, "must be UTF-8"),
+    "not-utf8": (_plain, b"\xff\xfe", StateError, "is not text: it holds 2 bytes of binary data"),
     "too-long": (_plain, " " * 70_000, StateError, "under 1 KB"),
     "version": (_plain, _state(_plain(), version=3), StateError, "Unsupported .* version"),
     "missing-field": (_plain, _without("offset"), StateError, r"Missing fields: \['offset'\]"),
@@ -112,12 +112,12 @@ _REFUSED = {
     ),
     "past-epoch-end": (_plain, _state(_plain(), offset=11), StateError, "past the end of an epoch"),
     "indivisible-offset": (
-        lambda: _plain(shard_index=0, shard_count=2), _state(_plain(), offset=3),
+        lambda: _plain(shard=Shard(0, 2)), _state(_plain(), offset=3),
         ElasticResumeError, "not divisible",
     ),
     "past-2-63": (_plain, _state(_plain(), epoch=2**62), StateError, "out of range"),
     "window-other-shards": (
-        lambda: _bucket(shard_index=0, shard_count=2), _state(_bucket(), 8),
+        lambda: _bucket(shard=Shard(0, 2)), _state(_bucket(), 8),
         ElasticResumeError, "inside a window with another shard count",
     ),
     "window-inside-batch-known": (
@@ -172,14 +172,14 @@ def test_state_of_then_resume_gives_the_position(position):
 
 def test_resume_with_another_shard_count_continues_the_global_order():
     """Two shards' state at global offset 4 is one shard's position 4 (elastic)."""
-    two = _plain(shard_index=1, shard_count=2)
+    two = _plain(shard=Shard(1, 2))
     assert _resume(_plain(), resume.state_of(two, 2)) == 4
 
 
 def test_resume_at_an_epoch_end_moves_to_the_next_epoch():
     """An offset at the end of the records a layout keeps is the next epoch's start."""
     state = _state(_plain(), epoch=0, offset=9)  # 3 shards keep 9 of the 10 records
-    assert _resume(_plain(shard_index=0, shard_count=3), state) == 3
+    assert _resume(_plain(shard=Shard(0, 3)), state) == 3
 
 
 def test_resume_at_each_batch_end_of_a_data_dependent_window_is_accepted():

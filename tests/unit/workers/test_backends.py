@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from resumeloader import DaskOptions, Pipeline, RecordError, Workers
-from resumeloader.stages import Plan
+from resumeloader.stages.plan import Plan
 from resumeloader.workers import backend, produce, registry
 
 # One `Workers` per registered kind: a new backend adds its example here.

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from distributed import Client
 
-from resumeloader import DaskOptions, Pipeline, Workers
-from resumeloader.stages import Plan
+from resumeloader import DaskOptions, Pipeline, Shard, Workers
+from resumeloader.stages.plan import Plan
 from resumeloader.workers import dask_backend, produce
 
 
@@ -36,7 +36,7 @@ def test_dask_task_keys_are_a_pure_function_of_pipeline_and_task():
 @pytest.mark.parametrize(
     ("other", "plan"),
     [(_pipeline(seed=6), {}), (_pipeline(map_fn=fns.slow_augment), {}),
-     (_pipeline(), {"shard_index": 1, "shard_count": 2})],
+     (_pipeline(), {"shard": Shard(1, 2)})],
     ids=["seed", "map_fn-only", "shard"],
 )
 def test_dask_task_keys_differ_when_the_bytes_may_differ(other, plan):

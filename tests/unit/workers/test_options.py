@@ -58,16 +58,6 @@ def test_registry_maps_every_kind_to_a_backend_class_of_that_kind(kind):
     assert registry.backend_class(kind).kind == kind
 
 
-def test_legacy_keywords_give_the_same_workers():
-    """The keywords of 0.2 map to the values: 0 workers is the calling thread."""
-    from resumeloader.workers import options
-
-    assert options.legacy(0, "process") == Workers()
-    assert options.legacy(2, "process", 1.5) == Workers(2, kind="process", timeout=1.5)
-    with pytest.raises(ValueError, match="`worker_type` must be 'thread' or 'process'"):
-        options.legacy(1, "fork")
-
-
 @dataclasses.dataclass(frozen=True)
 class FakeOptions:
     """The options value of the fake kind."""
