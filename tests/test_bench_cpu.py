@@ -3,6 +3,7 @@ counted, stand-ins for remote servers are not, and targets are judged on CPU whe
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import time
@@ -106,3 +107,37 @@ def test_table_with_cpu_column_caption_says_what_it_counts():
                                                   _results.cpu_column()])
     assert "worker processes" in table.caption()
     assert table.columns[1].label == "CPU us / record"
+
+
+def _table_calls(path: Path) -> list[tuple[str, ast.Call]]:
+    """(key, call) of every ``Table(...)`` built in the benchmark script at `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(
+                node.func, "attr", None)) == "Table" and node.args:
+            key = node.args[0]
+            found.append((getattr(key, "value", "?"), node))
+    return found
+
+
+def _strings(node: ast.AST) -> list[str]:
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)]
+
+
+def _calls_cpu_column(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(
+        n.func, "id", None)) == "cpu_column" for n in ast.walk(node))
+
+
+@pytest.mark.parametrize(
+    "script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")), ids=str
+)
+def test_every_table_with_a_rate_has_a_cpu_column(script):
+    """A benchmark table with a records/s column has the CPU column beside it
+    (`_results.cpu_column`: its key, label and caption)."""
+    for key, call in _table_calls(ROOT / "benchmarks" / script):
+        columns = call.args[4] if len(call.args) > 4 else next(
+            (k.value for k in call.keywords if k.arg == "columns"), call)
+        if any("records/s" in text for text in _strings(columns)):
+            assert _calls_cpu_column(columns), f"{script}: table {key!r} has no CPU column"
