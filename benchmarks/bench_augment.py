@@ -169,11 +169,11 @@ def map_batch_table(quick: bool) -> tuple[Table, list[Target]]:
         "draws per row); records/s and CPU us per record (whole process), median of "
         f"{rounds} interleaved rounds.",
         [Column("pipeline", "pipeline"), Column("rate", "records/s", ",.0f"),
-         Column("cpu", "CPU us/record", ".1f"), Column("ratio", "/ reference (CPU)", ".2f")],
+         _results.cpu_column(), Column("ratio", "/ reference (CPU)", ".2f")],
     )
     base = results[reference][1]
     for name, (rate, cpu) in results.items():
-        table.add(pipeline=name, rate=rate, cpu=cpu, ratio=base / cpu)
+        table.add(pipeline=name, rate=rate, cpu_us=cpu, ratio=base / cpu)
     table.finish(start)
     best = max(base / results[eager][1], base / results[graph][1])
     targets = [Target("(r) `map_batch` / one-generator NumPy loop, CPU per record", best, 0.9,
@@ -224,10 +224,10 @@ def map_fn_table(quick: bool) -> tuple[Table, list[Target]]:
         f"median of {rounds} interleaved rounds; overhead = CPU per record minus the bare "
         "loop's.",
         [Column("pipeline", "pipeline"), Column("rate", "records/s", ",.0f"),
-         Column("cpu", "CPU us/record", ".2f"), Column("overhead", "overhead us/record", ".2f")],
+         _results.cpu_column(), Column("overhead", "overhead us/record", ".2f")],
     )
     for name, (rate, cpu) in results.items():
-        table.add(pipeline=name, rate=rate, cpu=cpu, overhead=cpu - results[bare][1])
+        table.add(pipeline=name, rate=rate, cpu_us=cpu, overhead=cpu - results[bare][1])
     table.finish(start)
     overhead = results[ours][1] - results[bare][1]
     targets = [Target("(s) `map_fn` overhead per record over the bare function, 0 workers",

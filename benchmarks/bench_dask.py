@@ -135,17 +135,18 @@ def cpu_bound(quick: bool, client: Any) -> tuple[Table, list[Target]]:
         f"per record; records/s after {_common.WARMUP_BATCHES} batches (start-up excluded), "
         f"median of {rounds} interleaved round(s). Parallel capacity: {capacity:.2f} CPUs.",
         [Column("pipeline", "pipeline"), Column("rate", "records/s", ",.0f"),
-         Column("vs_zero", "/ 0 workers", ".2f"), Column("vs_own", "/ own 2 processes", ".2f")],
+         _results.cpu_column(), Column("vs_zero", "/ 0 workers", ".2f"),
+         Column("vs_own", "/ own 2 processes", ".2f")],
     )
     for name, rate in rates.items():
-        table.add(pipeline=name, rate=rate, vs_zero=rate / rates[ZERO],
-                  vs_own=rate / rates[OWN])
+        table.add(pipeline=name, rate=rate, cpu_us=_common.cpu_us(name),
+                  vs_zero=rate / rates[ZERO], vs_own=rate / rates[OWN])
     table.finish(start)
     targets = [
         Target("Dask: 2 process workers / 0 workers", rates[DASK] / rates[ZERO], 1.6,
                item="22.4, dask"),
         Target("Dask: 2 process workers / own 2 process workers", rates[DASK] / rates[OWN],
-               0.85, item="22.4, dask"),
+               0.85, item="22.4, dask", cpu_value=_common.cpu_ratio(DASK, OWN)),
     ]
     return table, targets
 
@@ -243,11 +244,12 @@ def scaling(quick: bool) -> tuple[Table, list[Target]]:
         try:
             workers = _on(client)
             rate = _rate(source, sleep_record, workers, share=share)
+            cpu = _common.LAST_CPU_US
             bound = _rate(source, _common.identity, workers, share=share)
         finally:
             client.cluster.close()
             client.close()
-        rows.append({"workers": count, "rate": rate, "bound": bound})
+        rows.append({"workers": count, "rate": rate, "cpu_us": cpu, "bound": bound})
     single = rows[0]["rate"]
     bound = max(row["bound"] for row in rows)
     task_seconds = BATCH * SLEEP_S
@@ -263,12 +265,13 @@ def scaling(quick: bool) -> tuple[Table, list[Target]]:
         f"workers; it needs a window of >= {window:,.1f} tasks in flight (bound in tasks/s x "
         "one task's time).",
         [Column("workers", "workers"), Column("rate", "records/s", ",.0f"),
-         Column("linear", "/ (N x 1 worker)", ".2f"), Column("mb", "MB/s", ",.1f"),
+         _results.cpu_column(), Column("linear", "/ (N x 1 worker)", ".2f"),
+         Column("mb", "MB/s", ",.1f"),
          Column("bound", "hand-out, records/s", ",.0f"),
          Column("bound_mb", "hand-out, MB/s", ",.0f")],
     )
     for row in rows:
-        table.add(workers=row["workers"], rate=row["rate"],
+        table.add(workers=row["workers"], rate=row["rate"], cpu_us=row["cpu_us"],
                   linear=row["rate"] / (row["workers"] * single),
                   mb=row["rate"] * record_bytes / 1e6, bound=row["bound"],
                   bound_mb=row["bound"] * record_bytes / 1e6)

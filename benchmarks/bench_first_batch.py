@@ -122,7 +122,7 @@ def run(quick: bool) -> Report:
         f"`advance()` in a `tf.function`, median of {rounds} interleaved rounds.",
         [Column("what", "what"), Column("wall", "wall", ".3f", " s"),
          Column("cpu", "CPU", ".3f", " s"), Column("rate", "records/s", ",.0f"),
-         Column("cpu_record", "CPU us/record", ".2f")],
+         _results.cpu_column()],
     )
     for how, label in (("dataset", "first batch, `dataset()`"),
                        ("loop", "first batch, `for batch in loader`")):
@@ -130,7 +130,7 @@ def run(quick: bool) -> Report:
         table.add(what=label, wall=statistics.median(r["wall"] for r in runs),
                   cpu=statistics.median(r["cpu"] for r in runs))
     for name, (rate, cpu) in steady.items():
-        table.add(what=f"steady state, {name}", rate=rate, cpu_record=cpu)
+        table.add(what=f"steady state, {name}", rate=rate, cpu_us=cpu)
     table.finish(start)
     first = {key: statistics.median(r[key] for r in firsts["dataset"]) for key in ("wall", "cpu")}
     # Wall time is the target on an idle machine; CPU time is what a loaded one leaves stable.

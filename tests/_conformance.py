@@ -23,7 +23,13 @@ import _worker_fns
 import numpy as np
 
 from resumeloader import DaskOptions, Pipeline, ResumableLoader, Shard, Workers
-from resumeloader.sources import ArrayRecordSource, FileSource, HuggingFaceSource, TFRecordSource
+from resumeloader.sources import (
+    ArrayRecordSource,
+    FileSource,
+    HuggingFaceSource,
+    Storage,
+    TFRecordSource,
+)
 
 REGISTRY: dict[str, Case] = {}
 
@@ -125,6 +131,21 @@ def _shard() -> ResumableLoader:
 @register("unshuffled-drop-remainder-endless", num_steps=9)
 def _unshuffled() -> ResumableLoader:
     return ResumableLoader(_IMAGES, batch_size=5, seed=9, shuffle=False, drop_remainder=True)
+
+
+@register("graph-block-order-dict-shard-1-of-2-metadata", num_steps=7)
+def _graph_blocks() -> ResumableLoader:
+    data = {"image": _IMAGES, "label": _LABELS}
+    pipeline = Pipeline(data, seed=17).shuffle(chunk_records=3, window_chunks=2).batch(2)
+    return ResumableLoader.from_pipeline(
+        pipeline, num_epochs=3, shard=Shard(1, 2), with_metadata=True
+    )
+
+
+@register("graph-endless-drop-remainder-shard-2-of-3-no-prefetch", num_steps=9)
+def _graph_endless() -> ResumableLoader:
+    pipeline = Pipeline(_LABELS, seed=18).shuffle().batch(3, drop_remainder=True)
+    return ResumableLoader.from_pipeline(pipeline, shard=Shard(2, 3), prefetch=None)
 
 
 @register("composed-pipeline-two-maps", num_steps=7)
@@ -435,7 +456,9 @@ def _objects(kind: str) -> tuple[str, dict]:
 def _object_tfrecords(kind: str) -> TFRecordSource:
     url, options = _objects(kind)
     index = os.path.join(_files(), f"index-{kind}")
-    return TFRecordSource(f"{url}/part-*.tfrecord", index_dir=index, storage_options=options)
+    return TFRecordSource(
+        f"{url}/part-*.tfrecord", index_dir=index, storage=Storage(options=options)
+    )
 
 
 @register("tfrecord-s3-block-order-tf_map", num_steps=7, needs=("s3_store",))
@@ -467,7 +490,7 @@ if importlib.util.find_spec("array_record"):
         url, options = _objects(kind)
         copies = os.path.join(_files(), f"copies-{kind}")
         return ArrayRecordSource(
-            f"{url}/all.array_record", storage_options=options, cache_dir=copies
+            f"{url}/all.array_record", storage=Storage(options=options, cache_dir=copies)
         )
 
     @register("array_record-s3-shuffle", num_steps=7, needs=("s3_store",))

@@ -89,7 +89,7 @@ class Engine:
         plan = self.plan if plan is None else plan
         layout = plan.layout if layout is None else layout
         tasks = self._timed(plan.tasks(position, layout))
-        if self.backend.reads_in_this_process and plan.pipeline.source.prefetches:
+        if self.backend.reads_in_this_process:  # a source with `prefetch` reads ahead
             tasks = readahead.hinted(tasks, plan.pipeline.source)
         on_batch = None
         if watch is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,13 +21,33 @@ from resumeloader.handout import resume
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import produce
 
-__all__ = ["EagerBatches", "Watch", "batches", "labelled"]
+__all__ = ["Counter", "EagerBatches", "Watch", "batches", "labelled"]
 
-# (start position, tasks) -> the same tasks, observed, and what to call with the
-# position after each batch as it is produced.
-Watch = Callable[
-    [int, Iterator[plan_lib.Task]], tuple[Iterator[plan_lib.Task], Callable[[int], None]]
-]
+
+class Counter(Protocol):
+    """The count of a dataset() iteration whose batches are made outside Python (in a
+    TensorFlow graph): what the consumption checks need of it."""
+
+    def produced(self) -> int:
+        """Batches the iteration produced so far."""
+        ...
+
+    def supersede(self) -> None:
+        """Makes the iteration fail at its next batch (a newer consumer took over)."""
+        ...
+
+
+class Watch(Protocol):
+    """``watch(position, tasks)``: sees a dataset() iteration begin at `position`.
+
+    Returns the tasks, observed, and what to call with the position after each batch
+    as it is produced. An iteration that makes its batches in a graph passes no tasks
+    and its `Counter` instead (the position after its batches is then its count's).
+    """
+
+    def __call__(
+        self, position: int, tasks: Iterator[plan_lib.Task], *, counter: Counter | None = None
+    ) -> tuple[Iterator[plan_lib.Task], Callable[[int], None]]: ...
 
 
 def labelled(

@@ -209,7 +209,7 @@ class DeliveryPath:
             return self._eager_graph(position)
         depth = 2 if self.prefetch == AUTOTUNE else self.prefetch or 0
         ends: deque[int] = deque()
-        watch: Watch = lambda _, tasks: (tasks, ends.append)  # noqa: E731
+        watch: Watch = lambda _, tasks, counter=None: (tasks, ends.append)  # noqa: E731
         self.engine.backend.start()
         tensors = prefetch.prefetched(
             lambda: self._tensors(without_ends(self.engine.batches(position, watch=watch))),
@@ -227,7 +227,7 @@ class DeliveryPath:
                 self._eager_dataset = self.dataset(
                     lambda: self._eager_start,
                     rest_of_epoch=False,
-                    watch=lambda _, tasks: (tasks, self._eager_ends.append),
+                    watch=lambda _, tasks, counter=None: (tasks, self._eager_ends.append),
                 )
             self._eager_start = position
             ends = self._eager_ends = deque()

@@ -83,18 +83,19 @@ def describe(
         ...                                       batch_size=4, seed=0, num_epochs=1)
         >>> print(loader.describe())
         ResumableLoader: epoch 0, step 0, position 0 (10 records, batch 4, 3 batches per epoch)
-        ┌────────────────┬────────────────────────────────────────┬─────────────────┬──────────────┐
-        │ stage          │ what                                   │ element         │ state        │
-        ├────────────────┼────────────────────────────────────────┼─────────────────┼──────────────┤
-        │ position       │ int64 tf.Variable, advanced by the     │ int64           │ CHECKPOINTED │
-        │                │ consumer                               │                 │              │
-        │ sampler        │ IndexSampler: shuffled, seed 0, 1      │ record index    │ derived      │
-        │                │ epochs, shard 0/1                      │                 │              │
-        │ source         │ ndarray of arrays, as constant tensors │ float32[3]      │ constant     │
-        │ from_generator │ gather path: index array of each batch │ int64[None]     │ recomputed   │
-        │ map            │ tf.gather(source, indices)             │ float32[None,3] │ recomputed   │
-        │ prefetch       │ prefetch(AUTOTUNE)                     │ float32[None,3] │ recomputed   │
-        └────────────────┴────────────────────────────────────────┴─────────────────┴──────────────┘
+        ┌──────────┬──────────────────────────────────────────────┬─────────────────┬──────────────┐
+        │ stage    │ what                                         │ element         │ state        │
+        ├──────────┼──────────────────────────────────────────────┼─────────────────┼──────────────┤
+        │ position │ int64 tf.Variable, advanced by the consumer  │ int64           │ CHECKPOINTED │
+        │ sampler  │ IndexSampler: shuffled, seed 0, 1 epochs,    │ record index    │ derived      │
+        │          │ shard 0/1                                    │                 │              │
+        │ source   │ ndarray of arrays, as constant tensors       │ float32[3]      │ constant     │
+        │ order    │ graph path: record indices in TensorFlow     │ int64[None]     │ recomputed   │
+        │          │ ops, up to 1024 batches at once              │                 │              │
+        │ map      │ tf.gather(source, indices), map(AUTOTUNE,    │ float32[None,3] │ recomputed   │
+        │          │ deterministic)                               │                 │              │
+        │ prefetch │ prefetch(AUTOTUNE)                           │ float32[None,3] │ recomputed   │
+        └──────────┴──────────────────────────────────────────────┴─────────────────┴──────────────┘
         CHECKPOINTED: saved (with the order fingerprint). derived: a pure function of it. re-read,
         recomputed: redone after a restore, so read-ahead is never lost. constant: the data itself.
     """

@@ -9,11 +9,12 @@ come first and ``records``, which accepts every pipeline, comes last.
 from __future__ import annotations
 
 from resumeloader.handout import engine as engine_lib
-from resumeloader.tfdata import delivery, gather, produced
+from resumeloader.tfdata import delivery, gather, graph_path, produced
 
 __all__ = ["PATHS", "choose", "path_class"]
 
 PATHS: tuple[type[delivery.DeliveryPath], ...] = (
+    graph_path.GraphPath,
     gather.GatherPath,
     produced.ReadBatchPath,
     produced.RecordsPath,

@@ -3,7 +3,7 @@
 For each shard and each group of steps, `read_rows` walks the plan's batch tasks (the
 records of each batch, from `resumeloader.stages.plan.Plan`, O(batch) per step) and asks
 the source what reading them sends (`Source.dry_read` into a
-`resumeloader.sources.fetch.DryRun`): the GETs after the storage layer's own merging
+`resumeloader.sources.storage.fetch.DryRun`): the GETs after the storage layer's own merging
 and span cache, and the local preads. It adds them up per `Row`, with the objects or
 files touched, the read-ahead one step starts, and what the cache must hold
 (`resumeloader.tools.cache_need`). Rows stream out as they are done; memory does not
@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from resumeloader.core import shard as shard_lib
 from resumeloader.sources import base as sources_base
-from resumeloader.sources import fetch, storage
+from resumeloader.sources.storage import fetch, objects
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tools import cache_need
 from resumeloader.workers import readahead
@@ -138,7 +138,9 @@ def shard_plan(plan: plan_lib.Plan, index: int, count: int) -> plan_lib.Plan:
 def _one_call(plan: plan_lib.Plan) -> bool:
     """Whether the producer reads a task's records with one call (else one per record)."""
     source, pipeline = plan.pipeline.source, plan.pipeline
-    return bool((source.batched and not pipeline.record_stages) or source.reads_many)
+    batched = sources_base.optional(source, "read_batch") is not None
+    return bool((batched and not pipeline.record_stages)
+                or sources_base.optional(source, "read_many") is not None)
 
 
 class _DryAhead:
@@ -169,7 +171,7 @@ def _steps(
     start, end = step_positions(plan, first, stop)
     layout, step = plan.layout, first
     tasks: Iterator[plan_lib.Task] = plan.tasks(start)
-    if ahead is not None and plan.pipeline.source.prefetches:
+    if ahead is not None and sources_base.optional(plan.pipeline.source, "prefetch") is not None:
         tasks = readahead.hinted(tasks, cast(sources_base.Source, ahead))
     for task in tasks:
         if task.position >= end:
@@ -224,7 +226,7 @@ def _shard_rows(
         started = dry.get_bytes - before + (ahead.started(task) if ahead is not None else 0)
         row.readahead_bytes = max(row.readahead_bytes, started)
         _count(row, seen, taken, task, predicted)
-        gets = [(o, a, b) for o, a, b in taken.sent if isinstance(o, storage.Object)]
+        gets = [(o, a, b) for o, a, b in taken.sent if isinstance(o, objects.Object)]
         distance, reread = need.step(step, task.epoch, taken.cached, gets, dry.holds)
         row.cache_bytes = max(row.cache_bytes, distance)
         row.reread_bytes += reread
@@ -241,11 +243,11 @@ def _count(
     row.predicted = row.predicted and predicted
     row.record_bytes += taken.wanted_bytes
     for where, start, stop in taken.sent:
-        name = where.url if isinstance(where, storage.Object) else str(where)
+        name = where.url if isinstance(where, objects.Object) else str(where)
         if name not in seen:
             seen.add(name)
             row.files.append(name)
-        if isinstance(where, storage.Object):
+        if isinstance(where, objects.Object):
             row.gets += 1
             row.get_bytes += stop - start
         else:

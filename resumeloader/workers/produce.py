@@ -25,6 +25,7 @@ import optree
 from resumeloader import errors
 from resumeloader.core import buffers, handoff, meters, wire
 from resumeloader.core import spec as spec_lib
+from resumeloader.sources import base as sources_base
 from resumeloader.stages import base as stages_base
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
@@ -107,8 +108,9 @@ class BatchProducer:
         self._stages = pipeline.record_stages
         assert pipeline.batch_stage is not None
         self._batch_stage = pipeline.batch_stage
-        # Without record stages a batched source returns whole batches in one call.
-        self.reads_batches = not self._stages and self._source.batched
+        # Without record stages a source with `read_batch` returns whole batches in one call.
+        self._read_batch_of = sources_base.optional(self._source, "read_batch")
+        self.reads_batches = not self._stages and self._read_batch_of is not None
         self._records = records.Records(self._source, self._stages, seed=self._seed)
         policy = pipeline.error_policy
         self._policy = policy if policy.replaces else None
@@ -340,7 +342,8 @@ class BatchProducer:
 
     def _read_batch(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
         try:
-            batch = self._source.read_batch(indices)
+            assert self._read_batch_of is not None
+            batch = self._read_batch_of(indices)
         except Exception as err:
             raise checks.batch_error("read_batch", err, indices, epoch, position) from err
         if self._exact:

@@ -37,8 +37,10 @@ class Records:
         self._stages = stages
         # In-memory arrays are read a batch at a time, their records the rows of it.
         source_spec = source.record_spec() if stages else None
-        self._split = (source_spec.treespec if source_spec is not None and source.batched
-                       and source.exact_batches else None)
+        self._read_batch_of = sources_base.optional(source, "read_batch")
+        self._read_many_of = sources_base.optional(source, "read_many")
+        self._split = (source_spec.treespec if source_spec is not None
+                       and self._read_batch_of is not None and source.exact_batches else None)
 
     def read(self, index: int, *, epoch: int, position: int) -> Any:
         """Record `index` read and run through the record stages."""
@@ -101,7 +103,7 @@ class Records:
         whether they are read-only already."""
         if self._split is not None:
             return self._rows(indices, epoch=epoch, position=position), True
-        if self._source.reads_many:
+        if self._read_many_of is not None:
             return self._read_many(indices, epoch=epoch, position=position), False
         return None, False
 
@@ -110,7 +112,8 @@ class Records:
         treespec = self._split
         assert treespec is not None
         try:
-            batch = self._source.read_batch(indices)
+            assert self._read_batch_of is not None
+            batch = self._read_batch_of(indices)
         except Exception as err:
             raise checks.batch_error("read_batch", err, indices, epoch, position) from err
         columns = treespec.flatten_up_to(batch)
@@ -123,7 +126,8 @@ class Records:
 
     def _read_many(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
         try:
-            records = list(self._source.read_many(indices))
+            assert self._read_many_of is not None
+            records = list(self._read_many_of(indices))
         except Exception as err:
             raise checks.batch_error("read", err, indices, epoch, position) from err
         if len(records) != len(indices):

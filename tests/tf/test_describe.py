@@ -26,7 +26,7 @@ def _stages(text: str) -> list[str]:
 @pytest.mark.parametrize(
     ("kwargs", "stages"),
     [
-        ({}, ["position", "sampler", "source", "from_generator", "map", "prefetch"]),
+        ({}, ["position", "sampler", "source", "order", "map", "prefetch"]),
         (
             {"workers": resumeloader.Workers(1), "prefetch": 2},
             ["position", "sampler", "source", "workers", "from_generator", "prefetch"],
@@ -36,7 +36,7 @@ def _stages(text: str) -> list[str]:
             ["position", "sampler", "source", "map_fn", "workers", "from_generator"],
         ),
     ],
-    ids=["arrays-gathered", "arrays-1-worker", "map_fn-workers-no-prefetch"],
+    ids=["arrays-graph", "arrays-1-worker", "map_fn-workers-no-prefetch"],
 )
 def test_describe_configuration_lists_stages_in_order(kwargs, stages):
     """describe() has one row per pipeline stage, from the position to prefetch."""
@@ -85,7 +85,7 @@ def test_repr_is_one_line():
 @pytest.mark.parametrize(
     ("kwargs", "path"),
     [
-        ({}, "gather"),
+        ({}, "graph"),
         ({"workers": resumeloader.Workers(1)}, "read_batch"),
         ({"map_fn": fns.augment}, "records"),
     ],
@@ -95,3 +95,10 @@ def test_describe_names_the_delivery_path(kwargs, path):
     """The hand-over row names the delivery path the loader took."""
     text = _loader(**kwargs).describe()
     assert f"{path} path:" in text
+
+
+def test_describe_names_the_gather_path_for_arrays_with_skips():
+    """Arrays whose layout has no graph form (a skipped range) take the gather path."""
+    pipeline = resumeloader.Pipeline(np.zeros((10, 3), np.float32), seed=0).skip(2, 4)
+    loader = resumeloader.ResumableLoader.from_pipeline(pipeline.batch(4), num_epochs=2)
+    assert "gather path:" in loader.describe()

@@ -58,16 +58,16 @@ def test_new_path_registered_is_chosen_and_named(slices):
     """A path placed first in PATHS is the one a loader it accepts takes."""
     loader = _loader()
     assert "slices path: each batch" in loader.describe()
-    assert "gather path" not in loader.describe()
+    assert "graph path" not in loader.describe()
     float_loader = ResumableLoader(_DATA.astype(np.float32), batch_size=4, seed=2)
-    assert "gather path" in float_loader.describe()  # not accepted: the next one
+    assert "graph path" in float_loader.describe()  # not accepted: the next one
 
 
 def test_new_path_gives_the_stream_of_the_path_it_replaces(slices, monkeypatch):
-    """The new path's stream is the gather path's, batch for batch."""
+    """The new path's stream is the graph path's, batch for batch."""
     ours = _stream(_loader())
     monkeypatch.setattr(paths, "PATHS", paths.PATHS[1:])
-    assert "gather path" in _loader().describe()
+    assert "graph path" in _loader().describe()
     assert ours == _stream(_loader())
 
 

@@ -18,18 +18,18 @@ import pytest
 from _objstore_fixtures import put_tfrecords
 
 from resumeloader import cli
-from resumeloader.sources import fetch, handles
+from resumeloader.sources.storage import fetch, handles
 from resumeloader.tools import factory
 
 _JOB = '''
 import json
 from resumeloader import Pipeline, ResumableLoader
-from resumeloader.sources import TFRecordSource, fetch
+from resumeloader.sources import ObjectReads, Storage, TFRecordSource
 
 def make():
-    reads = fetch.ObjectReads(**json.loads({reads!r}))
-    source = TFRecordSource({url!r}, index_dir={index!r}, object_reads=reads,
-                            storage_options=json.loads({options!r}))
+    reads = ObjectReads(**json.loads({reads!r}))
+    source = TFRecordSource({url!r}, index_dir={index!r},
+                            storage=Storage(options=json.loads({options!r}), reads=reads))
     pipeline = Pipeline(source, seed=7){order}.batch({batch})
     return ResumableLoader.from_pipeline(pipeline, num_epochs={epochs}, prefetch={prefetch})
 '''
@@ -137,10 +137,10 @@ def test_plan_cache_need_suffices_in_a_counted_run(s3_store, tmp_path, capsys):
 def test_cache_need_counts_reuse_within_an_epoch_only():
     """Reuse distance and re-read bytes count a span's reuse in the epoch that last used
     it; the first use in a later epoch counts neither (its GET shows in the GETs)."""
-    from resumeloader.sources import storage
+    from resumeloader.sources.storage import objects
     from resumeloader.tools import cache_need
 
-    obj = storage.Object("s3://b/k", 300, "v1")
+    obj = objects.Object("s3://b/k", 300, "v1")
     a, b = (obj, 0, 100), (obj, 100, 200)
     need = cache_need.CacheNeed(10_000)
     dropped = lambda *_: False  # noqa: E731  (the cache kept nothing)

@@ -190,3 +190,35 @@ def test_parse_value_that_is_no_loader_json_raises_state_error_naming_it(value, 
         _state.parse(value)
     assert found in str(info.value)
     assert "Received" in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["source.versions", "source.web.versions"])
+def test_check_order_versions_against_digests_compares_the_rest_with_a_warning(key):
+    """A checkpoint naming objects by versions restores into a loader naming them by
+    content digests (data moved) and the reverse, after the other fields match."""
+    digests = key.replace("versions", "digests")
+    saved = _state.make(dict(_ORDER, **{key: "v1"}), epoch=2, offset=40, shard_count=2,
+                        batch_size=8)
+    with pytest.warns(UserWarning, match="only the files' names, sizes and record layouts"):
+        _state.check_order(saved, dict(_ORDER, **{digests: "d1"}))
+    back = _state.make(dict(_ORDER, **{digests: "d1"}), epoch=2, offset=40, shard_count=2,
+                       batch_size=8)
+    with pytest.warns(UserWarning, match="identifies the data by content"):
+        _state.check_order(back, dict(_ORDER, **{key: "v1"}))
+    with pytest.raises(StateMismatchError) as info:  # other digests, or no identity at all
+        _state.check_order(back, dict(_ORDER, **{digests: "d2"}))
+    assert f"{digests}: checkpoint has 'd1', this loader has 'd2'" in str(info.value)
+
+
+def test_check_order_explains_a_field_only_the_checkpoint_has():
+    """`explain` is asked about a field the loader lacks too (e.g. the versions of objects
+    now read from a local copy), and its words follow the field's line."""
+    saved = _state.make(dict(_ORDER, **{"source.versions": "v1"}), epoch=2, offset=40,
+                        shard_count=2, batch_size=8)
+    with pytest.raises(StateMismatchError) as info:
+        _state.check_order(saved, dict(_ORDER), explain=lambda key, value: f"why {key}={value}")
+    lines = str(info.value).splitlines()
+    assert lines[-2:] == [
+        "  source.versions: checkpoint has 'v1', this loader has none",
+        "    (why source.versions=v1)",
+    ]
