@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from resumeloader import errors
 from resumeloader.core import meters, positions, validate
-from resumeloader.handout import consumption
+from resumeloader.handout import consumption, stream
 from resumeloader.handout import loop as loop_lib
 from resumeloader.tfdata import ordering, prefetch
 
@@ -265,11 +265,12 @@ class Position:
         return loop
 
     def watch(
-        self, position: int, tasks: Iterator[Any]
+        self, position: int, tasks: Iterator[Any], *, counter: stream.Counter | None = None
     ) -> tuple[Iterator[Any], Callable[[int], None]]:
         """The watch of a ``dataset()`` iteration (`consumption.Ledger.watch`), which also
-        tells the consumer meter when the iteration starts and each batch is produced."""
-        tasks, produced = self.ledger.watch(position, tasks)
+        tells the consumer meter when the iteration starts and each batch is produced
+        (not for batches made in a graph, which give a `counter` instead)."""
+        tasks, produced = self.ledger.watch(position, tasks, counter=counter)
         consumer = self._consumer
         if consumer is None:
             return tasks, produced
