@@ -320,15 +320,17 @@ class Stats:
                 f"{w.name} {w.busy:.0%} busy" for w in self.workers))
         storage = {k.split(".", 1)[1]: v for k, v in self.counts.items()
                    if k.startswith("storage.")}
-        if storage:
-            gets = storage.get("gets", 0)
+        gets = storage.get("gets", 0)
+        if gets:
             text = (f"storage: {gets:,} GETs ({storage.get('retries', 0):,} retries), "
-                    f"{storage.get('bytes', 0) / 1e6:,.2f} MB")
-            if gets:
-                text += f", {storage.get('get_ns', 0) / gets / 1e6:.1f} ms per GET"
+                    f"{storage.get('bytes', 0) / 1e6:,.2f} MB, "
+                    f"{storage.get('get_ns', 0) / gets / 1e6:.1f} ms per GET")
             ranges = storage.get("ranges", 0)
             if ranges:
                 text += f", {storage.get('cached', 0) / ranges:.0%} of ranges already read"
             lines.append(text)
+        if storage.get("file_reads"):
+            lines.append(f"files: {storage['file_reads']:,} reads, "
+                         f"{storage.get('file_bytes', 0) / 1e6:,.2f} MB")
         lines.append(f"this process: {self.process_cpu_s:.2f} CPU s in {self.elapsed_s:.2f} s")
         return lines

@@ -13,7 +13,6 @@ keeps no position itself. No TensorFlow here.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -57,9 +56,7 @@ class Engine:
         if self.board is not None:
             names = self.producer.names
             self.board.chain = [SAMPLER, *names.produced, TRANSFER, HAND_OFF, *names.tensors]
-            fetch = sys.modules.get("resumeloader.sources.fetch")  # loaded by its sources
-            if fetch is not None:
-                self.board.watch_counts(fetch.stats, "storage")
+            self.board.watch_counts(timing.storage_stats, "storage")
         policy = plan.pipeline.error_policy
         #: Logs the bad-record policy's replacements as batches are handed out.
         self.quarantine = (

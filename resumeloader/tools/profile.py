@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 
 from resumeloader.core import meters
+from resumeloader.sources import base as sources_base
 from resumeloader.tools import factory
 
 __all__ = ["Trial", "main", "profile"]
@@ -200,7 +201,8 @@ def _block_order(pipeline: Any, baseline: Any) -> Any:
     from resumeloader.stages import sampler
 
     stage = pipeline.index_stage
-    reads_storage = baseline.counts.get("storage.gets", 0) > 0 or pipeline.source.prefetches
+    prefetches = sources_base.optional(pipeline.source, "prefetch") is not None
+    reads_storage = baseline.counts.get("storage.gets", 0) > 0 or prefetches
     if not (reads_storage and isinstance(stage, sampler.SamplerStage) and stage.shuffle):
         return None
     try:

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import sys
 import time
 from typing import Any
 
 from resumeloader.core import meters
+from resumeloader.sources.storage import fetch, handles
 from resumeloader.stages import pipeline as pipeline_lib
 
 __all__ = [
     "CHECK", "HAND_OFF", "PRODUCE", "READ", "SAMPLER", "TRANSFER", "Names", "Report", "Timed",
-    "nbytes", "split", "storage_counts",
+    "nbytes", "split", "storage_counts", "storage_stats",
 ]
 
 #: The laps of the producer (a task through read, record stages, batch stages).
@@ -137,13 +137,18 @@ def nbytes(arrays: Any) -> int:
     return sum([getattr(a, "nbytes", 0) for a in arrays])
 
 
+def storage_stats() -> dict[str, int]:
+    """What the storage layer counted in this process so far: its GETs of objects
+    (`fetch.stats`: ``gets``, ``retries``, ``bytes``, ``get_ns``, ``ranges``,
+    ``cached``) and its reads of local files (``file_reads``, ``file_bytes``)."""
+    files = handles.stats()
+    return {**fetch.stats(), "file_reads": files["reads"], "file_bytes": files["bytes"]}
+
+
 def storage_counts(last: dict[str, int]) -> dict[str, int]:
     """What the storage layer counted in this process since `last` (updated), as
-    ``storage.<counter>``; nothing when no source read objects here."""
-    fetch = sys.modules.get("resumeloader.sources.fetch")
-    if fetch is None:
-        return {}
-    now = fetch.stats()
+    ``storage.<counter>``."""
+    now = storage_stats()
     delta = {f"storage.{k}": v - last.get(k, 0) for k, v in now.items() if v != last.get(k, 0)}
     last.update(now)
     return delta

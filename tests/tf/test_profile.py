@@ -4,9 +4,12 @@ wherever it sits in the chain, and the settings it recommends are those it measu
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
+import types
 
 import pytest
+from _objstore_fixtures import put_tfrecords, source
 
 from resumeloader.tools import cli
 from resumeloader.tools import profile as profile_tool
@@ -150,6 +153,27 @@ def test_profile_recommends_the_fastest_measured_setting(factory):
     if deeper.records_per_s < profile_tool.MARGIN * depths[0].records_per_s:
         deeper = depths[0]
     assert best == (current if chosen is current and deeper is depths[0] else deeper)
+
+
+def test_profile_measures_the_block_order_for_objects_and_never_recommends_it(
+    tmp_path, monkeypatch, s3_store
+):
+    """For objects in storage read in a global shuffle, the block order is measured beside
+    (another stream: reported, never the recommendation)."""
+    url, _ = put_tfrecords(s3_store, files=2, count=60, size=500)
+    shared = types.ModuleType("_profile_objects")
+    shared.SOURCE = source(s3_store, url, tmp_path)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "_profile_objects", shared)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "objects_job.py").write_text(
+        "import _profile_objects\nfrom resumeloader import Pipeline\n\n\ndef make():\n"
+        "    return Pipeline(_profile_objects.SOURCE, seed=0).shuffle().batch(8)\n"
+    )
+    result = profile_tool.profile("objects_job:make", batches=4, trial_batches=2, rounds=1)
+    blocked = [t for t in result["trials"] if t.changes_order]
+    assert len(blocked) == 1 and blocked[0].error is None and blocked[0].records_per_s > 0
+    assert blocked[0].setting.startswith("pipeline.shuffle(block=")
+    assert not result["recommended"].changes_order
 
 
 def test_profile_json_is_one_object_with_stats_and_trials(factory, capsys):

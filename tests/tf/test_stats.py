@@ -235,3 +235,19 @@ def test_hand_off_of_variable_leaves_counts_each_batchs_rows(with_metadata):
         loader.advance()
     hand_off = loader.stats().stage("hand-off")
     assert hand_off is not None and (hand_off.batches, hand_off.records_in) == (8, 30)
+
+
+def test_stats_count_the_reads_of_local_files(tmp_path):
+    """A loader reading local TFRecord files shows the storage layer's file reads."""
+    from resumeloader.sources import TFRecordSource
+
+    path = str(tmp_path / "part.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for i in range(40):
+            writer.write(bytes([i]) * 100)
+    loader = ResumableLoader.from_pipeline(
+        Pipeline(TFRecordSource(path, index_dir=str(tmp_path)), seed=0).batch(8), num_epochs=1)
+    _ = [batch for batch in loader]
+    stats = loader.stats()
+    assert stats.counts["storage.file_reads"] >= 5 and stats.counts["storage.file_bytes"] >= 4000
+    assert "files: " in str(stats)
