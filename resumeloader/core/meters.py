@@ -45,7 +45,7 @@ EVERY = 8
 #: A timed lap reads the thread's CPU time on one in this many timed laps.
 CPU_EVERY = 4
 #: A timed lap times a record loop's parts on one in this many timed laps.
-SPLIT_EVERY = 4
+SPLIT_EVERY = 16
 #: The place every thread that is not a worker thread counts in.
 HAND_OUT = "hand-out"
 #: The name prefix of worker threads (each counts in a place of its own).
