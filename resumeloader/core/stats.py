@@ -1,6 +1,6 @@
 """`Stats`: what a loader's stages did — a table, a dict, and the bottleneck stage.
 
-Made from a `resumeloader.core.meters.Board` snapshot (``loader.stats()``). One row per
+Made from a `resumeloader.core.board.Board` snapshot (``loader.stats()``). One row per
 stage, in the order batches pass them, its counts summed over the places that ran it
 (threads, worker processes, Dask workers), each place's timed laps scaled to all its
 laps (batches and records exact, times estimated from the timed batches). A stage
@@ -17,7 +17,7 @@ import dataclasses
 import re
 from typing import Any
 
-from resumeloader.core import meters
+from resumeloader.core import board as board_lib
 
 __all__ = ["Stage", "Stats", "Worker", "where"]
 
@@ -26,7 +26,7 @@ _WORKER_THREAD = re.compile(r"resumeloader-worker-(\d+)")
 
 
 def where(name: str) -> str:
-    """How a table names the place `name` (`resumeloader.core.meters.Board` names):
+    """How a table names the place `name` (`resumeloader.core.board.Board` names):
     ``"hand-out thread"``, ``"thread worker 0"``, ``"process worker 1"``, ..."""
     found = _WORKER_THREAD.fullmatch(name)
     if found:
@@ -213,7 +213,7 @@ class Stats:
         """What was counted between `earlier` and these stats (both of one loader)."""
         if self.snapshot is None or earlier.snapshot is None:
             return self
-        return Stats.of(meters.difference(self.snapshot, earlier.snapshot))
+        return Stats.of(board_lib.difference(self.snapshot, earlier.snapshot))
 
     @property
     def cpu_s(self) -> float:

@@ -5,7 +5,7 @@ The engine connects what the layers below decide: the plan's tasks from a positi
 (`resumeloader.workers`), each task's replaced records logged by the quarantine as it
 is handed out (`quarantine`), flattened into batches each with the position after it
 (`stream`); and a position's state and a state's position (`resume`). Its `board`
-counts and times every stage per batch (`resumeloader.core.meters`). A delivery
+counts and times every stage per batch (`resumeloader.core.board`). A delivery
 path of the TensorFlow layer (`resumeloader.tfdata.delivery`) hands these batches to
 tf.data or to an eager loop and keeps the position in a ``tf.Variable``; the engine
 keeps no position itself. No TensorFlow here.
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from typing import Any
 
+from resumeloader.core import board as board_lib
 from resumeloader.core import meters, positions
 from resumeloader.handout import quarantine as quarantine_lib
 from resumeloader.handout import resume, stream
@@ -49,7 +50,7 @@ class Engine:
         #: the tensor stages need).
         self.labelled = with_metadata or bool(plan.pipeline.tensor_stages)
         #: Where the stages are counted and timed (None: ``RESUMELOADER_STATS=0``).
-        self.board: meters.Board | None = meters.Board() if meters.enabled() else None
+        self.board: board_lib.Board | None = board_lib.Board() if meters.enabled() else None
         self.producer = produce.BatchProducer(plan.pipeline, board=self.board)
         #: The worker backend making the batches (`resumeloader.workers.backend`).
         self.backend = workers.backend(self.producer)

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from resumeloader.core import meters
+from resumeloader.core import board as board_lib
 
 __all__ = ["EagerLoop"]
 
@@ -25,7 +25,7 @@ class EagerLoop:
         position: the normalised position the loop starts at.
         origin: where the loop was started (``file:line``), for error messages.
         on_close: called once with the loop when it ends, however it ends.
-        consumer: times each step's wait for its batch (`meters.Consumer.handed`), or None.
+        consumer: times each step's wait for its batch (`board_lib.Consumer.handed`), or None.
     """
 
     __slots__ = (
@@ -47,7 +47,7 @@ class EagerLoop:
         *,
         origin: str,
         on_close: Callable[[EagerLoop], None],
-        consumer: meters.Consumer | None = None,
+        consumer: board_lib.Consumer | None = None,
     ) -> None:
         self._batches = batches
         self._on_close = on_close

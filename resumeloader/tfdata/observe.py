@@ -1,6 +1,6 @@
 """`Observer`: a loader's stage figures as `Stats`, TensorBoard scalars and a log line.
 
-What the engine's board counted (`resumeloader.core.meters`: per batch, per place,
+What the engine's board counted (`resumeloader.core.board`: per batch, per place,
 worker processes and Dask workers merged) becomes a `Stats` value
 (``loader.stats()``); `write_summaries` writes the figures of the interval since its
 last call as ``tf.summary`` scalars (the data wait beside the loss in TensorBoard);
@@ -15,7 +15,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from resumeloader.core import exiting, meters
+from resumeloader.core import board as board_lib
+from resumeloader.core import exiting
 from resumeloader.core import stats as stats_lib
 
 __all__ = ["LOGGER", "Observer"]
@@ -32,7 +33,7 @@ def _tag(name: str) -> str:
 class Observer:
     """The figures of one loader's board (None: ``RESUMELOADER_STATS=0``)."""
 
-    def __init__(self, board: meters.Board | None) -> None:
+    def __init__(self, board: board_lib.Board | None) -> None:
         self._board = board
         self._written: dict[str, Any] | None = None
         self._stop: threading.Event | None = None
@@ -61,7 +62,7 @@ class Observer:
         if self._board is None:
             return stats_lib.Stats.off()
         now = self._board.snapshot()
-        interval = stats_lib.Stats.of(meters.difference(now, self._written))
+        interval = stats_lib.Stats.of(board_lib.difference(now, self._written))
         self._written = now
         if writer is not None:
             with writer.as_default():
@@ -94,7 +95,7 @@ class Observer:
             before = board.snapshot()
             while not stop.wait(seconds):
                 now = board.snapshot()
-                interval = stats_lib.Stats.of(meters.difference(now, before))
+                interval = stats_lib.Stats.of(board_lib.difference(now, before))
                 before = now
                 logger.log(level, "resumeloader: %s", interval.summary())
 

@@ -15,7 +15,7 @@ advance is dropped when the loop ends: the loop already counted its batches).
 `Position` also keeps the loader's `resumeloader.handout.consumption.Ledger`, through
 which every move is checked, and starts the live loop (`resumeloader.handout.loop`),
 with the batches `start` began for it if the position is still theirs. With a
-`resumeloader.core.meters.Consumer` it tells it what the consumer waited for: each
+`resumeloader.core.board.Consumer` it tells it what the consumer waited for: each
 step of a live loop, and each eager advance after a ``dataset()`` iteration's batches
 (`watch`).
 """
@@ -31,7 +31,8 @@ import numpy as np
 import tensorflow as tf
 
 from resumeloader import errors
-from resumeloader.core import meters, positions, validate
+from resumeloader.core import board as board_lib
+from resumeloader.core import positions, validate
 from resumeloader.handout import consumption, stream
 from resumeloader.handout import loop as loop_lib
 from resumeloader.tfdata import ordering, prefetch
@@ -92,7 +93,9 @@ class Position:
         consumer: told what the consumer waited for (see the module docstring), or None.
     """
 
-    def __init__(self, layout: positions.Layout, consumer: meters.Consumer | None = None) -> None:
+    def __init__(
+        self, layout: positions.Layout, consumer: board_lib.Consumer | None = None
+    ) -> None:
         self._layout = layout
         self._consumer = consumer
         self.ledger = consumption.Ledger(layout)

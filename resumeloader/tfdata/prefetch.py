@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from resumeloader.core import exiting, handoff, meters
+from resumeloader.core import board as board_lib
+from resumeloader.core import exiting, handoff
 
 __all__ = ["PREFETCHED", "Started", "prefetched", "rows", "to_tensors"]
 
@@ -83,7 +84,7 @@ def _to_tensor(leaf: Any) -> Any:
     return _tensor(leaf) if type(leaf) is np.ndarray else tf.convert_to_tensor(leaf)
 
 
-def _converted(batches: Iterator[Any], board: meters.Board | None) -> Iterator[Any]:
+def _converted(batches: Iterator[Any], board: board_lib.Board | None) -> Iterator[Any]:
     """The tensors of `batches`, each conversion timed as the hand-off in `board`."""
     if board is None:
         for batch in batches:
@@ -112,7 +113,7 @@ def rows(batch: Any) -> int:
 
 
 def prefetched(
-    make_batches: Callable[[], Iterator[Any]], depth: int, board: meters.Board | None = None
+    make_batches: Callable[[], Iterator[Any]], depth: int, board: board_lib.Board | None = None
 ) -> Iterator[Any]:
     """Yields the tensors of ``make_batches()``'s batches, produced up to `depth` ahead.
 

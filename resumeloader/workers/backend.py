@@ -124,7 +124,7 @@ def in_order(
         window: the most tasks submitted and not yet handed back; or a function
             returning it, asked again after each task handed back (a window that
             follows a cluster growing or shrinking).
-        gauge: a `resumeloader.core.meters.Gauge` sampling the tasks in flight each
+        gauge: a `resumeloader.core.board.Gauge` sampling the tasks in flight each
             time one is handed back, or None.
     """
     size = window if callable(window) else lambda: window

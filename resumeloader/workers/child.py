@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from resumeloader.core import board as board_lib
 from resumeloader.core import meters
 from resumeloader.workers import failures, messages, produce, shm, timing
 
@@ -104,7 +105,7 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
     setup_error: dict[str, Any] | None = None
     try:
         pipeline, spec = pickle.loads(payload)
-        board = meters.Board() if meters.enabled() else None
+        board = board_lib.Board() if meters.enabled() else None
         producer = produce.BatchProducer(pipeline, spec, hand_over=False, board=board)
         report = timing.Report(board)
     except Exception as err:

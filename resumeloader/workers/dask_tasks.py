@@ -26,6 +26,7 @@ from typing import Any
 
 import distributed
 
+from resumeloader.core import board as board_lib
 from resumeloader.core import meters
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import failures, produce, timing
@@ -68,7 +69,7 @@ class PipelinePlugin(distributed.WorkerPlugin):
         made: Any
         try:
             pipeline, spec = pickle.loads(self.payload)
-            board = meters.Board() if meters.enabled() else None
+            board = board_lib.Board() if meters.enabled() else None
             made = produce.BatchProducer(pipeline, spec, hand_over=False, board=board)
         except Exception as err:  # reported by each task that needs it
             made = failures.describe(err)

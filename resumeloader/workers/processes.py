@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from resumeloader import errors
-from resumeloader.core import exiting, handoff, meters
+from resumeloader.core import board as board_lib
+from resumeloader.core import exiting, handoff
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import (
@@ -73,7 +74,7 @@ class ProcessPool:
         on_skips: ``on_skips(task, skips)`` receives the replaced records of a
             batch (the error policy's), before the batch is yielded.
         board: where the workers' counts are merged and the copies out of shared
-            memory timed (`resumeloader.core.meters`), or None.
+            memory timed (`resumeloader.core.board`), or None.
         window: the most tasks taken ahead of the consumer (at most `SLOTS` of them
             sent to each worker at a time); `SLOTS` per worker when None.
     """
@@ -87,7 +88,7 @@ class ProcessPool:
         timeout: float | None,
         on_skips: Callable[[Task, list[Any]], None] | None = None,
         window: int | None = None,
-        board: meters.Board | None = None,
+        board: board_lib.Board | None = None,
     ) -> None:
         self._payload = payload
         self._board = board

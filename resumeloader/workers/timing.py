@@ -19,6 +19,7 @@ import dataclasses
 import time
 from typing import Any
 
+from resumeloader.core import board as board_lib
 from resumeloader.core import meters
 from resumeloader.sources.storage import fetch, handles
 from resumeloader.stages import pipeline as pipeline_lib
@@ -158,7 +159,7 @@ class Report:
     """What a worker elsewhere sends with each batch: its place's counts since the last
     report and the storage layer's."""
 
-    def __init__(self, board: meters.Board | None) -> None:
+    def __init__(self, board: board_lib.Board | None) -> None:
         self._board = board
         self._storage: dict[str, int] = {}
 

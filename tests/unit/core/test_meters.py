@@ -8,10 +8,11 @@ import time
 
 import pytest
 
+from resumeloader.core import board as board_lib
 from resumeloader.core import meters, stats
 
 
-def _stage(board: meters.Board, name: str) -> stats.Stage:
+def _stage(board: board_lib.Board, name: str) -> stats.Stage:
     stage = stats.Stats.of(board.snapshot()).stage(name)
     assert stage is not None
     return stage
@@ -49,7 +50,7 @@ def test_every_lap_is_timed_with_every_1():
 
 def test_stats_scale_timed_laps_to_exact_batches_and_records():
     """Batches and records are exact although only one lap in `every` is timed."""
-    board = meters.Board(["read"], every=4)
+    board = board_lib.Board(["read"], every=4)
     place = board.here()
     for size in [8] * 10 + [3]:
         lap = place.lap("produce", size)
@@ -62,7 +63,7 @@ def test_stats_scale_timed_laps_to_exact_batches_and_records():
 def test_environment_variable_all_times_every_lap(monkeypatch):
     """RESUMELOADER_STATS=all: every lap is timed; unset: one in EVERY."""
     monkeypatch.setenv(meters.ENV, "all")
-    assert meters.every() == 1 and meters.Board().every == 1
+    assert meters.every() == 1 and board_lib.Board().every == 1
     monkeypatch.delenv(meters.ENV)
     assert meters.every() == meters.EVERY
 
@@ -107,7 +108,7 @@ def test_take_sends_only_what_changed_since_the_last_take():
 
 def test_board_merges_deltas_of_places_elsewhere_under_their_names():
     """Deltas of two worker processes add up under each one's name; counts add up too."""
-    board = meters.Board(["read"])
+    board = board_lib.Board(["read"])
     for index in range(2):
         remote = meters.Place("MainThread", every=2)
         for _ in range(3):
@@ -127,7 +128,7 @@ def test_board_merges_deltas_of_places_elsewhere_under_their_names():
 
 def test_each_worker_thread_counts_into_its_own_place():
     """Worker threads never share a place: two threads' laps land in two places, none lost."""
-    board = meters.Board(every=1)
+    board = board_lib.Board(every=1)
 
     def work() -> None:
         place = board.here()
@@ -146,7 +147,7 @@ def test_each_worker_thread_counts_into_its_own_place():
 
 def test_other_threads_share_the_hand_out_place():
     """Threads that are not worker threads (tf.data's, a prefetch thread) count in one place."""
-    board = meters.Board()
+    board = board_lib.Board()
     seen = []
     thread = threading.Thread(target=lambda: seen.append(board.here()), name="tf_data_thread")
     thread.start()
@@ -157,7 +158,7 @@ def test_other_threads_share_the_hand_out_place():
 def test_watched_counts_report_only_what_grew_after_registration():
     """A process counter read at registration is the baseline of the board's counts."""
     source = {"gets": 5, "bytes": 100}
-    board = meters.Board()
+    board = board_lib.Board()
     board.watch_counts(lambda: dict(source), "storage")
     source["gets"] += 3
     assert board.snapshot()["counts"] == {"storage.gets": 3}
@@ -165,7 +166,7 @@ def test_watched_counts_report_only_what_grew_after_registration():
 
 def test_consumer_times_asked_and_got_steps():
     """`handed` counts a step's wait, and the time between steps as the consumer's."""
-    consumer = meters.Consumer()
+    consumer = board_lib.Consumer()
     consumer.handed(100, 150)
     consumer.handed(400, 420)
     assert (consumer.steps, consumer.wait_ns, consumer.max_wait_ns) == (2, 70, 50)
@@ -174,7 +175,7 @@ def test_consumer_times_asked_and_got_steps():
 
 def test_consumer_matches_advances_to_the_batches_produced():
     """An eager advance to a batch's end counts one step; an unknown end counts none."""
-    consumer = meters.Consumer()
+    consumer = board_lib.Consumer()
     consumer.started()
     consumer.produced(4)
     consumer.produced(8)
@@ -196,7 +197,7 @@ def test_enabled_follows_the_environment_variable(monkeypatch, value, on):
 @pytest.mark.parametrize("every", [1, 3], ids=["all", "one-in-3"])
 def test_timed_counts_each_item_of_an_iterator_exactly(every):
     """`timed` counts one lap per item with its records; the end is not a lap."""
-    board = meters.Board(["sampler"], every=every)
+    board = board_lib.Board(["sampler"], every=every)
     items = list(meters.timed(iter([[1, 2], [3], [4, 5, 6], [7]]), board.here, "sampler", len))
     assert items == [[1, 2], [3], [4, 5, 6], [7]]
     sampler = _stage(board, "sampler")

@@ -6,11 +6,12 @@ import json
 
 import pytest
 
-from resumeloader.core import meters, stats
+from resumeloader.core import board as board_lib
+from resumeloader.core import stats
 
 
 def _snapshot(walls: dict[str, int], *, places: int = 1) -> dict:
-    board = meters.Board(list(walls))
+    board = board_lib.Board(list(walls))
     for index in range(places):
         place = board.place(f"resumeloader-worker-{index}")
         for name, wall in walls.items():
@@ -62,14 +63,14 @@ def test_to_dict_is_json_and_carries_the_rates():
 
 def test_empty_board_has_no_bottleneck():
     """Before any batch: no stage, no bottleneck, and the table still renders."""
-    value = stats.Stats.of(meters.Board(["read"]).snapshot())
+    value = stats.Stats.of(board_lib.Board(["read"]).snapshot())
     assert value.bottleneck is None and value.stages == ()
     assert "0 records" in str(value)
 
 
 def test_wait_share_is_the_consumers_waiting_fraction():
     """The data wait share is wait / (wait + time between batches)."""
-    board = meters.Board()
+    board = board_lib.Board()
     board.consumer.handed(0, 30)
     board.consumer.handed(100, 130)
     value = stats.Stats.of(board.snapshot())
