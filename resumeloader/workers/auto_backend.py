@@ -91,7 +91,10 @@ class AutoBackend:
 
     @property
     def window(self) -> int:
-        return self._child(self._choice).window
+        """The most tasks in flight: the largest window of the backends it ran."""
+        current = self._child(self._choice)
+        with self._lock:
+            return max([current.window, *(c.window for c in self._children.values())])
 
     def _child(self, choice: Choice) -> Any:
         with self._lock:
@@ -130,8 +133,8 @@ class AutoBackend:
             finally:
                 produced.close()
             feed.rewind()  # what the old backend took and did not hand back comes first
-            if self._choice.kind != "process":
-                self._stop_processes()
+            if self._trial is None and self._tuning.decide is None:
+                self._stop_processes()  # settled: process workers not chosen free their memory
 
     def _after(self, made: produce.Produced, wait: int, hold: int) -> None:
         """Counts a batch handed out; decides what makes the next ones."""
