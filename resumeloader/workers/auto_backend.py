@@ -221,9 +221,10 @@ class _Feed:
             if self._again:
                 task = self._again.popleft()
             else:
-                task = next(self._tasks, None)
-                if task is None:
+                following = next(self._tasks, None)
+                if following is None:
                     return
+                task = following
             self._taken.append(task)
             yield task
 

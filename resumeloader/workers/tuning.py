@@ -242,7 +242,7 @@ def parse_decision(value: Any) -> Choice | None:
     if value is None:
         return None
     ok = isinstance(value, tuple) and len(value) == 2 and value[0] in _ORDER
-    count = value[1] if ok else None
+    count: Any = value[1] if ok else -1
     ok = ok and validate.is_integer(count) and (count == 0) == (value[0] == "inline")
     if not ok or not 0 <= count <= _MAX_WORKERS:
         msg = (

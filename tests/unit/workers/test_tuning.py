@@ -97,7 +97,7 @@ def test_tuning_defaults_come_from_the_machine():
     """The CPU budget is the affinity set; the RAM budget a share of available memory."""
     assert tuning.cpu_budget(Tuning()) >= 1 and tuning.cpu_budget(Tuning(cpus=3)) == 3
     assert tuning.memory_budget(Tuning(memory_bytes=5)) == 5
-    assert 0 < tuning.memory_budget(Tuning())
+    assert tuning.memory_budget(Tuning()) > 0
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ def test_tuning_invalid_raises_naming_field(kwargs, error, fragment):
 )
 def test_decide_returning_a_bad_choice_raises_naming_it(value):
     """A decide hook's answer must be a (kind, num_workers) pair it can run."""
-    with pytest.raises(ValueError, match="Tuning.decide") as info:
+    with pytest.raises(ValueError, match=r"Tuning\.decide") as info:
         tuning.parse_decision(value)
     assert repr(value)[:20] in str(info.value)
 
