@@ -43,7 +43,9 @@ class AutoBackend:
     kind: ClassVar[str] = "auto"
     option_fields: ClassVar[tuple[str, ...]] = ("timeout",)
     options_type: ClassVar[type | None] = tuning.Tuning
-    parallel: ClassVar[bool] = True
+    # No workers asked for: a path that makes batches in TensorFlow without Python (in-memory
+    # arrays gathered) is taken, as with no workers; otherwise this backend makes them.
+    parallel: ClassVar[bool] = False
 
     def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
         self._workers = workers

@@ -31,8 +31,12 @@ _SCALES = 1.3
 #: Code computing (not waiting for I/O or a sleep) has at least this CPU/wall ratio in
 #: the calling thread (low, since a loaded machine gives the thread a share of a core).
 _BOUND = 0.2
-#: Within this share of the best wait, the cheaper candidate is kept.
+#: Within this share of the best wait (or `_TIE_NS` of it), the cheaper candidate is kept.
 _TIE = 0.10
+_TIE_NS = 250_000
+#: A producer this fast per batch is a cheap stage: handing its batches to workers costs
+#: more than it saves (a task's round trip, the copies out of a worker process).
+_CHEAP_NS = 1_000_000
 _ORDER = ("inline", "thread", "process")
 _MAX_WORKERS = 1024
 
@@ -192,6 +196,9 @@ class Tuner:
             if work <= hold / 2:
                 self.notes.append("the consumer is slower than the producer")
                 return None
+            if work < _CHEAP_NS:
+                self.notes.append(f"a cheap stage ({work / 1e6:.2f} ms per batch)")
+                return None
             if self.cpus < 2 and measure.ratio >= _BOUND:
                 self.notes.append("1 CPU in the budget")
                 return None
@@ -215,12 +222,12 @@ class Tuner:
 
     def best(self) -> Choice:
         """The measured candidate the consumer waited least for, within the RAM budget; of
-        two within 10% (or 0.1 ms) of each other, the cheaper."""
+        two within 10% (or 0.25 ms per batch) of each other, the cheaper."""
         fitting = {c: m for c, m in self.measured.items() if self.fits(c, m) or c.kind == "inline"}
         waits = {c: m.per_batch(m.wait_ns) for c, m in fitting.items()}
         least = min(waits.values())
         ranked = sorted(waits, key=lambda c: (_ORDER.index(c.kind), c.num_workers))
-        return next(c for c in ranked if waits[c] <= least * (1 + _TIE) + 1e5)
+        return next(c for c in ranked if waits[c] <= least * (1 + _TIE) + _TIE_NS)
 
     def summary(self) -> str:
         """What was measured, one candidate after another, and why."""

@@ -95,3 +95,16 @@ def test_auto_measured_decisions_show_in_stats_and_describe(caplog):
     assert len(logged) == len(stats.decisions) >= 1
     for decision in stats.decisions:
         assert decision["kind"] in ("inline", "thread", "process") and decision["why"]
+
+
+def test_auto_without_python_stages_takes_the_path_of_no_workers():
+    """In-memory arrays with no Python stage: auto leaves them to TensorFlow, as Workers()."""
+    from resumeloader.handout import engine as engine_lib
+    from resumeloader.tfdata import paths
+
+    def path(workers: Workers) -> str:
+        loader = ResumableLoader(_DATA, batch_size=4, seed=3, num_epochs=1, workers=workers)
+        engine = engine_lib.Engine(loader.plan, loader.workers, with_metadata=False)
+        return paths.path_class(engine).name
+
+    assert path(Workers("auto")) == path(Workers()) != "records"

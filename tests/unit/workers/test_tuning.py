@@ -39,6 +39,13 @@ def test_tuner_consumer_slower_than_producer_settles_on_no_workers():
     assert tuner.best() == INLINE and "consumer is slower" in tuner.summary()
 
 
+def test_tuner_cheap_stage_settles_on_no_workers():
+    """A producer under 1 ms per batch keeps no workers, however fast the consumer."""
+    tuner = _tuner()
+    assert tuner.next(INLINE, _measure(0.6, hold_ms=0.01)) is None
+    assert tuner.best() == INLINE and "a cheap stage (0.60 ms per batch)" in tuner.summary()
+
+
 def test_tuner_threads_that_add_cpu_are_kept_without_trying_processes():
     """Code that releases the GIL: threads scale, so processes are not tried."""
     tuner = _tuner()
