@@ -158,6 +158,8 @@ class AutoBackend:
         trial.measure.rss_bytes = self._rss(trial.choice)
         following = self._tuner.next(trial.choice, trial.measure)
         if following is not None:
+            LOGGER.debug("Workers('auto') at batch %d: trying %s after %s", self._handed,
+                         following, trial.measure.describe())
             self._choice = following
             self._trial = _Trial(following, self._tuning.trial_batches)
             return

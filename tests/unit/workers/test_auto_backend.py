@@ -99,3 +99,16 @@ def test_auto_decide_returning_a_bad_choice_raises_naming_the_hook():
     made = _auto(plan, Tuning(decide=lambda n: ("thread", 0)))
     with pytest.raises(ValueError, match=r"Tuning\.decide"):
         list(made.run(plan.tasks(0, plan.layout)))
+
+
+def test_auto_ram_budget_too_small_for_workers_keeps_none():
+    """With a RAM budget smaller than two batches in flight, no workers are kept."""
+    plan = _plan(fns.slow, num_records=120)
+    made = _auto(plan, Tuning(trial_batches=2, cpus=2, memory_bytes=16))
+    try:
+        got = _bytes(made.run(plan.tasks(0, plan.layout)))
+    finally:
+        made.close()
+    assert got == _reference(plan)
+    assert made.decisions[0]["kind"] == "inline"
+    assert "over the RAM budget" in made.decisions[0]["why"]
