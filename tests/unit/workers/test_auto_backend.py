@@ -112,3 +112,16 @@ def test_auto_ram_budget_too_small_for_workers_keeps_none():
     assert got == _reference(plan)
     assert made.decisions[0]["kind"] == "inline"
     assert "over the RAM budget" in made.decisions[0]["why"]
+
+
+def test_auto_rechecks_after_every_batches_and_decides_again():
+    """Settled, it runs its trials again after `every` batches: another decision."""
+    plan = _plan(fns.slow, num_records=200)
+    made = _auto(plan, Tuning(trial_batches=1, cpus=1, every=4))
+    try:
+        got = _bytes(made.run(plan.tasks(0, plan.layout)))
+    finally:
+        made.close()
+    assert got == _reference(plan)
+    batches = [d["batch"] for d in made.decisions]
+    assert len(batches) >= 2 and batches[1] - batches[0] > 4
