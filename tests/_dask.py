@@ -76,9 +76,12 @@ def env() -> dict[str, str]:
 
 
 class CliCluster:
-    """``dask scheduler`` plus `num_workers` ``dask worker`` processes (nanny, 1 thread)."""
+    """``dask scheduler`` plus `num_workers` ``dask worker`` processes (1 thread each),
+    each a nanny and its worker process, or (``nanny=False``) the worker process alone,
+    which nothing restarts when it is killed."""
 
-    def __init__(self, num_workers: int = 2) -> None:
+    def __init__(self, num_workers: int = 2, *, nanny: bool = True) -> None:
+        self._nanny = nanny
         self._folder = tempfile.mkdtemp(prefix="resumeloader-dask-")
         scheduler_file = os.path.join(self._folder, "scheduler.json")
         self.workers: list[subprocess.Popen] = []
@@ -112,6 +115,7 @@ class CliCluster:
         worker = self._spawn(
             "worker", self.address, "--nthreads", "1", "--host", "127.0.0.1",
             "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--death-timeout", "30",
+            *(() if self._nanny else ("--no-nanny",)),
         )
         self.workers.append(worker)
         return worker

@@ -155,6 +155,8 @@ class DaskBackend:
     def _connected(self) -> Any:
         with self._lock:
             if self._cluster is None:
+                # Closed at exit: a generator thread still running must not start another.
+                exiting.check("batches on the Dask cluster")
                 if self._payload is None:
                     self._payload, self._prefix = payload(self._producer)
                 connection = _modules()[1].Connection
