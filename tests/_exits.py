@@ -27,6 +27,8 @@ import sys
 import time
 from typing import Any
 
+import psutil
+
 HERE = pathlib.Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
 
@@ -131,7 +133,10 @@ def run_forked(
 
 
 def spawn(script: str, args: list[str], *, limit: float, log: pathlib.Path) -> dict[str, Any]:
-    """Runs ``python script ARGS`` as a user would; the seconds from ``done`` to exit."""
+    """Runs ``python script ARGS`` as a user would; the seconds from ``done`` until the
+    script's process and every process it started are gone; `left`: those still alive
+    `limit` seconds after ``done`` (then killed); `late`: how many it started after
+    ``done`` (while exiting)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     with open(log, "ab") as err:
         proc = subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE,
@@ -139,15 +144,42 @@ def spawn(script: str, args: list[str], *, limit: float, log: pathlib.Path) -> d
     assert proc.stdout is not None
     line = proc.stdout.readline()
     done = time.monotonic()
+    started = _children(proc.pid)  # e.g. Dask workers, in sessions of their own
+    at_done = set(started)
+    while time.monotonic() - done < limit and (
+        proc.poll() is None or any(_alive(p) for p in started)
+    ):
+        started.extend(p for p in _children(proc.pid) if p not in started)
+        time.sleep(0.01)
+    seconds = time.monotonic() - done
+    left = [p.pid for p in started if _alive(p)]
+    hung = proc.poll() is None or bool(left)
+    if hung:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        for process in started:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+    returncode = None if proc.poll() is None else proc.returncode
+    proc.wait()
+    return {"args": args, "seconds": seconds, "hung": hung, "returncode": returncode,
+            "log": str(log), "done": line == b"done\n", "left": left,
+            "late": len(set(started) - at_done)}
+
+
+def _children(pid: int) -> list[psutil.Process]:
     try:
-        returncode: int | None = proc.wait(timeout=limit)
-        hung = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        returncode, hung = None, True
-    return {"args": args, "seconds": time.monotonic() - done, "hung": hung,
-            "returncode": returncode, "log": str(log), "done": line == b"done\n"}
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _alive(process: psutil.Process) -> bool:
+    """True while `process` runs (a zombie has exited)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def main(argv: list[str]) -> None:

@@ -2,7 +2,7 @@
 top, no ``__main__`` guard, the map_fn in ``__main__``. It consumes a few batches of a
 loader and ends; the interpreter then exits with the loader's threads still producing.
 
-    python exit_job.py {dataset,loop,fit} {0,thread,process} [CHECKPOINT_DIR]
+    python exit_job.py {dataset,loop,fit} {0,thread,process,dask} [CHECKPOINT_DIR]
 
 * ``dataset``: ``next()`` on an iterator of ``loader.dataset()`` (kept in a global), with
   ``loader.advance()`` after each batch;
@@ -33,7 +33,10 @@ def augment(record, rng):
     return record + rng.normal(scale=0.1, size=record.shape).astype(np.float32)
 
 
-options = {} if workers == "0" else {"num_workers": 2, "worker_type": workers}
+if workers == "dask":  # a local cluster of 2 worker processes
+    options = {"workers": resumeloader.Workers(2, kind="dask")}
+else:
+    options = {} if workers == "0" else {"num_workers": 2, "worker_type": workers}
 records = 48 if consume == "fit" else 4096
 features = np.random.default_rng(0).normal(size=(records, 4)).astype(np.float32)
 loader = resumeloader.ResumableLoader(features, batch_size=8, seed=0, map_fn=augment, **options)

@@ -68,3 +68,18 @@ def test_exit_of_plain_interpreter_after_dataset_does_not_hang(tmp_path):
 
     assert result["done"], (tmp_path / "stderr.log").read_text()[-2000:]
     assert not result["hung"] and result["returncode"] == 0, _describe([result])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("consumer", ["dataset", "loop"])
+def test_exit_without_close_on_local_dask_cluster_leaves_nothing(tmp_path, consumer):
+    """``python exit_job.py CONSUMER dask``: a script that consumed a loader on a local Dask
+    cluster (2 worker processes) and ends without ``close()`` exits, and so does every
+    process of its cluster; none is started while it exits."""
+    result = _exits.spawn(str(_exits.SCRIPTS / "exit_job.py"),
+                          [consumer, "dask", str(tmp_path / "ckpt")], limit=LIMIT,
+                          log=tmp_path / "stderr.log")
+
+    assert result["done"], (tmp_path / "stderr.log").read_text()[-2000:]
+    assert not result["hung"] and result["returncode"] == 0, _describe([result])
+    assert (result["left"], result["late"]) == ([], 0)

@@ -20,9 +20,12 @@ CTRL_C_CASES = [
     ("--workers", "0", "--prefetch", "2", "--stall", "source"),
     ("--workers", "2", "--worker-type", "thread", "--stall", "map"),
     ("--workers", "2", "--worker-type", "process", "--stall", "map"),
+    # A local Dask cluster (2 worker processes, each a nanny and its worker).
+    ("--workers", "2", "--worker-type", "dask", "--stall", "map"),
 ]
 CTRL_C_IDS = [
-    "0-workers-prefetch-thread-source-stall", "2-threads-map-stall", "2-processes-map-stall"
+    "0-workers-prefetch-thread-source-stall", "2-threads-map-stall", "2-processes-map-stall",
+    "dask-map-stall",
 ]
 
 
@@ -56,6 +59,22 @@ def test_ctrl_c_on_stalled_job_exits(tmp_path, options):
     assert outcome.processes_left == []
     assert outcome.returncode == -signal.SIGINT  # KeyboardInterrupt, not a hang or a crash
     assert outcome.shm_left == {}
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_mid_epoch_of_dataset_on_local_dask_cluster_exits(tmp_path):
+    """One SIGINT to the process group of a job iterating ``dataset()`` on a local Dask
+    cluster, between batches: the job and its cluster's processes all exit (bounded
+    wait: 60 s)."""
+    options = ("--workers", "2", "--worker-type", "dask", "--consume", "dataset")
+    job = _faults.Job(tmp_path, *options, "--step-seconds", "0.05")
+    job.wait_for("batch 5", timeout=240)
+    pids = job.pids()
+    job.signal_group(signal.SIGINT)
+    outcome = job.finish(pids, timeout=60)
+    assert len(pids) >= 5  # the job, 2 nannies and their 2 worker processes
+    assert outcome.processes_left == []
+    assert outcome.returncode == -signal.SIGINT
 
 
 @pytest.mark.timeout(300)
