@@ -18,13 +18,22 @@ can still take the GIL - sets `EXITING`, calls the registered stoppers (`on_exit
 waits until no thread has been busy for `QUIET_SECONDS` (at most `EXIT_SECONDS`, for a
 thread stalled in user code). A generator that sees `EXITING` raises instead of making
 another batch (nothing reads it any more; a batch it would have made must not look
-like an end of data), so TensorFlow stops calling it. Pure Python: no TensorFlow.
+like an end of data), so TensorFlow stops calling it.
+
+Last, the handler freezes the garbage collector's heap (``gc.freeze``): finalization
+then skips the collection over every object alive at exit. With TensorFlow loaded
+(about 450,000 tracked objects) that collection was most of an exit's work: 1.6 s of
+CPU time, 8 s of wall time at load 16 on 2 cores; 0.17 s and 1.2 s with the heap frozen.
+Objects are still freed by reference counting as finalization clears the modules;
+only garbage in reference cycles is left to the operating system, uncollected (which
+CPython never promised to collect at exit). Pure Python: no TensorFlow.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import threading
 import time
 import weakref
@@ -118,5 +127,6 @@ def _at_exit() -> None:
     while time.monotonic() < deadline:
         with _lock:
             if _busy == 0 and time.monotonic() - _last >= QUIET_SECONDS:
-                return
+                break
         time.sleep(_POLL_SECONDS)
+    gc.freeze()  # finalization's last collection would walk the whole heap
