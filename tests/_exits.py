@@ -112,16 +112,19 @@ def report(run: dict[str, Any], seconds: float | None, *, hung: bool) -> None:
 
 def run_forked(
     jobs: list[dict[str, Any]], *, workdir: pathlib.Path, parallel: int, limit: float,
-    timeout: float,
+    timeout: float, freeze: bool = True,
 ) -> list[dict[str, Any]]:
-    """Runs `jobs` in a fork server (a fresh interpreter); returns their results."""
+    """Runs `jobs` in a fork server (a fresh interpreter); returns their results. With
+    `freeze`, the server freezes its heap (``gc.freeze``) before forking: the children
+    share its pages, but their exits skip the collection over TensorFlow's objects that
+    a script started as ``python script.py`` goes through (measure without it)."""
     spec = workdir / "jobs.json"
     spec.write_text(json.dumps(jobs))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
         "import tensorflow, keras, numpy, resumeloader, resumeloader.keras; "
-        "import gc, _exits; gc.freeze(); _exits.main(sys.argv[2:])"
+        f"import gc, _exits; {'gc.freeze(); ' if freeze else ''}_exits.main(sys.argv[2:])"
     )
     server = subprocess.run(
         [sys.executable, "-c", code, str(HERE), str(spec), str(parallel), str(limit)],
