@@ -22,8 +22,6 @@ import pytest
 import resumeloader
 from resumeloader import WorkerError, Workers
 
-pytestmark = pytest.mark.timeout(300)
-
 NUM_RECORDS, BATCH, EPOCHS = 40, 4, 1
 TIMEOUT = 15.0  # far above a batch's time on a loaded machine (80 ms idle)
 HEAD = 3  # batches taken before the fault

@@ -6,6 +6,7 @@ import itertools
 import subprocess
 import sys
 
+import _limits
 import numpy as np
 import pytest
 
@@ -195,7 +196,7 @@ def test_array_source_dataset_peak_memory_bounded(misalignment, bound):
         [sys.executable, "-c", _MEMORY_CODE, str(misalignment), "3000000"],
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=_limits.PROCESS,
         check=True,
     )
     added = float(result.stdout.strip().splitlines()[-1])
@@ -211,7 +212,7 @@ def test_two_loaders_over_one_unaligned_array_share_one_aligned_copy():
         [sys.executable, "-c", _MEMORY_CODE, "16", "3000000", "2"],
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=_limits.PROCESS,
         check=True,
     )
     added = float(result.stdout.strip().splitlines()[-1])
