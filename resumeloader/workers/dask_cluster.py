@@ -13,10 +13,15 @@ as a fresh interpreter with the parent's ``sys.path``. Not `distributed.LocalClu
 process workers: those are started by `multiprocessing`'s spawn, which runs the user's
 ``__main__`` again in every worker, so a training script without an ``if __name__ ==
 "__main__":`` guard fails to start its cluster (each worker re-runs the script and
-refuses to start processes while it is being imported). On Linux a worker is killed by
-the kernel when the thread that started it ends (``PR_SET_PDEATHSIG``), so a killed
-training job leaves no worker behind; a worker also closes itself when its scheduler
-is gone.
+refuses to start processes while it is being imported). Each worker runs in a session
+of its own, out of the terminal's process group: a Ctrl-C reaches the training process
+alone, which closes the cluster. On Linux a worker is killed by the kernel when the
+thread that started it ends (``PR_SET_PDEATHSIG``), so a killed training job leaves no
+worker behind; a worker also closes itself when its scheduler is gone.
+
+A wait for a batch (`Connection.result`) is one gather of its result, bounded as a
+whole by ``Workers.timeout``; before the deadline it asks the scheduler what became of
+the task, and the `WorkerError` of a timeout says it.
 
 Imported only by `resumeloader.workers.dask_backend` once ``kind="dask"`` is chosen.
 No TensorFlow here.
