@@ -59,6 +59,10 @@ FAULTS: dict[str, float | None] = {}
 # work ran on one core.
 LAST_CPU: float | None = None
 CPU: dict[str, float | None] = {}
+# CPU microseconds per record (`cpu_seconds`: the process, every thread, and its worker
+# processes) of the same measurements: the figure a loaded machine leaves stable.
+LAST_CPU_US: float | None = None
+CPU_US: dict[str, float | None] = {}
 
 
 def minor_faults() -> int:
@@ -67,51 +71,126 @@ def minor_faults() -> int:
 
 
 def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """CPU seconds (user + system) of this process so far: every thread, the worker
+    processes it started that still run (psutil, recursively) and those that ended
+    (``RUSAGE_CHILDREN``; a worker that ends between two calls moves from the one to
+    the other with its whole time, so a difference of two calls stays right)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total + _live_children_cpu()
+
+
+# Child processes that stand for something outside the measured system (a storage
+# server standing in for a remote one): their CPU time is not the contender's.
+_NOT_COUNTED: set[int] = set()
+
+
+def not_counted(pids: Iterable[int]) -> None:
+    """Leaves the processes `pids` (and their descendants) out of `cpu_seconds` from now
+    on: children that stand for something outside the measured system."""
+    _NOT_COUNTED.update(pids)
+
+
+def _live_children_cpu() -> float:
+    import psutil
+
+    total = 0.0
+    skipped: set[int] = set()
+    for pid in _NOT_COUNTED:
+        try:
+            skipped |= {pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))}
+        except psutil.NoSuchProcess:
+            continue
+    for child in psutil.Process().children(recursive=True):
+        if child.pid in skipped:
+            continue
+        try:
+            times = child.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue  # ended meanwhile: counted in RUSAGE_CHILDREN once reaped
+        total += times.user + times.system
+    return total
 
 
 class Meter:
-    """Measures a timed part: minor faults per batch and CPU per wall second."""
+    """Measures a timed part: minor faults per batch, CPU per wall second and CPU
+    microseconds per record (`cpu_seconds`), into `LAST_FAULTS`, `LAST_CPU`, `LAST_CPU_US`."""
 
     def __enter__(self) -> Meter:
         self.faults, self.cpu, self.wall = minor_faults(), cpu_seconds(), time.perf_counter()
         return self
 
-    def done(self, batches: int) -> None:
-        global LAST_FAULTS, LAST_CPU
+    def done(self, batches: int, records: int | None = None) -> None:
+        """Ends the measurement of `batches` batches holding `records` records."""
+        global LAST_FAULTS, LAST_CPU, LAST_CPU_US
         wall = time.perf_counter() - self.wall
+        cpu = cpu_seconds() - self.cpu
         LAST_FAULTS = (minor_faults() - self.faults) / max(batches, 1)
-        LAST_CPU = (cpu_seconds() - self.cpu) / wall if wall > 0 else None
+        LAST_CPU = cpu / wall if wall > 0 else None
+        LAST_CPU_US = cpu * 1e6 / records if records else None
 
     def __exit__(self, *exc: Any) -> None:
         pass
 
 
-def interleaved(contenders: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
-    """The median of `rounds` measurements of each contender (each returns e.g. records/s).
+def cpu_us(name: str) -> float | None:
+    """The median CPU microseconds per record of contender `name` in the last
+    `interleaved` call (None: not measured)."""
+    return CPU_US.get(name)
+
+
+def cpu_ratio(name: str, reference: str) -> float | None:
+    """How many times less CPU per record contender `name` spent than `reference` (a
+    speed ratio like ``rate / reference rate``, from the last `interleaved` call)."""
+    ours, theirs = CPU_US.get(name), CPU_US.get(reference)
+    return None if not ours or theirs is None else theirs / ours
+
+
+def records_rate(work: Callable[[], int], batches: int = 1) -> float:
+    """Records/s of one ``work()`` call, which returns the records it handled; its
+    `Meter` figures (CPU microseconds per record, ...) go to the ``LAST_*`` values."""
+    with Meter() as meter:
+        start = time.perf_counter()
+        records = work()
+        seconds = time.perf_counter() - start
+        meter.done(batches, records)
+    return records / seconds
+
+
+def interleaved(contenders: dict[str, Callable[[], float]], rounds: int,
+                warmup: int = 0) -> dict[str, float]:
+    """The median of `rounds` measurements of each contender (each returns e.g. records/s),
+    after `warmup` rounds whose measurements are dropped.
 
     A round runs every contender once, in turn, so a burst of load on a shared machine
-    hits all of them alike instead of one. The medians of the faults per batch and the
-    CPU use that `steady_rate` and `graph_rate` measured go to `FAULTS` and `CPU`.
+    hits all of them alike instead of one. The medians of the faults per batch, the CPU
+    use and the CPU microseconds per record that a contender's `Meter` measured
+    (`steady_rate`, `graph_rate`, `records_rate`, `per_call_us`, ...) go to `FAULTS`,
+    `CPU` and `CPU_US`.
     """
-    global LAST_FAULTS, LAST_CPU
+    global LAST_FAULTS, LAST_CPU, LAST_CPU_US
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    faults: dict[str, list[float]] = {name: [] for name in contenders}
-    cpu: dict[str, list[float]] = {name: [] for name in contenders}
+    extras: dict[str, dict[str, list[float]]] = {
+        kind: {name: [] for name in contenders} for kind in ("faults", "cpu", "cpu_us")}
+    for _ in range(warmup):
+        for measure in contenders.values():
+            measure()
     for _ in range(rounds):
         for name, measure in contenders.items():
-            LAST_FAULTS = LAST_CPU = None
+            LAST_FAULTS = LAST_CPU = LAST_CPU_US = None
             samples[name].append(measure())
-            if LAST_FAULTS is not None:
-                faults[name].append(LAST_FAULTS)
-            if LAST_CPU is not None:
-                cpu[name].append(LAST_CPU)
+            for kind, value in (("faults", LAST_FAULTS), ("cpu", LAST_CPU),
+                                ("cpu_us", LAST_CPU_US)):
+                if value is not None:
+                    extras[kind][name].append(value)
             extra = "" if LAST_FAULTS is None else f" ({LAST_FAULTS:.1f} faults/batch)"
+            extra += "" if LAST_CPU_US is None else f" ({LAST_CPU_US:,.2f} CPU us/record)"
             print(f"  {name}: {samples[name][-1]:,.1f}{extra}", file=sys.stderr, flush=True)
-    for name in contenders:
-        FAULTS[name] = statistics.median(faults[name]) if faults[name] else None
-        CPU[name] = statistics.median(cpu[name]) if cpu[name] else None
+    for kind, medians in (("faults", FAULTS), ("cpu", CPU), ("cpu_us", CPU_US)):
+        for name, values in extras[kind].items():
+            medians[name] = statistics.median(values) if values else None
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
@@ -222,7 +301,7 @@ def steady_rate(make: Callable[[], Iterable[Any]], share: float = 1.0) -> float:
             if time.perf_counter() - start > budget:
                 break
         seconds = time.perf_counter() - start
-        meter.done(batches)
+        meter.done(batches, count)
     return count / seconds
 
 
@@ -248,7 +327,7 @@ def graph_rate(dataset: Any, batches: int, *, loader: Any = None) -> float:
         start = time.perf_counter()
         records = int(pull(iterator, tf.constant(batches)))
         seconds = time.perf_counter() - start
-        meter.done(batches)
+        meter.done(batches, records)
     return records / seconds
 
 
@@ -301,13 +380,17 @@ def identity(record: Any, rng: Any = None) -> Any:
 
 
 def per_call_us(fn: Callable[..., Any], argument: Any, calls: int = 2_000) -> float:
-    """Median over 5 runs of the time of one ``fn(argument)`` call, in microseconds."""
-    runs = []
+    """Median over 5 runs of the time of one ``fn(argument)`` call, in microseconds; the
+    median CPU microseconds per call (`cpu_seconds`) goes to `LAST_CPU_US`."""
+    global LAST_CPU_US
+    runs, cpus = [], []
     for _ in range(5):
-        start = time.perf_counter()
+        cpu, start = cpu_seconds(), time.perf_counter()
         for _ in range(calls):
             fn(argument)
         runs.append((time.perf_counter() - start) / calls * 1e6)
+        cpus.append((cpu_seconds() - cpu) / calls * 1e6)
+    LAST_CPU_US = statistics.median(cpus)
     return statistics.median(runs)
 
 

@@ -54,17 +54,20 @@ start = time.perf_counter()
 loader = resumeloader.ResumableLoader(data, batch_size=_common.BATCH, seed=_common.SEED)
 next(iter(loader.dataset()))
 first = time.perf_counter() - start
-rates, faults = [], []
+rates, faults, cpus = [], [], []
 for _ in range(3):
     rates.append(_common.graph_rate(loader.dataset(), batches, loader=loader))
     faults.append(_common.LAST_FAULTS)
-rate, faults = sorted(rates)[1], sorted(faults)[1]
+    cpus.append(_common.LAST_CPU_US)
+rate, faults, cpu_us = sorted(rates)[1], sorted(faults)[1], sorted(cpus)[1]
 added = (status("VmHWM") - before) / data.nbytes
 _common.TF_PATCHED = True  # dataset() built a from_generator dataset: TensorFlow's regime
 patched = _common.steady_rate(lambda: _common.numpy_reference(data), share=0.5)
 reference = _common.healthy(
     lambda: _common.steady_rate(lambda: _common.numpy_reference(data), share=0.5))()
-print(json.dumps({"added": added, "first": first, "rate": rate, "numpy": reference,
+numpy_cpu_us = _common.LAST_CPU_US
+print(json.dumps({"added": added, "first": first, "rate": rate, "cpu_us": cpu_us,
+                  "numpy": reference, "numpy_cpu_us": numpy_cpu_us,
                   "numpy_patched": patched, "faults": faults,
                   "in_place": data.ctypes.data % 64 == 0,
                   "gather": "tf.gather" in loader.describe()}))
@@ -107,10 +110,11 @@ def run(quick: bool) -> Report:
         [Column("data", "data"), Column("path", "path"),
          Column("added", "peak RSS added / data", ".2f", "x"),
          Column("first", "first batch (s)", ".2f"), Column("rate", "records/s", ",.0f"),
-         Column("faults", "faults / batch", ",.1f"),
+         _results.cpu_column(), Column("faults", "faults / batch", ",.1f"),
          Column("numpy", "NumPy, healthy malloc", ",.0f"),
+         _results.cpu_column(key="cpu_us_numpy"),
          Column("numpy_patched", "NumPy, TensorFlow's patch", ",.0f"),
-         Column("vs_numpy", "/ NumPy", ".2f")],
+         Column("vs_numpy", "/ NumPy", ".2f"), Column("vs_numpy_cpu", "/ NumPy, CPU", ".2f")],
     )
     medians = {}
     for rows in sizes:
@@ -119,8 +123,10 @@ def run(quick: bool) -> Report:
         table.add(
             data=f"{rows:,} x 16 float32 = {rows * ROW_BYTES / GIB:.2f} GiB",
             path="gather, " + ("read in place" if m["in_place"] else "copied once, aligned"),
-            added=m["added"], first=m["first"], rate=m["rate"], faults=m["faults"],
-            numpy=m["numpy"], numpy_patched=m["numpy_patched"], vs_numpy=m["rate"] / m["numpy"],
+            added=m["added"], first=m["first"], rate=m["rate"], cpu_us=m["cpu_us"],
+            faults=m["faults"], numpy=m["numpy"], cpu_us_numpy=m["numpy_cpu_us"],
+            numpy_patched=m["numpy_patched"], vs_numpy=m["rate"] / m["numpy"],
+            vs_numpy_cpu=m["numpy_cpu_us"] / m["cpu_us"],
         )
     table.finish(start)
     below = [rows for rows in sizes if rows * ROW_BYTES < GIB]

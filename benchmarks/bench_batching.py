@@ -70,21 +70,13 @@ def token_sequences(count: int, lengths: np.ndarray) -> list[np.ndarray]:
     return np.split(values, np.cumsum(lengths)[:-1])
 
 
-def _rate(run: Callable[[], int], rates: list[float]) -> None:
-    start = time.perf_counter()
-    records = run()
-    rates.append(records / (time.perf_counter() - start))
-
-
 def _medians(runs: dict[str, Callable[[], int]], rounds: int) -> dict[str, float]:
-    rates: dict[str, list[float]] = {name: [] for name in runs}
-    for round_ in range(rounds + 1):
-        for name, run in runs.items():
-            if round_:
-                _rate(run, rates[name])
-            else:  # round 0 warms up (tracing, iterator start-up)
-                run()
-    return {name: statistics.median(values) for name, values in rates.items()}
+    """Records/s of each run, medians of interleaved rounds after one warm-up round
+    (tracing, iterator start-up); CPU per record to `_common.CPU_US`."""
+    return _common.interleaved(
+        {name: lambda run=run: _common.records_rate(run) for name, run in runs.items()},
+        rounds, warmup=1,
+    )
 
 
 # -- (a) padded batching ---------------------------------------------------------------
@@ -288,13 +280,15 @@ def run(quick: bool, rounds: int) -> Report:
         f"{padded_count:,} sequences of 5-200 tokens, batch {BATCH}, records/s, median of "
         f"{rounds} interleaved rounds.",
         [Column("pipeline", "pipeline"), Column("rate", "records/s", ",.0f"),
+         _results.cpu_column(),
          Column("vs_ragged", "vs faster tf.data ragged_batch", ".2f", "x"),
          Column("vs_padded", "vs faster tf.data padded_batch", ".2f", "x")],
         note=f"TensorFlow {tf.__version__}",
     )
+    padded_cpu = {name: _common.cpu_us(name) for name in rates}
     for name, rate in rates.items():
-        padded.add(pipeline=name, rate=rate, vs_ragged=rate / ragged_rate,
-                   vs_padded=rate / padded_rate)
+        padded.add(pipeline=name, rate=rate, cpu_us=padded_cpu[name],
+                   vs_ragged=rate / ragged_rate, vs_padded=rate / padded_rate)
     padded.finish(start)
 
     start = _results.load_average()
@@ -308,11 +302,12 @@ def run(quick: bool, rounds: int) -> Report:
         f"into rows of {ROW}, {ROWS} rows per batch, sequences/s, median of "
         f"{max(1, rounds - 1)} interleaved rounds.",
         [Column("pipeline", "pipeline"), Column("rate", "sequences/s", ",.0f"),
-         Column("real", "real tokens", ".1%"), Column("vs_grain", "vs grain", ".2f", "x")],
+         _results.cpu_column("sequence"), Column("real", "real tokens", ".1%"),
+         Column("vs_grain", "vs grain", ".2f", "x")],
     )
     for name, rate in pack_rates.items():
-        packing.add(pipeline=name, rate=rate, real=statistics.fmean(shares[name]),
-                    vs_grain=rate / pack_rates[grain_name])
+        packing.add(pipeline=name, rate=rate, cpu_us=_common.cpu_us(name),
+                    real=statistics.fmean(shares[name]), vs_grain=rate / pack_rates[grain_name])
     packing.finish(start)
 
     start = _results.load_average()
@@ -329,7 +324,16 @@ def run(quick: bool, rounds: int) -> Report:
                      fastest=min(seconds) * 1e3)
     restored.finish(start)
 
-    ours_padded = max(v for k, v in rates.items() if k.startswith("resumeloader"))
+    ours_name = max((k for k in rates if k.startswith("resumeloader")), key=rates.__getitem__)
+    ours_padded = rates[ours_name]
+    ragged_name = max((k for k in rates if k.endswith("ragged_batch -> to_tensor")),
+                      key=rates.__getitem__)
+    padded_name = max((k for k in rates if k.endswith("): padded_batch")), key=rates.__getitem__)
+
+    def padded_cpu_ratio(reference: str) -> float | None:
+        ours, theirs = padded_cpu[ours_name], padded_cpu[reference]
+        return None if not ours or theirs is None else theirs / ours
+
     best_pack = max(
         (k for k in pack_rates if k.startswith("resumeloader")), key=lambda k: pack_rates[k]
     )
@@ -337,13 +341,14 @@ def run(quick: bool, rounds: int) -> Report:
     item = "12.2-3, batching"
     targets = [
         Target("padded batching (faster way) / tf.data ragged_batch -> to_tensor",
-               ours_padded / ragged_rate, 1.0, item=item),
+               ours_padded / ragged_rate, 1.0, item=item, cpu_value=padded_cpu_ratio(ragged_name)),
         Target("padded batching (faster way) / tf.data padded_batch",
-               ours_padded / padded_rate, 1.0, item=item),
+               ours_padded / padded_rate, 1.0, item=item, cpu_value=padded_cpu_ratio(padded_name)),
         Target("packing: share of real tokens (best window)", best_share * 100, 90, unit="%",
                item=item),
         Target(f"packing throughput / grain FirstFitPackIterDataset ({best_pack.split(': ')[1]})",
-               pack_rates[best_pack] / pack_rates[grain_name], 1.0, item=item),
+               pack_rates[best_pack] / pack_rates[grain_name], 1.0, item=item,
+               cpu_value=_common.cpu_ratio(best_pack, grain_name)),
         Target("restore -> first batch, epoch 50 of 10**6 (slowest stage)",
                max(statistics.median(v) for v in restore.values()) * 1e3, 50, unit=" ms",
                at_most=True, item=item),

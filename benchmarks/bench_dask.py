@@ -108,6 +108,13 @@ def _rate(source: Any, fn: Callable[..., Any], workers: Any, batch: int = BATCH,
             loader.close()
 
 
+def _on(client: Any, **kwargs: Any) -> Any:
+    """The `Workers` of the Dask cluster of `client`."""
+    from resumeloader import DaskOptions, Workers
+
+    return Workers(kind="dask", options=DaskOptions(client=client), **kwargs)
+
+
 def cpu_bound(quick: bool, client: Any) -> tuple[Table, list[Target]]:
     from resumeloader import Workers
 
@@ -118,7 +125,7 @@ def cpu_bound(quick: bool, client: Any) -> tuple[Table, list[Target]]:
     contenders = {
         ZERO: lambda: _rate(source, _common.burn_python, Workers()),
         OWN: lambda: _rate(source, _common.burn_python, Workers(2, kind="process")),
-        DASK: lambda: _rate(source, _common.burn_python, Workers(kind="dask", client=client)),
+        DASK: lambda: _rate(source, _common.burn_python, _on(client)),
         TF: lambda: _common.steady_rate(lambda: _plain_tf(source)),
     }
     rates = _common.interleaved(contenders, rounds)
@@ -128,17 +135,18 @@ def cpu_bound(quick: bool, client: Any) -> tuple[Table, list[Target]]:
         f"per record; records/s after {_common.WARMUP_BATCHES} batches (start-up excluded), "
         f"median of {rounds} interleaved round(s). Parallel capacity: {capacity:.2f} CPUs.",
         [Column("pipeline", "pipeline"), Column("rate", "records/s", ",.0f"),
-         Column("vs_zero", "/ 0 workers", ".2f"), Column("vs_own", "/ own 2 processes", ".2f")],
+         _results.cpu_column(), Column("vs_zero", "/ 0 workers", ".2f"),
+         Column("vs_own", "/ own 2 processes", ".2f")],
     )
     for name, rate in rates.items():
-        table.add(pipeline=name, rate=rate, vs_zero=rate / rates[ZERO],
-                  vs_own=rate / rates[OWN])
+        table.add(pipeline=name, rate=rate, cpu_us=_common.cpu_us(name),
+                  vs_zero=rate / rates[ZERO], vs_own=rate / rates[OWN])
     table.finish(start)
     targets = [
         Target("Dask: 2 process workers / 0 workers", rates[DASK] / rates[ZERO], 1.6,
                item="22.4, dask"),
         Target("Dask: 2 process workers / own 2 process workers", rates[DASK] / rates[OWN],
-               0.85, item="22.4, dask"),
+               0.85, item="22.4, dask", cpu_value=_common.cpu_ratio(DASK, OWN)),
     ]
     return table, targets
 
@@ -170,14 +178,14 @@ def costs(quick: bool, client: Any) -> tuple[Table, list[Target]]:
     per_task = {
         "0 workers": 1 / _rate(tiny, _common.identity, Workers(), 1, 0.5),
         "Dask, window=1 (a round trip per task)":
-            1 / _rate(tiny, _common.identity, Workers(kind="dask", client=client, window=1), 1,
+            1 / _rate(tiny, _common.identity, _on(client, window=1), 1,
                       0.5),
         "Dask, default window (2 per thread)":
-            1 / _rate(tiny, _common.identity, Workers(kind="dask", client=client), 1, 0.5),
+            1 / _rate(tiny, _common.identity, _on(client), 1, 0.5),
     }
     source = np.random.default_rng(1).random((2_000, 16), np.float32)
     repeats = 3 if quick else 7
-    workers = Workers(kind="dask", client=client)
+    workers = _on(client)
     running = _loader(source, _common.burn_python, workers)
     batches = iter(running)  # the pipeline travels to the workers with the first batch
     for _ in range(len(source) // BATCH // 2):
@@ -224,7 +232,6 @@ def costs(quick: bool, client: Any) -> tuple[Table, list[Target]]:
 
 
 def scaling(quick: bool) -> tuple[Table, list[Target]]:
-    from resumeloader import Workers
 
     counts = (1, 2, 4, 8) if quick else (1, 2, 4, 8, 16, 32)
     share = 0.5 if quick else 1.0
@@ -235,13 +242,14 @@ def scaling(quick: bool) -> tuple[Table, list[Target]]:
     for count in counts:
         client = _cluster(count, processes=False)
         try:
-            workers = Workers(kind="dask", client=client)
+            workers = _on(client)
             rate = _rate(source, sleep_record, workers, share=share)
+            cpu = _common.LAST_CPU_US
             bound = _rate(source, _common.identity, workers, share=share)
         finally:
             client.cluster.close()
             client.close()
-        rows.append({"workers": count, "rate": rate, "bound": bound})
+        rows.append({"workers": count, "rate": rate, "cpu_us": cpu, "bound": bound})
     single = rows[0]["rate"]
     bound = max(row["bound"] for row in rows)
     task_seconds = BATCH * SLEEP_S
@@ -257,12 +265,13 @@ def scaling(quick: bool) -> tuple[Table, list[Target]]:
         f"workers; it needs a window of >= {window:,.1f} tasks in flight (bound in tasks/s x "
         "one task's time).",
         [Column("workers", "workers"), Column("rate", "records/s", ",.0f"),
-         Column("linear", "/ (N x 1 worker)", ".2f"), Column("mb", "MB/s", ",.1f"),
+         _results.cpu_column(), Column("linear", "/ (N x 1 worker)", ".2f"),
+         Column("mb", "MB/s", ",.1f"),
          Column("bound", "hand-out, records/s", ",.0f"),
          Column("bound_mb", "hand-out, MB/s", ",.0f")],
     )
     for row in rows:
-        table.add(workers=row["workers"], rate=row["rate"],
+        table.add(workers=row["workers"], rate=row["rate"], cpu_us=row["cpu_us"],
                   linear=row["rate"] / (row["workers"] * single),
                   mb=row["rate"] * record_bytes / 1e6, bound=row["bound"],
                   bound_mb=row["bound"] * record_bytes / 1e6)

@@ -50,7 +50,7 @@ import numpy as np
 import tensorflow as tf
 from _results import Column, Report, Table, Target
 
-from resumeloader import Pipeline, ResumableLoader
+from resumeloader import Pipeline, ResumableLoader, Workers
 from resumeloader.sources import ArrayRecordSource, TFRecordSource, tfrecord_index
 
 BATCH = 128
@@ -268,8 +268,7 @@ def contenders(data: dict[str, Any], root: str, slow_limit: int) -> dict[str, tu
                 seed=0,
                 num_epochs=1,
                 map_fn=python_parse_decode,
-                num_workers=2,
-                worker_type="thread",
+                workers=Workers(2, kind="thread"),
             ),
             slow_limit,
         ),
@@ -334,16 +333,22 @@ def _size(batch: Any) -> int:
 
 
 def throughput(make: Callable[[], Iterable], limit: int | None) -> float:
-    """Records/s over an epoch (or `limit` records) after 4 warm-up batches."""
+    """Records/s over an epoch (or `limit` records) after 4 warm-up batches (CPU per
+    record measured by `_common.Meter`)."""
     iterator = iter(make())
     for _ in range(4):
         next(iterator)
-    records, start = 0, time.perf_counter()
-    for batch in iterator:
-        records += _size(batch)
-        if limit is not None and records >= limit:
-            break
-    return records / (time.perf_counter() - start)
+    records, batches = 0, 0
+    with _common.Meter() as meter:
+        start = time.perf_counter()
+        for batch in iterator:
+            records += _size(batch)
+            batches += 1
+            if limit is not None and records >= limit:
+                break
+        seconds = time.perf_counter() - start
+        meter.done(batches, records)
+    return records / seconds
 
 
 # -- restore and index ------------------------------------------------------------------
@@ -427,11 +432,10 @@ def run(quick: bool, rounds: int) -> Report:
         restore_index = index_costs([data["restore"]], os.path.join(root, "index"))
         table = contenders(data, root, 1_000 if quick else 5_000)
         start = _results.load_average()
-        measured: dict[str, list[float]] = {name: [] for name in table}
-        for _ in range(rounds):
-            for name, (_, make, limit) in table.items():
-                measured[name].append(throughput(make, limit))
-        rates = {name: statistics.median(values) for name, values in measured.items()}
+        rates = _common.interleaved({
+            name: lambda make=make, limit=limit: throughput(make, limit)
+            for name, (_, make, limit) in table.items()
+        }, rounds)
         throughput_load = start
         start = _results.load_average()
         latency = restore_latency(data["restore"], os.path.join(root, "index"), 9)
@@ -454,15 +458,16 @@ def report(
         "new TFRecordSource + loader, set_state, first batch of `for batch in loader`"
     ]
     item = "11, real data"
+    grain_fastest = max((n for n in names if n.startswith("grain")), key=rates.__getitem__)
     targets = [
         Target("TFRecord + tf_map / plain TFRecordDataset", ours / rates[names[2]], 1.0,
-               item=item),
+               item=item, cpu_value=_common.cpu_ratio(names[0], names[2])),
         Target("TFRecord + tf_map / hand-written Python decode", ours / rates[names[3]], 3.0,
-               item=item),
+               item=item, cpu_value=_common.cpu_ratio(names[0], names[3])),
         Target("ArrayRecord + tf_map / grain's fastest", rates[names[4]] / grain_best, 1.5,
-               item=item),
+               item=item, cpu_value=_common.cpu_ratio(names[4], grain_fastest)),
         Target("image folder + tf_map / tf.data list_files", rates[names[8]] / rates[names[9]],
-               0.9, item=item),
+               0.9, item=item, cpu_value=_common.cpu_ratio(names[8], names[9])),
         Target("restore -> first batch, 1M-record TFRecord, epoch 50", first_batch, 50,
                unit=" ms", at_most=True, item=item),
     ]
@@ -471,14 +476,14 @@ def report(
         f"Batch {BATCH}, one shuffled epoch per contender (the slow per-record ones: their "
         f"first records), records/s, median of {rounds} interleaved round(s).",
         [Column("data", "data"), Column("pipeline", "pipeline"),
-         Column("rate", "records/s", ",.0f"),
+         Column("rate", "records/s", ",.0f"), _results.cpu_column(),
          Column("vs_first", "vs first of its data", ".2f", "x")],
         note=f"TensorFlow {tf.__version__}",
     )
     firsts: dict[str, float] = {}
     for name, (section, _, _) in table.items():
         firsts.setdefault(section, rates[name])
-        rows.add(data=section, pipeline=name, rate=rates[name],
+        rows.add(data=section, pipeline=name, rate=rates[name], cpu_us=_common.cpu_us(name),
                  vs_first=rates[name] / firsts[section])
     rows.finish(starts[0])
     restore = Table(

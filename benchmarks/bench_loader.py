@@ -5,10 +5,12 @@
 (a) In-memory CIFAR-like records (32x32x3 uint8 image + int64 label), batch 128,
     shuffled, records/s in steady state (after 4 batches, median of interleaved
     rounds): ``for batch in loader``; ``dataset()`` pulled inside a ``tf.function``
-    with ``advance(after=batch)`` (what Keras does); plain tf.data with a full and a
+    with ``advance(after=batch)`` (what Keras does), on the graph path (the default for
+    such arrays) and on the gather path it replaced; plain tf.data with a full and a
     10,000-record shuffle, consumed both ways; the naive split pipeline; grain's
     ``DataLoader`` and ``MapDataset``; the NumPy fancy-index loop (the "/ NumPy"
-    reference) and the memory-copy bound.
+    reference), the NumPy ``np.take`` into a batch allocated once and the memory-copy
+    bound.
 (b) Restore latency: ms from restoring to holding the first batch, by position, against
     grain's ``set_state`` and the O(k) replays.
 (c) Checkpoint size.
@@ -20,6 +22,7 @@ ratios, measured in the same rounds, are the result.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -40,6 +43,7 @@ from _results import Column, Report, Table, Target
 
 FOR_LOOP = "resumeloader: `for batch in loader`"
 DATASET = "resumeloader: `dataset()` + `advance()` in a `tf.function`"
+GATHER = "resumeloader: `dataset()` + `advance()` in a `tf.function`, gather path (0.3)"
 PLAIN = "plain tf.data, full shuffle, in a `tf.function`"
 PLAIN_EAGER = "plain tf.data, full shuffle, `for batch in ds`"
 NUMPY = "NumPy permutation + fancy-index (reference)"
@@ -47,6 +51,20 @@ NUMPY_TAKE = "NumPy `np.take` into a batch allocated once"
 MEMCPY = "memory-copy bound (memcpy bandwidth / record size)"
 PATCH, HEALTHY = "TensorFlow's patch", "healthy"
 ISSUE = "24, targets"
+GRAPH_ISSUE = "30.1, graph path"
+
+
+@contextlib.contextmanager
+def _without_graph_path() -> Any:
+    """Loaders built within it take the path the graph path replaced (the gather path)."""
+    from resumeloader.tfdata import graph_path, paths
+
+    saved = paths.PATHS
+    paths.PATHS = tuple(p for p in saved if p is not graph_path.GraphPath)
+    try:
+        yield
+    finally:
+        paths.PATHS = saved
 
 
 # -- (a) throughput ----------------------------------------------------------------------
@@ -69,6 +87,11 @@ def throughput(quick: bool) -> tuple[Table, list[Target]]:
         fresh = loader()
         return _common.graph_rate(fresh.dataset(), batches, loader=fresh)
 
+    def ours_gather() -> float:
+        with _without_graph_path():
+            fresh = loader()
+        return _common.graph_rate(fresh.dataset(), batches, loader=fresh)
+
     def ours_loop() -> float:
         return _common.steady_rate(loader)
 
@@ -82,6 +105,7 @@ def throughput(quick: bool) -> tuple[Table, list[Target]]:
         (FOR_LOOP, HEALTHY, _common.healthy(ours_loop)),
         (DATASET, PATCH, ours_graph),
         (DATASET, HEALTHY, _common.healthy(ours_graph)),
+        (GATHER, PATCH, ours_gather),
         (PLAIN, PATCH, lambda: _common.graph_rate(_common.plain_tf(arrays), batches)),
         (PLAIN_EAGER, PATCH, lambda: _common.steady_rate(lambda: _common.plain_tf(arrays))),
         ("plain tf.data, shuffle(10,000), in a `tf.function`", PATCH,
@@ -96,6 +120,8 @@ def throughput(quick: bool) -> tuple[Table, list[Target]]:
         (NUMPY, PATCH, numpy_loop),
         (NUMPY_TAKE, PATCH,
          lambda: _common.steady_rate(lambda: _common.numpy_take_reference(arrays))),
+        (NUMPY_TAKE, HEALTHY, _common.healthy(
+            lambda: _common.steady_rate(lambda: _common.numpy_take_reference(arrays)))),
     ]
     contenders = {f"{name} [{regime}]": measure for name, regime, measure in rows}
     rates = _common.interleaved(contenders, rounds)
@@ -118,32 +144,50 @@ def throughput(quick: bool) -> tuple[Table, list[Target]]:
         f"threshold to {_common.HEALTHY_MMAP_THRESHOLD >> 20} MiB (`mallopt`) for their "
         "own measurement, so the NumPy loop does not page-fault: the \"/ NumPy\" column "
         "divides by that healthy NumPy loop. Faults: minor page faults per batch "
-        "(`getrusage`, the whole process) in the timed part.",
+        "(`getrusage`, the whole process) in the timed part. `dataset()` takes the graph "
+        "path (record order and gather in TensorFlow ops, no `from_generator`) unless the "
+        "row says gather path (0.3: index chunks through `from_generator`).",
         [Column("pipeline", "pipeline"), Column("malloc", "malloc"),
-         Column("rate", "records/s", ",.0f"), Column("vs_numpy", "/ NumPy", ".2f"),
+         Column("rate", "records/s", ",.0f"), _results.cpu_column(),
+         Column("vs_numpy", "/ NumPy", ".2f"), Column("vs_numpy_cpu", "/ NumPy, CPU", ".2f"),
          Column("vs_plain", "/ plain tf.data", ".2f"),
          Column("faults", "faults / batch", ",.1f")],
         note=f"TensorFlow {tf.__version__}",
     )
+    numpy_key = f"{NUMPY} [{HEALTHY}]"
     for name, regime, _ in rows:
         key = f"{name} [{regime}]"
-        table.add(pipeline=name, malloc=regime, rate=rates[key], vs_numpy=rates[key] / reference,
+        table.add(pipeline=name, malloc=regime, rate=rates[key], cpu_us=_common.cpu_us(key),
+                  vs_numpy=rates[key] / reference,
+                  vs_numpy_cpu=_common.cpu_ratio(key, numpy_key),
                   vs_plain=rates[key] / plain, faults=_common.FAULTS.get(key))
     table.add(pipeline=MEMCPY, malloc="", rate=memcpy, vs_numpy=memcpy / reference,
               vs_plain=memcpy / plain)
     table.finish(start)
     targets = []
+    def cpu(name: str, regime: str, reference: str, reference_regime: str) -> float | None:
+        return _common.cpu_ratio(f"{name} [{regime}]", f"{reference} [{reference_regime}]")
+
     for regime in (PATCH, HEALTHY):
         targets += [
             Target(f"(a) for-loop / healthy NumPy, {regime}", rate(FOR_LOOP, regime) / reference,
-                   0.6, item=ISSUE),
+                   0.6, item=ISSUE, cpu_value=cpu(FOR_LOOP, regime, NUMPY, HEALTHY)),
             Target(f"(a) `dataset()` / healthy NumPy, {regime}",
-                   rate(DATASET, regime) / reference, 0.4, item=ISSUE),
+                   rate(DATASET, regime) / reference, 0.4, item=ISSUE,
+                   cpu_value=cpu(DATASET, regime, NUMPY, HEALTHY)),
             Target(f"(a) for-loop / plain tf.data (both `for batch in ...`), {regime}",
-                   rate(FOR_LOOP, regime) / eager_plain, 2.0, item=ISSUE),
+                   rate(FOR_LOOP, regime) / eager_plain, 2.0, item=ISSUE,
+                   cpu_value=cpu(FOR_LOOP, regime, PLAIN_EAGER, PATCH)),
             Target(f"(a) `dataset()` / plain tf.data (both in a `tf.function`), {regime}",
-                   rate(DATASET, regime) / plain, 2.0, item=ISSUE),
+                   rate(DATASET, regime) / plain, 2.0, item=ISSUE,
+                   cpu_value=cpu(DATASET, regime, PLAIN, PATCH)),
         ]
+    take = rate(NUMPY_TAKE, HEALTHY)
+    for regime in (PATCH, HEALTHY):
+        targets.append(Target(
+            f"(a) `dataset()` / healthy NumPy `np.take` into a batch allocated once, {regime}",
+            rate(DATASET, regime) / take, 0.8, item=GRAPH_ISSUE,
+            cpu_value=cpu(DATASET, regime, NUMPY_TAKE, HEALTHY)))
     for name in (FOR_LOOP, DATASET):
         faults = _common.FAULTS.get(f"{name} [{PATCH}]")
         label = "for-loop" if name == FOR_LOOP else "`dataset()`"

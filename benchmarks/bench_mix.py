@@ -147,7 +147,9 @@ def contenders(sources: dict[str, Any], num_batches: int) -> dict[str, Callable[
     grain_iterator = iter(grain_mix.to_iter_dataset(_GRAIN_OPTIONS()))
 
     # NumPy floor: the order precomputed (not timed), one fancy-index per source per batch.
-    keys = loader.pipeline.index_stage.indices(0, np.arange(num_batches * BATCH))
+    keys = loader.pipeline.index_stage.indices(
+        0, np.arange(num_batches * BATCH), seed=loader.pipeline.seed
+    )
     concat = loader.pipeline.source
 
     def numpy_reference() -> int:
@@ -172,14 +174,11 @@ def contenders(sources: dict[str, Any], num_batches: int) -> dict[str, Callable[
 def throughput(sources: dict[str, Any], num_batches: int, rounds: int) -> dict[str, float]:
     """Median records/s of each contender over interleaved rounds (after one warm-up)."""
     runs = contenders(sources, num_batches)
-    rates: dict[str, list[float]] = {name: [] for name in runs}
-    for round_ in range(rounds + 1):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            records = run()
-            if round_:  # round 0 warms up (tracing, iterator start-up)
-                rates[name].append(records / (time.perf_counter() - start))
-    return {name: statistics.median(values) for name, values in rates.items()}
+    # One warm-up round (tracing, iterator start-up); CPU per record to `_common.CPU_US`.
+    return _common.interleaved(
+        {name: lambda run=run: _common.records_rate(run) for name, run in runs.items()},
+        rounds, warmup=1,
+    )
 
 
 # -- (b) restore -----------------------------------------------------------------------
@@ -251,11 +250,13 @@ def run(quick: bool, rounds: int) -> Report:
         f"A 70/30 mixture of {sizes['web']:,} + {sizes['code']:,} records (3x32x32 uint8 + "
         f"label), batch {BATCH}, records/s, median of {rounds} interleaved rounds.",
         [Column("pipeline", "pipeline"), Column("rate", "records/s", ",.0f"),
-         Column("vs_tf", "vs tf.data", ".2f", "x"), Column("vs_grain", "vs grain", ".2f", "x")],
+         _results.cpu_column(), Column("vs_tf", "vs tf.data", ".2f", "x"),
+         Column("vs_grain", "vs grain", ".2f", "x")],
         note=f"TensorFlow {tf.__version__}",
     )
     for name, rate in rates.items():
-        mixed.add(pipeline=name, rate=rate, vs_tf=rate / tf_rate, vs_grain=rate / grain_rate)
+        mixed.add(pipeline=name, rate=rate, cpu_us=_common.cpu_us(name), vs_tf=rate / tf_rate,
+                  vs_grain=rate / grain_rate)
     mixed.finish(start)
 
     start = _results.load_average()
@@ -272,17 +273,20 @@ def run(quick: bool, rounds: int) -> Report:
                      fastest=min(seconds) * 1e3)
     restored.finish(start)
 
-    ours = max(rates["resumeloader: for batch in loader"],
-               rates["resumeloader: dataset() + advance() in tf.function"])
+    faster = max(("resumeloader: for batch in loader",
+                  "resumeloader: dataset() + advance() in tf.function"), key=rates.__getitem__)
+    ours = rates[faster]
     slowest_restore = max(
         statistics.median(v) for k, v in restore.items()
         if k.startswith("resumeloader") and not k.endswith("(info)")
     )
     targets = [
         Target("resumeloader (faster way) / tf.data sample_from_datasets", ours / tf_rate, 2.0,
-               item="12.1, mixing"),
+               item="12.1, mixing", cpu_value=_common.cpu_ratio(
+                   faster, "tf.data: sample_from_datasets of shuffled sources")),
         Target("resumeloader (faster way) / grain MapDataset.mix -> batch", ours / grain_rate,
-               2.0, item="12.1, mixing"),
+               2.0, item="12.1, mixing",
+               cpu_value=_common.cpu_ratio(faster, "grain: MapDataset.mix -> batch")),
         Target("restore -> first batch, epoch 50 of 10**6 (slower of set_state, Checkpoint.read)",
                slowest_restore * 1e3, 50, unit=" ms", at_most=True, item="12.1, mixing"),
     ]

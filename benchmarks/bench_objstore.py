@@ -1,6 +1,6 @@
 """Object storage: TFRecord objects in a local S3 server behind 20 ms per request, side by side.
 
-    python benchmarks/bench_objstore.py [--quick] [--rounds 3]
+    python benchmarks/bench_objstore.py [--quick] [--rounds 3] [--build-only OBJECTS]
 
 Writes 16 TFRecord objects of ``tf.train.Example`` records of 3 KB (20,000 records;
 4,000 with ``--quick``) into moto's S3 server on 127.0.0.1, behind a proxy that adds
@@ -27,13 +27,21 @@ batch. Then: restore to the first batch at epoch 50 of a 1,000,000-record object
 (100,000 with ``--quick``; index cached), median of 5; and one epoch in the block order
 under each fault kind of the proxy (503, reset, truncated body, slow body): records
 lost, duplicated, partial. The slow contenders are timed over their first batches only.
+Last, building a ``TFRecordSource`` over a glob of 10,000 small objects (1,000 with
+``--quick``) on the local S3 server without added latency (a server of its own): wall
+and CPU seconds and requests per object counted at the proxy, without sidecar indexes
+(each object read once) and with them (each sidecar read once); ``--build-only N``
+runs only this table, over N objects.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import io
 import os
+import shutil
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -59,10 +67,11 @@ from resumeloader.sources import (
     ArrayRecordSource,
     IndexableSource,
     ObjectReads,
+    Storage,
     TFRecordSource,
-    fetch,
     tfrecord_index,
 )
+from resumeloader.sources.storage import fetch
 
 BATCH = 128
 WARMUP = 4  # batches before the clock starts (the first one's time is its own column)
@@ -121,6 +130,7 @@ class Run:
         self.proxy.clear()
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         reads, sent = self.proxy.reads, self.proxy.bytes_sent
+        cpu = _common.cpu_seconds()
         begin = time.perf_counter()
         batches = iter(batches)  # `for batch in loader` makes its first batch here
         count = records = 0
@@ -134,6 +144,7 @@ class Run:
                 if not warmup:  # the clock starts after the warm-up batches
                     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                     reads, sent = self.proxy.reads, self.proxy.bytes_sent
+                    cpu = _common.cpu_seconds()
                     start = time.perf_counter()
                 continue
             records += int(np.shape(batch)[0])
@@ -141,10 +152,12 @@ class Run:
             if count == limit:
                 break
         seconds = time.perf_counter() - start
+        cpu = _common.cpu_seconds() - cpu
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         used = records * (PAYLOAD + 40)
         return {
-            "rate": records / seconds, "first": (first or 0.0) * 1e3,
+            "rate": records / seconds, "cpu_us": cpu * 1e6 / records,
+            "first": (first or 0.0) * 1e3,
             "gets": (self.proxy.reads - reads) / count,
             "amplification": (self.proxy.bytes_sent - sent) / used, "faults": faults / count,
         }
@@ -178,7 +191,7 @@ def restore_first_batch(store: dict[str, Any], num: int, rounds: int) -> tuple[f
     url, index_dir, proxy = store["url"](key), store["index_dir"], store["proxy"]
 
     def loader() -> ResumableLoader:
-        source = TFRecordSource(url, index_dir=index_dir, object_reads=READS)
+        source = TFRecordSource(url, index_dir=index_dir, storage=Storage(reads=READS))
         pipeline = Pipeline(source, seed=0).shuffle(block="4MiB").batch(BATCH)
         return ResumableLoader.from_pipeline(pipeline)
 
@@ -240,27 +253,101 @@ def array_record_table(written: list[bytes], folder: str, direct: Any, rounds: i
         "bounded local folder by version. Building the source with an empty folder downloads "
         "every object; epochs then read the copies (block order, chunks = objects).",
         [Column("name", "case"), Column("seconds", "seconds", ",.2f"),
-         Column("rate", "records/s", ",.0f")],
+         Column("rate", "records/s", ",.0f"), _results.cpu_column()],
     )
     load = _results.load_average()
-    builds, s3_rates, local_rates = [], [], []
+    s3, disk = "one epoch, s3:// (copies in the folder)", "one epoch, local disk"
+    builds: list[tuple[float, float]] = []  # (seconds, CPU us per record)
+    epochs: dict[str, list[tuple[float, float]]] = {s3: [], disk: []}  # (records/s, CPU us)
     local = ArrayRecordSource(os.path.join(folder, "ar-*.array_record"))
     for _ in range(rounds):
         copies = tempfile.mkdtemp(prefix="copies-", dir=folder)
-        start = time.perf_counter()
-        on_s3 = ArrayRecordSource("s3://bench/ar-*.array_record", cache_dir=copies)
-        builds.append(time.perf_counter() - start)
-        for source, rates in ((on_s3, s3_rates), (local, local_rates)):
+        cpu, start = _common.cpu_seconds(), time.perf_counter()
+        on_s3 = ArrayRecordSource(
+            "s3://bench/ar-*.array_record", storage=Storage(cache_dir=copies)
+        )
+        builds.append((time.perf_counter() - start,
+                       (_common.cpu_seconds() - cpu) * 1e6 / len(written)))
+        for name, source in ((s3, on_s3), (disk, local)):
             pipeline = Pipeline(source, seed=0).shuffle(block="4MiB").batch(BATCH).tf_map(parse)
-            start = time.perf_counter()
+            cpu, start = _common.cpu_seconds(), time.perf_counter()
             loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
             count = sum(int(b.shape[0]) for b in loader)
-            rates.append(count / (time.perf_counter() - start))
-    build = statistics.median(builds)
+            epochs[name].append((count / (time.perf_counter() - start),
+                                 (_common.cpu_seconds() - cpu) * 1e6 / count))
+    build = statistics.median(seconds for seconds, _ in builds)
     table.add(name="build the source, empty folder (downloads 16 objects)", seconds=build,
-              rate=len(written) / build)
-    table.add(name="one epoch, s3:// (copies in the folder)", rate=statistics.median(s3_rates))
-    table.add(name="one epoch, local disk", rate=statistics.median(local_rates))
+              rate=len(written) / build, cpu_us=statistics.median(c for _, c in builds))
+    for name, samples in epochs.items():
+        table.add(name=name, rate=statistics.median(r for r, _ in samples),
+                  cpu_us=statistics.median(c for _, c in samples))
+    return table.finish(load)
+
+
+def build_table(count: int) -> Table:
+    """Building a TFRecordSource over a glob of `count` small objects: seconds, CPU seconds
+    (this process) and requests per object, without and with sidecar indexes."""
+    from resumeloader import cli
+
+    table = Table(
+        "build", f"Building a source over {count:,} small TFRecord objects", "bench_objstore.py",
+        "TFRecordSource over one glob of objects of 2 records (about 100 bytes) in moto's "
+        "S3 server (a process of its own, no added latency), an empty index folder; timed "
+        "against the server itself, then built again through the counting proxy for the "
+        "requests (listings included).",
+        [Column("name", "case"), Column("seconds", "seconds", ",.1f"),
+         Column("cpu", "CPU seconds", ",.1f"), Column("per_object", "requests/object", ".3f"),
+         Column("lists", "listings", ",d")],
+    )
+    load = _results.load_average()
+    with _objstore.s3_process(0.0) as (endpoint, proxy):
+        import s3fs
+
+        direct = s3fs.S3FileSystem(endpoint_url=endpoint, key="testing", secret="testing")
+        direct.call_s3("create_bucket", Bucket="many")
+        data = {
+            f"many/part-{i:05d}.tfrecord": _objstore.tfrecord_bytes([b"%d" % i, b"x" * 40])
+            for i in range(count)
+        }
+        direct.pipe(data)
+
+        def build(via: str) -> float:
+            """Seconds to build the source with empty index and cache folders."""
+            folder = tempfile.mkdtemp(prefix="bench-build-")
+            fetch.clear()
+            options = {"endpoint_url": via, "key": "testing", "secret": "testing",
+                       "client_kwargs": {"region_name": "us-east-1"}}
+            try:
+                start = time.perf_counter()
+                source = TFRecordSource(
+                    "s3://many/part-*.tfrecord", index_dir=os.path.join(folder, "index"),
+                    storage=Storage(options=options, cache_dir=folder),
+                )
+                seconds = time.perf_counter() - start
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            assert len(source) == 2 * count
+            return seconds
+
+        for name, sidecars in (("no sidecars: each object read once", False),
+                               ("sidecars: each sidecar read once", True)):
+            if sidecars:
+                saved = dict(os.environ)
+                os.environ.update(_objstore.s3_environment(endpoint))
+                try:
+                    with contextlib.redirect_stdout(io.StringIO()):  # a line per object
+                        cli.main(["index", "s3://many/part-*.tfrecord"])
+                finally:
+                    os.environ.clear()
+                    os.environ.update(saved)
+            cpu = time.process_time()
+            seconds = build(endpoint)
+            cpu = time.process_time() - cpu
+            proxy.clear()
+            build(proxy.url)
+            requests = proxy.requests
+            table.add(name=name, seconds=seconds, cpu=cpu,
+                      per_object=sum(requests.values()) / count, lists=requests.get("list", 0))
     return table.finish(load)
 
 
@@ -269,7 +356,11 @@ def run(quick: bool, rounds: int) -> Report:
     per_object = num // OBJECTS
     folder = tempfile.mkdtemp(prefix="bench-objstore-")
     with _objstore.s3_process(LATENCY) as (endpoint, proxy):
+        import psutil
         import s3fs
+
+        # The S3 server and its proxy stand for the remote store: not the loader's CPU.
+        _common.not_counted(p.pid for p in psutil.Process().children())
 
         os.environ.update(_objstore.s3_environment(proxy.url))
         direct = s3fs.S3FileSystem(endpoint_url=endpoint, key="testing", secret="testing")
@@ -284,10 +375,10 @@ def run(quick: bool, rounds: int) -> Report:
             direct.pipe_file(f"bench/train-{part:02d}.tfrecord", data)
         url = "s3://bench/train-*.tfrecord"
         index_dir = os.path.join(folder, "index")
-        on_s3 = TFRecordSource(url, index_dir=index_dir, object_reads=READS)
+        on_s3 = TFRecordSource(url, index_dir=index_dir, storage=Storage(reads=READS))
         local = TFRecordSource(os.path.join(folder, "train-*.tfrecord"), index_dir=index_dir)
-        wide = TFRecordSource(url, index_dir=index_dir, object_reads=ObjectReads(
-            cache_bytes=48 << 20, readahead_bytes=32 << 20, gap_bytes=64 << 10))
+        wide = TFRecordSource(url, index_dir=index_dir, storage=Storage(reads=ObjectReads(
+            cache_bytes=48 << 20, readahead_bytes=32 << 20, gap_bytes=64 << 10)))
         fs = s3fs.S3FileSystem(skip_instance_cache=True)  # the endpoint from AWS_ENDPOINT_URL
         paths = [os.path.join(folder, f"train-{part:02d}.tfrecord") for part in range(OBJECTS)]
         hand = PerRecord(
@@ -339,14 +430,15 @@ def run(quick: bool, rounds: int) -> Report:
             f"{WARMUP} warm-up batches. tf.data on the same URL: "
             f"{tf_data_on_s3(url)}.",
             [Column("name", "pipeline"), Column("rate", "records/s", ",.0f"),
-             Column("ratio", "vs block order", ".2f", "x"),
+             _results.cpu_column(), Column("ratio", "vs block order", ".2f", "x"),
              Column("first", "first batch", ",.0f", " ms"), Column("gets", "GETs/batch", ".2f"),
              Column("amplification", "bytes read / used", ".2f"),
              Column("faults", "minor faults/batch", ",.0f")],
         )
         for key, name in names.items():
             row = results[key]
-            table.add(name=name, rate=row["rate"], ratio=row["rate"] / results["block"]["rate"],
+            table.add(name=name, rate=row["rate"], cpu_us=row["cpu_us"],
+                      ratio=row["rate"] / results["block"]["rate"],
                       first=row["first"], gets=row["gets"], amplification=row["amplification"],
                       faults=row["faults"])
         table.finish(load)
@@ -367,15 +459,15 @@ def run(quick: bool, rounds: int) -> Report:
         restore.finish(load)
         array_records = array_record_table(written, folder, direct, rounds)
         faults = faults_table(
-            lambda: Pipeline(TFRecordSource(url, index_dir=index_dir, object_reads=ObjectReads(
-                backoff=0.01, timeout=1.0, cache_bytes=48 << 20)), seed=1).shuffle(block="1MiB")
-            .batch(BATCH), written, proxy)
+            lambda: Pipeline(TFRecordSource(url, index_dir=index_dir, storage=Storage(
+                reads=ObjectReads(backoff=0.01, timeout=1.0, cache_bytes=48 << 20))), seed=1)
+            .shuffle(block="1MiB").batch(BATCH), written, proxy)
     block, by = results["block"]["rate"], results
     targets = [
         Target("block order over S3 (+20 ms) / same on local disk", block / by["local"]["rate"],
-               0.8, item="21"),
+               0.8, item="21", cpu_value=by["local"]["cpu_us"] / by["block"]["cpu_us"]),
         Target("block order over S3 / hand-written per-record source", block / by["hand"]["rate"],
-               20, item="21"),
+               20, item="21", cpu_value=by["hand"]["cpu_us"] / by["block"]["cpu_us"]),
         Target("unshuffled: GETs per object per batch", by["order"]["gets"] / per_batch_objects,
                1.0, unit="", at_most=True, item="21"),
         Target("restore -> first batch, epoch 50, index cached", first_ms, 250, unit=" ms",
@@ -384,7 +476,19 @@ def run(quick: bool, rounds: int) -> Report:
                float(sum(r["lost"] + r["duplicated"] + r["partial"] for r in faults.rows)), 0,
                unit="", at_most=True, item="21"),
     ]
-    return Report([table, restore, array_records, faults], targets)
+    build = build_table(1_000 if quick else 10_000)
+    return Report([table, restore, array_records, faults, build], targets + build_targets(build))
+
+
+def build_targets(build: Table) -> list[Target]:
+    """The build table's targets: 10,000 objects in 60 s, 1.05 requests per object."""
+    cold = {row["name"]: row for row in build.rows}["no sidecars: each object read once"]
+    return [
+        Target(f"build over {build.title.split()[4]} small objects, no sidecars",
+               cold["seconds"], 60, unit=" s", at_most=True, item="29.4"),
+        Target("build: requests per object (listings included)", cold["per_object"], 1.05,
+               unit="", at_most=True, item="29.4"),
+    ]
 
 
 def _objects_per_batch(per_object: int, batches: range) -> float:
@@ -405,9 +509,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4,000 records, 1 round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--build-only", type=int, metavar="OBJECTS", default=0,
+        help="only the build table, over this many objects",
+    )
     _common.add_json_option(parser)
     args = parser.parse_args()
     timer = _results.Timer(_results.command_line(), args.quick)
+    if args.build_only:  # printed only: the results file keeps the full run's tables
+        build = build_table(args.build_only)
+        print(Report([build], []).markdown)
+        print()
+        print(_results.targets_table(build_targets(build)))
+        return
     _common.finish(run(args.quick, 1 if args.quick else args.rounds), timer, args.json)
 
 

@@ -76,15 +76,19 @@ def fixed_cost(quick: bool) -> tuple[Table, list[Target]]:
         "fixed_cost", "(d) Fixed cost per batch", "bench_overhead.py",
         f"int64 records (8 bytes), batch {BATCH}, shuffled; microseconds per batch in "
         f"steady state, median of {rounds} interleaved rounds.",
-        [Column("consumer", "consumer"), Column("us", "us per batch", ",.1f")],
+        [Column("consumer", "consumer"), Column("us", "us per batch", ",.1f"),
+         _results.cpu_column("batch")],
         note=f"TensorFlow {tf.__version__}",
     )
     for name, rate in rates.items():
-        table.add(consumer=name, us=BATCH / rate * 1e6)
+        cpu = _common.cpu_us(name)
+        table.add(consumer=name, us=BATCH / rate * 1e6, cpu_us=None if cpu is None else cpu * BATCH)
     table.finish(start)
     cost = BATCH / rates[FOR_LOOP] * 1e6
+    cpu = _common.cpu_us(FOR_LOOP)
     target = Target("(d) `for batch in loader` fixed cost per batch", cost, 100, unit=" us",
-                    at_most=True, item="15.2, eager loop")
+                    at_most=True, item="15.2, eager loop",
+                    cpu_value=None if cpu is None else cpu * BATCH)
     return table, [target]
 
 
@@ -100,11 +104,21 @@ def map_overhead(quick: bool) -> tuple[Table, list[Target]]:
             records, batch_size=batch_size, seed=SEED, map_fn=_common.identity
         ))
 
-    rates = _common.interleaved({small: rate(small), large: rate(large)}, rounds)
-    seconds = {size: size / rates[size] for size in (small, large)}
-    per_record = (seconds[large] - seconds[small]) / (large - small) * 1e6
-    fixed = seconds[small] * 1e6 - small * per_record
+    rates = _common.interleaved({str(small): rate(small), str(large): rate(large)}, rounds)
+    rates = {int(size): value for size, value in rates.items()}
+
+    def slope(us_per_record: dict[int, float]) -> tuple[float, float]:
+        """Per record and fixed per batch, from the cost per record at the two sizes."""
+        batch = {size: size * us_per_record[size] for size in (small, large)}
+        per_record = (batch[large] - batch[small]) / (large - small)
+        return per_record, batch[small] - small * per_record
+
+    per_record, fixed = slope({size: 1e6 / rates[size] for size in (small, large)})
+    cpu_sizes = {size: _common.cpu_us(str(size)) for size in (small, large)}
+    per_record_cpu, fixed_cpu = (None, None) if None in cpu_sizes.values() else slope(
+        cpu_sizes)  # type: ignore[arg-type]
     call = _common.per_call_us(lambda r: _common.identity(r, None), records[0])
+    call_cpu = _common.LAST_CPU_US
 
     def rng_0_1(index: int) -> np.random.Generator:
         # 0.1's construction: the same key, passed as Philox(key=...).
@@ -116,30 +130,40 @@ def map_overhead(quick: bool) -> tuple[Table, list[Target]]:
         "0.1": lambda: _common.per_call_us(rng_0_1, 12_345),
     }, rounds)
     rng_now, rng_before = rngs["now"], rngs["0.1"]
+    rng_now_cpu, rng_before_cpu = _common.cpu_us("now"), _common.cpu_us("0.1")
     burn = _common.per_call_us(lambda r: _common.burn_python(r), records[0])
+    burn_cpu = _common.LAST_CPU_US
     overhead = per_record - call
+
+    def minus(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a - b
+
+    overhead_cpu = minus(per_record_cpu, call_cpu)
     table = Table(
         "map_overhead", "(e) Per-record overhead around a `map_fn`", "bench_overhead.py",
         f"float32[16] records, identity `map_fn`, 0 workers, `for batch in loader`; "
         f"records/s at batch sizes {small} and {large}, median of {rounds} interleaved "
         "rounds; the per-call rows are medians of 5 runs of 2,000 calls (the two "
         "`record_rng` rows interleaved, median of the rounds).",
-        [Column("what", "what"), Column("us", "us", ".2f")],
+        [Column("what", "what"), Column("us", "us", ".2f"), Column("cpu_us", "CPU us", ".2f")],
     )
-    table.add(what="the `map_fn` itself (identity), per call", us=call)
+    table.add(what="the `map_fn` itself (identity), per call", us=call, cpu_us=call_cpu)
     table.add(what=f"loader, per record (slope between batch sizes {small} and {large}), "
-              "`map_fn` included", us=per_record)
-    table.add(what="**overhead per record around the `map_fn`**", us=overhead)
-    table.add(what="... of which `record_rng(seed, epoch, index)`", us=rng_now)
-    table.add(what="... the rest (read, spec check, stacking, glue)", us=overhead - rng_now)
+              "`map_fn` included", us=per_record, cpu_us=per_record_cpu)
+    table.add(what="**overhead per record around the `map_fn`**", us=overhead,
+              cpu_us=overhead_cpu)
+    table.add(what="... of which `record_rng(seed, epoch, index)`", us=rng_now,
+              cpu_us=rng_now_cpu)
+    table.add(what="... the rest (read, spec check, stacking, glue)", us=overhead - rng_now,
+              cpu_us=minus(overhead_cpu, rng_now_cpu))
     table.add(what=f"`record_rng` as built by 0.1 (`Philox(key=...)`), for comparison: now "
-              f"{rng_now / rng_before:.2f}x of it", us=rng_before)
-    table.add(what="loader fixed cost per batch (intercept)", us=fixed)
+              f"{rng_now / rng_before:.2f}x of it", us=rng_before, cpu_us=rng_before_cpu)
+    table.add(what="loader fixed cost per batch (intercept)", us=fixed, cpu_us=fixed_cpu)
     table.add(what=f"a GIL-bound `map_fn` (`burn_python`), per call; overhead = "
-              f"{overhead / burn:.0%} of it", us=burn)
+              f"{overhead / burn:.0%} of it", us=burn, cpu_us=burn_cpu)
     table.finish(start)
     targets = [Target("(e) overhead per record around `map_fn`", overhead, 10, unit=" us",
-                      at_most=True, item="15.4, thin map path")]
+                      at_most=True, item="15.4, thin map path", cpu_value=overhead_cpu)]
     return table, targets
 
 

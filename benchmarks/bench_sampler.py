@@ -36,19 +36,22 @@ class Row:
     method: str
     num_records: str
     rate: float  # indices per second
+    cpu_us: float  # CPU microseconds per index
     memory: str
     bijective: str
 
 
-def _median_rate(work: Callable[[], int], repeats: int) -> float:
-    """Indices per second, the median of `repeats` runs (after one warm-up run)."""
+def _median_rate(work: Callable[[], int], repeats: int) -> tuple[float, float]:
+    """Indices per second and CPU microseconds per index (`_common.cpu_seconds`), the
+    medians of `repeats` runs (after one warm-up run)."""
     work()
-    rates = []
+    rates, cpus = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        cpu, start = _common.cpu_seconds(), time.perf_counter()
         count = work()
         rates.append(count / (time.perf_counter() - start))
-    return statistics.median(rates)
+        cpus.append((_common.cpu_seconds() - cpu) * 1e6 / count)
+    return statistics.median(rates), statistics.median(cpus)
 
 
 def _is_bijection(order: np.ndarray, num_records: int) -> str:
@@ -75,9 +78,9 @@ def _ours(rows: list[Row], quick: bool) -> None:
 
         label = f"{num_records:.0e}"
         rows.append(Row("resumeloader, vectorised (chunks of 1e5)", label,
-                        _median_rate(vectorised, 3), "O(chunk)", bijective))
+                        *_median_rate(vectorised, 3), "O(chunk)", bijective))
         rows.append(Row("resumeloader, one index at a time", label,
-                        _median_rate(one_at_a_time, 3), "O(1)", bijective))
+                        *_median_rate(one_at_a_time, 3), "O(1)", bijective))
 
 
 def _numpy(rows: list[Row], quick: bool) -> None:
@@ -87,9 +90,9 @@ def _numpy(rows: list[Row], quick: bool) -> None:
             np.random.default_rng(0).permutation(num_records)
             return num_records
 
-        rate = _median_rate(permute, 1 if num_records > 10**7 else 3)
+        rate, cpu = _median_rate(permute, 1 if num_records > 10**7 else 3)
         rows.append(Row("numpy default_rng(seed).permutation(N)", f"{num_records:.0e}", rate,
-                        f"{8 * num_records / 2**20:,.0f} MiB", bijective))
+                        cpu, f"{8 * num_records / 2**20:,.0f} MiB", bijective))
 
 
 def _tensorflow(rows: list[Row], quick: bool) -> None:
@@ -114,7 +117,8 @@ def _tensorflow(rows: list[Row], quick: bool) -> None:
             return chunks * CHUNK
 
         rows.append(Row("tf.random.experimental.index_shuffle (chunks of 1e5)",
-                        f"{num_records:.0e}", _median_rate(vectorised, 3), "O(chunk)", bijective))
+                        f"{num_records:.0e}", *_median_rate(vectorised, 3), "O(chunk)",
+                        bijective))
 
 
 def _grain(rows: list[Row], quick: bool) -> None:
@@ -138,7 +142,7 @@ def _grain(rows: list[Row], quick: bool) -> None:
         return count
 
     rows.append(Row("grain IndexSampler, one index at a time", "1e+06",
-                    _median_rate(one_at_a_time, 2), "O(1)", bijective))
+                    *_median_rate(one_at_a_time, 2), "O(1)", bijective))
 
 
 def measure(quick: bool = False) -> list[Row]:
@@ -157,12 +161,12 @@ def table(rows: list[Row], start: list[float]) -> Table:
         "sampler", "Sampler: record indices per second", "bench_sampler.py",
         "Positions taken at epoch 37, so nothing is replayed to get there; medians of 3 runs.",
         [Column("method", "method"), Column("num_records", "N"),
-         Column("rate", "indices/s", ",.0f"),
+         Column("rate", "indices/s", ",.0f"), _results.cpu_column("index"),
          Column("vs_ours", "vs resumeloader vectorised", ".3f", "x"),
          Column("memory", "memory held"), Column("bijective", "bijective at 65,537")],
     )
     for r in rows:
-        result.add(method=r.method, num_records=r.num_records, rate=r.rate,
+        result.add(method=r.method, num_records=r.num_records, rate=r.rate, cpu_us=r.cpu_us,
                    vs_ours=r.rate / reference, memory=r.memory, bijective=r.bijective)
     return result.finish(start)
 

@@ -19,9 +19,11 @@ records/s, for each file count:
 * the in-memory decode bound: the same serialized records held in one tensor, batched
   and parsed + decoded with ``map(AUTOTUNE)`` (no reading at all).
 
-Beside each rate: CPU seconds per wall second of the measurement (median over rounds;
-2.0 is both cores busy) and the number of *one-core rounds* (CPU/wall under 1.3: the
-pipeline ran on one core while the machine had two).
+Beside each rate: CPU microseconds per record (the process's every thread; the ratios
+"CPU" divide the same way, by CPU per record: the figure a loaded machine leaves
+stable), CPU seconds per wall second of the measurement (median over rounds; 2.0 is
+both cores busy) and the number of *one-core rounds* (CPU/wall under 1.3: the pipeline
+ran on one core while the machine had two).
 """
 
 from __future__ import annotations
@@ -109,8 +111,9 @@ def contenders(files: list[str], index_dir: str) -> dict[str, Callable[[], Itera
     }
 
 
-def epoch(make: Callable[[], Iterable[Any]]) -> tuple[float, float]:
-    """Records/s over one epoch after 4 warm-up batches, and CPU seconds per wall second."""
+def epoch(make: Callable[[], Iterable[Any]]) -> tuple[float, float, float]:
+    """Records/s over one epoch after 4 warm-up batches, CPU seconds per wall second and
+    CPU microseconds per record (`_common.cpu_seconds`)."""
     iterator = iter(make())
     for _ in range(4):
         next(iterator)
@@ -120,7 +123,8 @@ def epoch(make: Callable[[], Iterable[Any]]) -> tuple[float, float]:
         records += int(batch[0].shape[0])
         del batch
     wall = time.perf_counter() - start
-    return records / wall, (_common.cpu_seconds() - cpu) / wall
+    cpu = _common.cpu_seconds() - cpu
+    return records / wall, cpu / wall, cpu * 1e6 / records
 
 
 def run(quick: bool) -> Report:
@@ -135,9 +139,11 @@ def run(quick: bool) -> Report:
         "faster tuned tf.data pipeline of the same files, \"/ bound\" by the in-memory "
         "decode bound.",
         [Column("files", "files", ",d"), Column("pipeline", "pipeline"),
-         Column("rate", "records/s", ",.0f"), Column("vs_best", "/ best tf.data", ".2f"),
-         Column("vs_bound", "/ bound", ".2f"), Column("cpu", "CPU / wall", ".2f"),
-         Column("one_core", "one-core rounds", "d")],
+         Column("rate", "records/s", ",.0f"), _results.cpu_column(),
+         Column("vs_best", "/ best tf.data", ".2f"),
+         Column("vs_best_cpu", "/ best tf.data, CPU", ".2f"),
+         Column("vs_bound", "/ bound", ".2f"), Column("vs_bound_cpu", "/ bound, CPU", ".2f"),
+         Column("cpu", "CPU / wall", ".2f"), Column("one_core", "one-core rounds", "d")],
         note=f"TensorFlow {tf.__version__}",
     )
     targets = []
@@ -149,32 +155,40 @@ def run(quick: bool) -> Report:
             os.makedirs(folder)
             runs[count] = contenders(write_files(folder, num_records, count),
                                      os.path.join(root, "index"))
-        samples: dict[tuple[int, str], list[tuple[float, float]]] = {
+        samples: dict[tuple[int, str], list[tuple[float, float, float]]] = {
             (count, name): [] for count, table_ in runs.items() for name in table_}
         for _ in range(rounds):
             for count, table_ in runs.items():
                 for name, make in table_.items():
                     samples[count, name].append(epoch(make))
-                    rate, cpu = samples[count, name][-1]
-                    print(f"  {count} files, {name}: {rate:,.0f} ({cpu:.2f} CPU/wall)",
-                          file=sys.stderr, flush=True)
+                    rate, cpu, cpu_us = samples[count, name][-1]
+                    print(f"  {count} files, {name}: {rate:,.0f} ({cpu:.2f} CPU/wall, "
+                          f"{cpu_us:.1f} CPU us/record)", file=sys.stderr, flush=True)
     for count, table_ in runs.items():
-        medians = {name: statistics.median(r for r, _ in samples[count, name]) for name in table_}
-        best = max(medians[PARALLEL_READS], medians[INTERLEAVE])
+        medians = {name: statistics.median(r for r, _, _ in samples[count, name])
+                   for name in table_}
+        cpu_us = {name: statistics.median(c for _, _, c in samples[count, name])
+                  for name in table_}
+        best_name = max((PARALLEL_READS, INTERLEAVE), key=medians.__getitem__)
+        best = medians[best_name]
         for name in table_:
-            cpus = [c for _, c in samples[count, name]]
-            table.add(files=count, pipeline=name, rate=medians[name],
-                      vs_best=medians[name] / best, vs_bound=medians[name] / medians[BOUND],
+            cpus = [c for _, c, _ in samples[count, name]]
+            table.add(files=count, pipeline=name, rate=medians[name], cpu_us=cpu_us[name],
+                      vs_best=medians[name] / best, vs_best_cpu=cpu_us[best_name] / cpu_us[name],
+                      vs_bound=medians[name] / medians[BOUND],
+                      vs_bound_cpu=cpu_us[BOUND] / cpu_us[name],
                       cpu=statistics.median(cpus), one_core=sum(c < ONE_CORE for c in cpus))
         for name, label in ((OURS_DATASET, "`dataset()`"), (OURS_LOOP, "for-loop")):
             item = "24.5, TFRecord"
             targets += [
                 Target(f"TFRecord + tf_map {label} / best tuned tf.data, {count} files",
-                       medians[name] / best, 1.0, item=item),
+                       medians[name] / best, 1.0, item=item,
+                       cpu_value=cpu_us[best_name] / cpu_us[name]),
                 Target(f"TFRecord + tf_map {label} / in-memory decode bound, {count} files",
-                       medians[name] / medians[BOUND], 0.85, item=item),
+                       medians[name] / medians[BOUND], 0.85, item=item,
+                       cpu_value=cpu_us[BOUND] / cpu_us[name]),
                 Target(f"TFRecord + tf_map {label} one-core rounds, {count} files",
-                       sum(c < ONE_CORE for _, c in samples[count, name]), 0, unit="",
+                       sum(c < ONE_CORE for _, c, _ in samples[count, name]), 0, unit="",
                        at_most=True, item=item),
             ]
     table.finish(start)

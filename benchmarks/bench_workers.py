@@ -59,7 +59,7 @@ def _name(workers: int, kind: str) -> str:
 def _loader(records: np.ndarray, workers: int, kind: str) -> resumeloader.ResumableLoader:
     return resumeloader.ResumableLoader(
         records, batch_size=BATCH, seed=0, map_fn=_common.burn_python, num_epochs=None,
-        num_workers=workers, worker_type=kind,
+        workers=resumeloader.Workers(workers, kind=kind if workers else None),
     )
 
 
@@ -88,14 +88,15 @@ def first_batches(records: np.ndarray, workers: int, kind: str, iterations: int)
 
 
 def fit_seconds(records: np.ndarray, labels: np.ndarray, workers: int, kind: str,
-                epochs: int) -> float:
-    """Wall time of building the loader and a Keras fit of `epochs` epochs."""
+                epochs: int) -> tuple[float, float]:
+    """Wall time and CPU time (`_common.cpu_seconds`: the process and its workers) of
+    building the loader and a Keras fit of `epochs` epochs."""
     keras.utils.set_random_seed(0)
-    start = time.perf_counter()
+    cpu, start = _common.cpu_seconds(), time.perf_counter()
     loader = resumeloader.ResumableLoader(
         (records, labels), batch_size=BATCH, seed=0, num_epochs=epochs,
         map_fn=lambda record, rng: (_common.burn_python(record[0]), record[1]),
-        num_workers=workers, worker_type=kind,
+        workers=resumeloader.Workers(workers, kind=kind if workers else None),
     )
     model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8, activation="relu"),
                               keras.layers.Dense(1)])
@@ -103,9 +104,8 @@ def fit_seconds(records: np.ndarray, labels: np.ndarray, workers: int, kind: str
     with tempfile.TemporaryDirectory() as ckpt:
         callback = rl_keras.ResumeCallback(loader, ckpt, save_at_epoch_end=False)
         model.fit(rl_keras.epoch_dataset(loader), epochs=epochs, callbacks=[callback], verbose=0)
-    seconds = time.perf_counter() - start
-    loader.close()
-    return seconds
+    loader.close()  # stops the worker processes: their time is counted
+    return time.perf_counter() - start, _common.cpu_seconds() - cpu
 
 
 def parallel_capacity(count: int = 20_000) -> float:
@@ -152,23 +152,25 @@ def run(quick: bool, rounds: int) -> Report:
     first.finish(start)
 
     start = _results.load_average()
-    fits: dict[tuple[int, str], list[float]] = {c: [] for c in CONFIGS}
+    fits: dict[tuple[int, str], list[tuple[float, float]]] = {c: [] for c in CONFIGS}
     for _ in range(rounds):
         for config in CONFIGS:
             fits[config].append(fit_seconds(records, labels, *config, epochs=epochs))
-    base = statistics.median(fits[CONFIGS[0]])
+    base = statistics.median(wall for wall, _ in fits[CONFIGS[0]])
     total = num_records * epochs
     fit = Table(
         "fit", f"(h) Keras fit, {epochs} epochs of {num_records:,} records", "bench_workers.py",
         f"Start-up included; parallel capacity {parallel_capacity():.2f}; median of {rounds} "
         "interleaved rounds.",
         [Column("workers", "workers"), Column("seconds", "seconds", ".2f"),
-         Column("rate", "records/s", ",.0f"), Column("vs_zero", "vs 0 workers", ".2f", "x")],
+         Column("rate", "records/s", ",.0f"), _results.cpu_column(),
+         Column("vs_zero", "vs 0 workers", ".2f", "x")],
     )
     for config, times in fits.items():
-        seconds = statistics.median(times)
+        seconds = statistics.median(wall for wall, _ in times)
+        cpu = statistics.median(cpu for _, cpu in times)
         fit.add(workers=_name(*config), seconds=seconds, rate=total / seconds,
-                vs_zero=base / seconds)
+                cpu_us=cpu * 1e6 / total, vs_zero=base / seconds)
     fit.finish(start)
     processes = _name(2, "process")
     targets = [

@@ -11,8 +11,10 @@ times the smaller (and has the same sign), or when both are within an absolute f
 each other for a column whose figures are small counts (minor faults per batch: 0.2
 against 0.4 is the same "none"). The results written to ``--output`` (default:
 ``benchmarks/results``, which the docs are generated from) are RUN1's figures with every
-figure that was not reproduced left empty (a target's value too, so it reads "not
-measured"), and each table's description says how many were dropped. Prints one line
+figure that was not reproduced left empty (a target's value and CPU value too, so it
+reads "not measured"), and each table's description says how many were dropped. The CPU
+columns (CPU microseconds per record, `_results.cpu_column`) are figures like any other:
+kept where both runs agree. Prints one line
 per dropped figure and a summary; exits with status 1 when a table or a target of RUN1
 has no counterpart in RUN2 (the runs are not comparable). A publication run::
 
@@ -109,6 +111,25 @@ def compare_tables(script: str, one: _results.Table, two: _results.Table, tolera
     return kept
 
 
+def _compare_target(script: str, target: _results.Target, other: _results.Target | None,
+                    tolerance: float, found: Comparison) -> _results.Target:
+    """`target` with its value and its CPU value emptied where `other` does not
+    reproduce them."""
+    for field in ("value", "cpu_value"):
+        mine = getattr(target, field)
+        if mine is None:
+            continue
+        found.compared += 1
+        theirs = None if other is None else getattr(other, field)
+        if theirs is None or not agree(mine, theirs, tolerance):
+            what = "" if field == "value" else " (CPU)"
+            shown = "nothing" if theirs is None else f"{theirs:,.2f}{target.unit}"
+            found.dropped.append(f"{script}: target {target.label}{what}: "
+                                 f"{mine:,.2f}{target.unit} vs {shown}")
+            target = dataclasses.replace(target, **{field: None})
+    return target
+
+
 def compare(first: Path, second: Path, tolerance: float = TOLERANCE) -> Comparison:
     """Compares every results file of folder `first` with the same file of `second`."""
     found = Comparison()
@@ -136,15 +157,7 @@ def compare(first: Path, second: Path, tolerance: float = TOLERANCE) -> Comparis
             other = theirs.get(target.label)
             if other is None:
                 found.unmatched.append(f"{script}: no target {target.label!r} in {other_path}")
-            if target.value is not None:
-                found.compared += 1
-                if other is None or other.value is None or not agree(
-                        target.value, other.value, tolerance):
-                    shown = "nothing" if other is None else other.measured()
-                    found.dropped.append(f"{script}: target {target.label}: "
-                                         f"{target.measured()} vs {shown}")
-                    target = dataclasses.replace(target, value=None)
-            targets.append(target)
+            targets.append(_compare_target(script, target, other, tolerance, found))
         found.kept[script] = _results.Report(tables, targets)
     return found
 

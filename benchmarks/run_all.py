@@ -15,17 +15,27 @@ script it prints the malloc regime at its start and end (`_results.malloc_probe`
 the largest minor-faults-per-batch figure of its tables. Every table
 states the CPU count and the load average at its start and end; the contenders of a
 table run in interleaved rounds and the medians are reported, so the ratios within a
-table are the result, and absolute numbers depend on the machine and its load.
+table are the result, and absolute numbers depend on the machine and its load. Every
+throughput table has a CPU column beside its rate (CPU microseconds per record of the
+process and its worker processes, `_results.cpu_column`, measured by `_common.Meter`),
+and throughput targets carry the same ratio in CPU, on which they are judged when the
+run was loaded (`_results.Target`).
 ``--quick`` (a few minutes) checks that everything runs and shows roughly where the
 targets stand; publish figures from a full run on an otherwise idle machine.
 
 The scripts: bench_loader.py ((a) in-memory throughput, (b) restore latency, (c)
-checkpoint size), bench_overhead.py ((d) fixed cost per batch, (e) per-record ``map_fn``
-overhead), bench_arrays.py ((f) in-memory arrays below and above 1 GiB), bench_map_fn.py
+checkpoint size), bench_restore.py (the first batch after a restore, with and without
+``start_prefetch``), bench_overhead.py ((d) fixed cost per batch, (e) per-record ``map_fn``
+overhead), bench_augment.py ((r) ``map_batch`` against one generator per batch, (s) the
+``map_fn`` path on small records against the bare function), bench_arrays.py ((f)
+in-memory arrays below and above 1 GiB), bench_first_batch.py ((u) the first batch
+over a 2 GiB ``np.load`` array), bench_map_fn.py
 ((g) workers for a Python ``map_fn`` against tf.data and grain), bench_workers.py ((h)
 worker start-up and Keras ``fit``, TensorFlow imported at the top like a training
-script), bench_sampler.py (index throughput), bench_tfrecord.py (TFRecord + ``tf_map``
-against tuned tf.data over 8 and 64 files, and the in-memory decode bound),
+script), bench_sampler.py (index throughput), bench_graph_order.py (the record order
+as TensorFlow ops and a gather pipeline built on it, against NumPy), bench_tfrecord.py
+(TFRecord + ``tf_map`` against tuned tf.data over 8 and 64 files, and the in-memory
+decode bound),
 bench_data.py, bench_mix.py, bench_batching.py, bench_history.py (lineage lookups,
 restore and state size with 16 amendments), faults.py, bench_objstore.py (object
 storage: TFRecord objects in a local S3 server behind 20 ms of latency) and
@@ -59,11 +69,11 @@ SECTIONS = ("loader", "overhead", "arrays", "workers", "sampler", "data", "mix",
 
 # The scripts each section runs, each in a process of its own.
 SCRIPTS = {
-    "loader": ["bench_loader"],
-    "overhead": ["bench_overhead"],
-    "arrays": ["bench_arrays"],
+    "loader": ["bench_loader", "bench_restore"],
+    "overhead": ["bench_overhead", "bench_augment"],
+    "arrays": ["bench_arrays", "bench_first_batch"],
     "workers": ["bench_map_fn", "bench_workers"],
-    "sampler": ["bench_sampler"],
+    "sampler": ["bench_sampler", "bench_graph_order"],
     "data": ["bench_data", "bench_tfrecord"],
     "mix": ["bench_mix"],
     "batching": ["bench_batching"],
@@ -140,8 +150,12 @@ def render(reports: list[_results.Report], command: str, seconds: float,
         f"average (1 / 5 / 15 min) {_results.format_load(start_load)} at the start, "
         f"{_common.load_average()} at the end. Each table below was measured in interleaved "
         "rounds (medians) and states the load during it; the ratios within a table are the "
-        "result. Numbers from a shared or loaded machine (load average above ~1.5 on 2 "
-        "CPUs) are provisional. The same figures, as data: `benchmarks/results/*.json`.",
+        "result. Beside each rate, CPU us per record: the CPU time of the process (every "
+        "thread) and its worker processes in the timed part, the figure a loaded machine "
+        "leaves stable. Numbers from a shared or loaded machine (load average above ~1.5 on "
+        "2 CPUs) are provisional: a target with a CPU figure is then judged on it alone, "
+        "on both when the machine was idle. The same figures, as data: "
+        "`benchmarks/results/*.json`.",
         "",
         "## Targets",
         "",

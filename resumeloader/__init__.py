@@ -35,19 +35,21 @@ from resumeloader.errors import (
     WorkerError,
 )
 from resumeloader.sources import RandomAccessSource
-from resumeloader.stages import Pipeline
+from resumeloader.stages.pipeline import Pipeline
 from resumeloader.workers.options import Workers
 
 if TYPE_CHECKING:
     from resumeloader.handout.lineage import BatchRecords
     from resumeloader.tfdata.loader import AUTOTUNE, ResumableLoader
     from resumeloader.tfdata.restore import restore
+    from resumeloader.workers.dask_backend import DaskOptions
 
 # Public names loaded on first access (their modules import TensorFlow, or the batch
-# producer): name -> module.
+# producer, or a worker backend): name -> module.
 _LAZY = {
     "AUTOTUNE": "resumeloader.tfdata.loader",
     "BatchRecords": "resumeloader.handout.lineage",
+    "DaskOptions": "resumeloader.workers.dask_backend",
     "ResumableLoader": "resumeloader.tfdata.loader",
     "restore": "resumeloader.tfdata.restore",
 }
@@ -55,6 +57,7 @@ _LAZY = {
 __all__ = [
     "AUTOTUNE",
     "BatchRecords",
+    "DaskOptions",
     "ElasticResumeError",
     "ErrorBudgetError",
     "HarnessError",

@@ -22,8 +22,14 @@ import _objstore_fixtures
 import _worker_fns
 import numpy as np
 
-from resumeloader import Pipeline, ResumableLoader, Shard, Workers
-from resumeloader.sources import ArrayRecordSource, FileSource, HuggingFaceSource, TFRecordSource
+from resumeloader import DaskOptions, Pipeline, ResumableLoader, Shard, Workers
+from resumeloader.sources import (
+    ArrayRecordSource,
+    FileSource,
+    HuggingFaceSource,
+    Storage,
+    TFRecordSource,
+)
 
 REGISTRY: dict[str, Case] = {}
 
@@ -102,7 +108,7 @@ def _read_batch() -> ResumableLoader:
 def _threads() -> ResumableLoader:
     return ResumableLoader(
         _IMAGES, batch_size=5, seed=6, num_epochs=2, map_fn=_worker_fns.augment,
-        num_workers=2, worker_type="thread",
+        workers=Workers(2, kind="thread"),
     )
 
 
@@ -110,14 +116,14 @@ def _threads() -> ResumableLoader:
 def _processes() -> ResumableLoader:
     return ResumableLoader(
         _IMAGES, batch_size=5, seed=7, num_epochs=2, map_fn=_worker_fns.augment,
-        num_workers=2, worker_type="process",
+        workers=Workers(2, kind="process"),
     )
 
 
 @register("shard-1-of-3", num_steps=3)
 def _shard() -> ResumableLoader:
     return ResumableLoader(
-        _IMAGES, batch_size=4, seed=8, num_epochs=3, shard_index=1, shard_count=3,
+        _IMAGES, batch_size=4, seed=8, num_epochs=3, shard=Shard(1, 3),
         map_fn=_worker_fns.augment,
     )
 
@@ -125,6 +131,21 @@ def _shard() -> ResumableLoader:
 @register("unshuffled-drop-remainder-endless", num_steps=9)
 def _unshuffled() -> ResumableLoader:
     return ResumableLoader(_IMAGES, batch_size=5, seed=9, shuffle=False, drop_remainder=True)
+
+
+@register("graph-block-order-dict-shard-1-of-2-metadata", num_steps=7)
+def _graph_blocks() -> ResumableLoader:
+    data = {"image": _IMAGES, "label": _LABELS}
+    pipeline = Pipeline(data, seed=17).shuffle(chunk_records=3, window_chunks=2).batch(2)
+    return ResumableLoader.from_pipeline(
+        pipeline, num_epochs=3, shard=Shard(1, 2), with_metadata=True
+    )
+
+
+@register("graph-endless-drop-remainder-shard-2-of-3-no-prefetch", num_steps=9)
+def _graph_endless() -> ResumableLoader:
+    pipeline = Pipeline(_LABELS, seed=18).shuffle().batch(3, drop_remainder=True)
+    return ResumableLoader.from_pipeline(pipeline, shard=Shard(2, 3), prefetch=None)
 
 
 @register("composed-pipeline-two-maps", num_steps=7)
@@ -159,16 +180,16 @@ def _mix() -> ResumableLoader:
 @register("mix-map_fn-process-workers", num_steps=9, break_points=(3, 8))
 def _mix_processes() -> ResumableLoader:
     return ResumableLoader.from_pipeline(
-        _mixture(12).map(_worker_fns.augment).batch(5), num_epochs=2, num_workers=2,
-        worker_type="process",
+        _mixture(12).map(_worker_fns.augment).batch(5), num_epochs=2,
+        workers=Workers(2, kind="process"),
     )
 
 
 @register("mix-shard-1-of-2-thread-workers-metadata", num_steps=5)
 def _mix_shard() -> ResumableLoader:
     return ResumableLoader.from_pipeline(
-        _mixture(13).map(_worker_fns.augment).batch(3), num_epochs=3, shard_index=1,
-        shard_count=2, num_workers=2, with_metadata=True,
+        _mixture(13).map(_worker_fns.augment).batch(3), num_epochs=3, shard=Shard(1, 2),
+        workers=Workers(2), with_metadata=True,
     )
 
 
@@ -217,8 +238,7 @@ def _on_error_skip() -> ResumableLoader:
         .batch(3)
     )
     return ResumableLoader.from_pipeline(
-        pipeline, num_epochs=3, shard_index=1, shard_count=2, num_workers=2,
-        with_metadata=True,
+        pipeline, num_epochs=3, shard=Shard(1, 2), workers=Workers(2), with_metadata=True,
     )
 
 
@@ -240,16 +260,16 @@ def _sequences(seed: int) -> Pipeline:
 @register("padded_batch-mask-thread-workers-shard-1-of-2", num_steps=4)
 def _padded() -> ResumableLoader:
     return ResumableLoader.from_pipeline(
-        _sequences(20).padded_batch(3, mask=True), num_epochs=2, shard_index=1, shard_count=2,
-        num_workers=2, worker_type="thread",
+        _sequences(20).padded_batch(3, mask=True), num_epochs=2, shard=Shard(1, 2),
+        workers=Workers(2, kind="thread"),
     )
 
 
 @register("bucket_by_length-process-workers", num_steps=9, break_points=(2, 5, 9))
 def _bucket_processes() -> ResumableLoader:
     return ResumableLoader.from_pipeline(
-        _sequences(21).bucket_by_length(3, window=9, pad_to=16), num_epochs=2, num_workers=2,
-        worker_type="process",
+        _sequences(21).bucket_by_length(3, window=9, pad_to=16), num_epochs=2,
+        workers=Workers(2, kind="process"),
     )
 
 
@@ -265,7 +285,7 @@ def _bucket_skip() -> ResumableLoader:
 def _bucket_shard() -> ResumableLoader:
     return ResumableLoader.from_pipeline(
         _sequences(22).bucket_by_length(2, window=6, drop_remainder=True), num_epochs=3,
-        shard_index=2, shard_count=3, with_metadata=True,
+        shard=Shard(2, 3), with_metadata=True,
     )
 
 
@@ -273,10 +293,12 @@ def _bucket_shard() -> ResumableLoader:
 def _pack_shard() -> ResumableLoader:
     import tensorflow as tf
 
-    pipeline = Pipeline(_SEQUENCES, seed=23).shuffle().map(_worker_fns.augment)
+    pipeline = Pipeline(_SEQUENCES, seed=23).shuffle().map(
+        _worker_fns.augment, output_signature=tf.TensorSpec((None,), tf.int64)
+    )
     return ResumableLoader.from_pipeline(
-        pipeline.pack(20, window=8, batch_size=2), num_epochs=2, shard_count=2,
-        output_signature=tf.TensorSpec((None,), tf.int64), num_workers=2, worker_type="thread",
+        pipeline.pack(20, window=8, batch_size=2), num_epochs=2, shard=Shard(0, 2),
+        workers=Workers(2, kind="thread"),
     )
 
 
@@ -285,7 +307,7 @@ def _pack_processes() -> ResumableLoader:
     data = {"inputs": _SEQUENCES, "targets": _SEQUENCES[::-1]}
     pipeline = Pipeline(data, seed=24).shuffle().pack(24, window=10, batch_size=2)
     return ResumableLoader.from_pipeline(
-        pipeline, num_epochs=2, num_workers=2, worker_type="process"
+        pipeline, num_epochs=2, workers=Workers(2, kind="process")
     )
 
 
@@ -293,7 +315,7 @@ def _pack_processes() -> ResumableLoader:
 def _tokens_endless() -> ResumableLoader:
     pipeline = _sequences(25).batch_by_tokens(30, window=12, boundaries=(5, 9), mask=True)
     return ResumableLoader.from_pipeline(
-        pipeline, shard_index=1, shard_count=2, num_workers=2, worker_type="thread"
+        pipeline, shard=Shard(1, 2), workers=Workers(2, kind="thread")
     )
 
 
@@ -313,7 +335,7 @@ def _ragged_threads() -> ResumableLoader:
 
     return ResumableLoader(
         ListSource(_TOKENS), batch_size=5, seed=12, num_epochs=2, map_fn=_worker_fns.augment,
-        output_signature=tf.TensorSpec((None,), tf.int64), num_workers=2, worker_type="thread",
+        output_signature=tf.TensorSpec((None,), tf.int64), workers=Workers(2, kind="thread"),
     )
 
 
@@ -410,10 +432,10 @@ if importlib.util.find_spec("array_record"):
     @register("mix-tfrecord-array_record-map_fn-process-workers", num_steps=9,
               break_points=(3, 8))
     def _mix_files_map() -> ResumableLoader:
+        signature = {"raw": _string_spec(), "tokens": _ragged_spec()}
         return ResumableLoader.from_pipeline(
-            _file_mixture(18).map(_worker_fns.decode_bytes).batch(5), num_epochs=2,
-            output_signature={"raw": _string_spec(), "tokens": _ragged_spec()},
-            num_workers=2, worker_type="process",
+            _file_mixture(18).map(_worker_fns.decode_bytes, output_signature=signature).batch(5),
+            num_epochs=2, workers=Workers(2, kind="process"),
         )
 
 
@@ -434,7 +456,9 @@ def _objects(kind: str) -> tuple[str, dict]:
 def _object_tfrecords(kind: str) -> TFRecordSource:
     url, options = _objects(kind)
     index = os.path.join(_files(), f"index-{kind}")
-    return TFRecordSource(f"{url}/part-*.tfrecord", index_dir=index, storage_options=options)
+    return TFRecordSource(
+        f"{url}/part-*.tfrecord", index_dir=index, storage=Storage(options=options)
+    )
 
 
 @register("tfrecord-s3-block-order-tf_map", num_steps=7, needs=("s3_store",))
@@ -466,7 +490,7 @@ if importlib.util.find_spec("array_record"):
         url, options = _objects(kind)
         copies = os.path.join(_files(), f"copies-{kind}")
         return ArrayRecordSource(
-            f"{url}/all.array_record", storage_options=options, cache_dir=copies
+            f"{url}/all.array_record", storage=Storage(options=options, cache_dir=copies)
         )
 
     @register("array_record-s3-shuffle", num_steps=7, needs=("s3_store",))
@@ -495,7 +519,7 @@ if importlib.util.find_spec("datasets"):
             seed=19,
         )
         return ResumableLoader.from_pipeline(
-            pipeline.batch(4), num_epochs=2, num_workers=2, worker_type="thread"
+            pipeline.batch(4), num_epochs=2, workers=Workers(2, kind="thread")
         )
 
 
@@ -558,7 +582,7 @@ def _process_values() -> ResumableLoader:
 def _dask_workers(**kwargs) -> Workers:
     import _dask
 
-    return Workers(kind="dask", client=_dask.local(), **kwargs)
+    return Workers(kind="dask", options=DaskOptions(client=_dask.local()), **kwargs)
 
 
 @register("dask-mix-map_fn-shard-1-of-2", num_steps=7, break_points=(3, 7))
@@ -573,10 +597,11 @@ def _dask_mix() -> ResumableLoader:
 def _dask_pack() -> ResumableLoader:
     import tensorflow as tf
 
-    pipeline = Pipeline(_SEQUENCES, seed=41).shuffle().map(_worker_fns.augment)
+    pipeline = Pipeline(_SEQUENCES, seed=41).shuffle().map(
+        _worker_fns.augment, output_signature=tf.TensorSpec((None,), tf.int64)
+    )
     return ResumableLoader.from_pipeline(
-        pipeline.pack(20, window=8, batch_size=2), num_epochs=2,
-        output_signature=tf.TensorSpec((None,), tf.int64), workers=_dask_workers(window=3),
+        pipeline.pack(20, window=8, batch_size=2), num_epochs=2, workers=_dask_workers(window=3)
     )
 
 

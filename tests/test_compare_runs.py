@@ -95,3 +95,24 @@ def test_compare_runs_a_missing_script_in_the_second_run_exits_1(tmp_path):
                               "--output", str(tmp_path / "out")]) == 1
     kept = json.loads((tmp_path / "out" / "bench_y.json").read_text())
     assert kept["tables"][0]["rows"] == []
+
+
+def test_compare_cpu_figures_kept_or_dropped_like_any_figure(tmp_path):
+    """A CPU column's figure and a target's CPU value not reproduced are dropped alone."""
+    for name, cpu, target_cpu in (("one", 2.0, 0.9), ("two", 2.8, 0.5)):
+        table = _results.Table("t", "T", "bench_x.py", "", [
+            _results.Column("pipeline", "pipeline"), _results.Column("rate", "records/s"),
+            _results.cpu_column()])
+        table.add(pipeline="ours", rate=1000.0, cpu_us=cpu)
+        target = _results.Target("ours / ref", 0.8, 0.6, cpu_value=target_cpu)
+        run = _results.Run("python benchmarks/bench_x.py", False, "2026-12-02 00:00 UTC", 1.0,
+                           {"machine": "x86_64", "cpus": 2, "python": "3.11"},
+                           {"start": [0.1, 0.1, 0.1], "end": [0.1, 0.1, 0.1]})
+        _results.write(tmp_path / name / "bench_x.json", _results.Report([table], [target]), run)
+
+    found = compare_runs.compare(tmp_path / "one", tmp_path / "two")
+
+    report = found.kept["bench_x"]
+    assert report.table("t").rows == [{"pipeline": "ours", "rate": 1000.0, "cpu_us": None}]
+    assert (report.targets[0].value, report.targets[0].cpu_value) == (0.8, None)
+    assert any("target ours / ref (CPU)" in line for line in found.dropped)

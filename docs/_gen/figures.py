@@ -128,6 +128,21 @@ PLOT_DATA = {
 }
 
 
+def _figures(row: dict[str, Any], keys: list[str]) -> list[float]:
+    return [row[k] for k in keys
+            if isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool)]
+
+
+def plot_points(name: str) -> int:
+    """How many figures plot `name` would draw: the numbers in its table's plotted
+    columns (the rate of the throughput plot, the positions of the restore plot). A
+    figure that a second run did not reproduce (compare_runs.py) is blank, not drawn."""
+    script, key, _ = PLOT_DATA[name]
+    table = results(script)[0].table(key)
+    keys = ["rate"] if name == "throughput" else [c.key for c in table.columns[1:]]
+    return sum(len(_figures(row, keys)) for row in table.rows)
+
+
 def plot_digest(name: str) -> str:
     """A hash of what plot `name` shows: its table's rows and load, and its run."""
     script, key, _ = PLOT_DATA[name]
@@ -137,8 +152,14 @@ def plot_digest(name: str) -> str:
 
 
 def plot(name: str) -> None:
-    """The image of plot `name` (an SVG under docs/assets/benchmarks/, made by generate.py)."""
+    """The image of plot `name` (an SVG under docs/assets/benchmarks/, made by generate.py),
+    or, when its table has no figure to draw, a line saying so (and no image)."""
     script, key, alt = PLOT_DATA[name]
+    if not plot_points(name):
+        _out(f"*No plot: no figure of `{script}.json`'s table {key!r} is left to draw (each "
+             "was blank: not measured, or not reproduced by a second run). The table "
+             "below says what was measured.*")
+        return
     _out(f"![{alt}](assets/benchmarks/{name}.svg)\n\n"
          f"<!-- plot data {plot_digest(name)}: {script}.json, table {key!r} -->")
 

@@ -3,9 +3,11 @@
     python docs/_gen/generate.py [--check]
 
 The regions are the cog blocks of the pages under docs/ (tables from
-benchmarks/results/*.json and from the guard's list of unsafe ops) and ARCHITECTURE.md's
-module table (from the module docstrings; `modules.py` makes it alone); the plots are the
-SVGs of docs/assets/benchmarks/. Run it after the benchmarks (`benchmarks/run_all.py`)
+benchmarks/results/*.json, CPU columns included, and from the guard's list of unsafe
+ops) and ARCHITECTURE.md's module table (from the module docstrings; `modules.py` makes
+it alone); the plots are the SVGs of docs/assets/benchmarks/, drawn only when their
+table has figures (a plot whose every figure is blank is left out, its SVG removed).
+Run it after the benchmarks (`benchmarks/run_all.py`)
 and commit the results files, the pages and the plots together; the test suite
 (`tests/test_docs.py`) fails when they disagree.
 """
@@ -33,10 +35,15 @@ def pages() -> list[Path]:
 
 
 def stale_plots() -> list[str]:
-    """The plots whose SVG is missing or shows other data than the results files hold."""
+    """The plots whose SVG is missing or shows other data than the results files hold, and
+    the SVGs of plots with nothing to draw (which must not exist)."""
     stale = []
     for name in figures.PLOT_DATA:
         path = figures.PLOTS / f"{name}.svg"
+        if not figures.plot_points(name):
+            if path.exists():
+                stale.append(name)
+            continue
         text = path.read_text() if path.exists() else ""
         found = re.search(r"<dc:description>data (\w+)</dc:description>", text)
         if not found or found.group(1) != figures.plot_digest(name):
@@ -62,8 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(run_cog(check=True) != 0 or bool(stale))  # cog says 5 when stale
     import plots
 
-    for draw in plots.ALL.values():
-        print(f"wrote {draw().relative_to(DOCS.parent)}")
+    for name, draw in plots.ALL.items():
+        if figures.plot_points(name):
+            print(f"wrote {draw().relative_to(DOCS.parent)}")
+            continue
+        path = figures.PLOTS / f"{name}.svg"  # nothing to draw: no stale image either
+        if path.exists():
+            path.unlink()
+            print(f"removed {path.relative_to(DOCS.parent)} (no figure to draw)")
     return run_cog(check=False)
 
 

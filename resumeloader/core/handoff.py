@@ -17,7 +17,7 @@ import numpy as np
 
 from resumeloader.core import buffers
 
-__all__ = ["ALIGNMENT", "check_indices", "copy", "gather", "mark", "take"]
+__all__ = ["ALIGNMENT", "check_indices", "copy", "fresh", "gather", "mark", "take"]
 
 #: The alignment of TensorFlow's CPU tensors (Eigen's largest): a tensor over memory
 #: aligned less fails a check in its kernels (and aborts the process).
@@ -82,6 +82,11 @@ def copy(array: np.ndarray) -> np.ndarray:
     out = buffers.empty(array.shape, array.dtype.newbyteorder("="))
     np.copyto(out, array)
     return mark(out)
+
+
+def fresh(array: np.ndarray) -> bool:
+    """Whether `array` is marked fresh (it stays marked: see `take`)."""
+    return _FRESH.get(id(array)) is array
 
 
 def take(array: np.ndarray) -> bool:

@@ -1,4 +1,4 @@
-"""Randomness keyed by a record, never by history: `record_rng` and per-record TF seeds.
+"""Randomness keyed by a record, never by history: `record_rng`, `RecordRngs`, per-record TF seeds.
 
 Every random choice made for a record comes from a generator keyed by (seed, epoch,
 record index), so it is the same whatever order records are produced in, whatever
@@ -8,15 +8,17 @@ threads, workers or restores happened before.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+import math
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
-from numpy.random import bit_generator
 
-from resumeloader.core import sampler
+from resumeloader.core import draws, philox, sampler, streams
 
-__all__ = ["BATCH_STREAM", "RecordRngs", "metadata", "record_rng"]
+__all__ = ["BATCH_STREAM", "RecordRngs", "give_back", "lend", "metadata", "record_rng"]
 
 _RNG_TAG = 0xA06_3E17_A71_0F_5EED
 _METADATA_SEED_TAG = 0x7F5EED
@@ -24,51 +26,13 @@ _M64 = (1 << 64) - 1
 #: XORed into the seed for the generators of a batch-level stage (`RecordRngs`): a
 #: record's stream there is independent of the `rng` a ``map_fn`` gets for it.
 BATCH_STREAM = 0x5EED_BA7C_0000_0001
-# Philox copies its counter in; passing it as an array skips an int-to-words conversion.
-_ZERO_COUNTER = np.zeros(4, np.uint64)
+# Checks arguments as NumPy does, by drawing one value NumPy's way (its errors, its words).
+_CHECKS = np.random.Generator(np.random.Philox(0))
 
 
 @functools.lru_cache(maxsize=64)
 def _epoch_word(seed: int, epoch: int) -> int:
     return sampler.epoch_hash(seed ^ _RNG_TAG, epoch)
-
-
-class _RecordKey(bit_generator.ISeedSequence):
-    """The 128-bit Philox key of one record, given to Philox as its seed sequence.
-
-    ``Philox(key=k)`` also builds a `numpy.random.SeedSequence` from OS entropy that it
-    then discards (about two thirds of its cost); given a seed sequence instead, Philox
-    takes its key from ``generate_state(2, uint64)``: the same key, the same stream.
-    """
-
-    __slots__ = ("_words",)
-
-    def __init__(self, low: int, high: int) -> None:
-        self._words = (low, high)
-
-    def generate_state(self, n_words: int, dtype: Any = np.uint32) -> Any:
-        """The key as `n_words` words of `dtype`, least significant first (128 bits)."""
-        if n_words == 2 and dtype is np.uint64:  # what Philox asks for, per record
-            return np.array(self._words, np.uint64)
-        key = self._words[0] | self._words[1] << 64
-        bits = np.dtype(dtype).itemsize * 8
-        if n_words * bits != 128 or bits not in (32, 64):
-            msg = (
-                f"A record key holds 128 bits. Received: n_words={n_words!r}, "
-                f"dtype={np.dtype(dtype).name}; expected 2 uint64 or 4 uint32 words."
-            )
-            raise ValueError(msg)
-        mask = (1 << bits) - 1
-        return np.array([key >> (bits * i) & mask for i in range(n_words)], dtype=dtype)
-
-    def __getstate__(self) -> tuple[int, int]:
-        return self._words
-
-    def __setstate__(self, words: tuple[int, int]) -> None:
-        self._words = words
-
-    def __repr__(self) -> str:
-        return f"RecordKey(0x{self._words[1]:016x}_{self._words[0]:016x})"
 
 
 def record_rng(seed: int, epoch: int, record_index: int) -> np.random.Generator:
@@ -87,9 +51,60 @@ def record_rng(seed: int, epoch: int, record_index: int) -> np.random.Generator:
     if not 0 <= record_index <= _M64:
         msg = f"`record_index` must be in [0, 2**64). Received: record_index={record_index!r}."
         raise ValueError(msg)
-    key = _RecordKey(int(record_index), _epoch_word(seed, epoch))
-    # NumPy's stubs name SeedSequence; Philox accepts any ISeedSequence at run time.
-    return np.random.Generator(np.random.Philox(key, counter=_ZERO_COUNTER))  # type: ignore[arg-type]
+    return philox.generator(int(record_index), _epoch_word(seed, epoch))
+
+
+# Per thread: (generator, its Philox, its Key) that `give_back` kept for the next `lend`.
+_RETURNED = threading.local()
+_ZEROS = (0, 0, 0, 0)
+
+
+def lend(seed: int, epoch: int, record_index: int) -> np.random.Generator:
+    """`record_rng(seed, epoch, record_index)` for one call of user code, then `give_back`.
+
+    The generator is the same stream as `record_rng`'s, and a real
+    `numpy.random.Generator` the user code may keep; it may be an object given back by
+    an earlier call in this thread, restarted on the new key (a third of the cost of
+    making one: the per-record ``map_fn`` path needs one per record).
+    """
+    kept = getattr(_RETURNED, "kept", None)
+    if kept is None or not 0 <= record_index <= _M64:
+        return record_rng(seed, epoch, record_index)
+    _RETURNED.kept = None
+    generator, bit_generator, key = kept
+    words = (int(record_index), _epoch_word(seed, epoch))
+    # At the start of the stream of the new key: what `philox.move(..., 0)` sets, inline.
+    bit_generator.state = {
+        "bit_generator": "Philox", "state": {"counter": _ZEROS, "key": words},
+        "buffer": _ZEROS, "buffer_pos": philox.WORDS, "has_uint32": 0, "uinteger": 0,
+    }
+    key.words = words
+    return generator
+
+
+def give_back(generator: np.random.Generator) -> None:
+    """Keeps `generator` (from `lend`) for this thread's next `lend`, unless something
+    besides the caller's one variable still holds it or its bit generator: a generator
+    the user code kept is never reused."""
+    if sys.getrefcount(generator) == _UNSHARED[0]:
+        bit_generator = generator.bit_generator
+        if sys.getrefcount(bit_generator) == _UNSHARED[1]:
+            _RETURNED.kept = (generator, bit_generator, bit_generator.seed_seq)
+
+
+def _counts(generator: np.random.Generator) -> tuple[int, int]:
+    # The references `give_back` sees when its caller holds one variable.
+    count = sys.getrefcount(generator)
+    bit_generator = generator.bit_generator
+    return count, sys.getrefcount(bit_generator)
+
+
+def _unshared() -> tuple[int, int]:
+    generator = philox.generator(0, 0)
+    return _counts(generator)
+
+
+_UNSHARED = _unshared()
 
 
 def metadata(seed: int, indices: np.ndarray, epoch: int, position: int) -> dict[str, np.ndarray]:
@@ -114,31 +129,51 @@ def metadata(seed: int, indices: np.ndarray, epoch: int, position: int) -> dict[
 
 
 class RecordRngs(Sequence[np.random.Generator]):
-    """One `numpy.random.Generator` per row of a batch, each keyed by (seed, epoch,
-    the row's record index): what ``Pipeline.map_batch`` hands its function.
+    """One `numpy.random.Generator` stream per row of a batch, each keyed by (seed,
+    epoch, the row's record index): what ``Pipeline.map_batch`` hands its function.
 
-    Row ``i``'s generator is ``record_rng(seed ^ BATCH_STREAM, epoch, indices[i])``:
+    Row ``i``'s stream is that of ``record_rng(seed ^ BATCH_STREAM, epoch, indices[i])``:
     a pure function of the record, so it is the same in any batch, any batch size,
     any worker and after any restore, and independent of the ``rng`` a ``map_fn``
-    gets for the same record. Generators are made when first used. The helpers draw
-    one value (or one array of `shape`) per row from that row's generator and stack
-    them, so ``rngs.uniform(shape=(2,))[i]`` is what row ``i``'s generator alone gives.
+    gets for the same record.
+
+    ``random``, ``uniform``, ``normal`` and ``integers`` take NumPy's arguments (the
+    shape as ``shape`` or NumPy's ``size``) and return ``[rows, *shape]``: row ``i`` is
+    bit for bit what ``self[i].<method>(..., shape)`` returns at that point of row
+    ``i``'s stream, and the streams advance exactly as NumPy's would, call after call
+    (including NumPy's buffered 32-bit half-words and its rejection draws). They are
+    computed for all rows at once with array operations (Philox is counter based:
+    each row is a key; `resumeloader.core.philox`), for scalar parameters and
+    ``random`` in float64/float32, ``integers`` in int64/int32/uint64/uint32; other
+    arguments, and draws of more than `streams.LARGE` values per row, are made by
+    NumPy row by row, with the same result.
+
+    ``self[i]`` is row ``i``'s stream as a real `numpy.random.Generator`, made when
+    first asked for, at the place the helpers left it; from then on that row's draws
+    (through the helpers too) come from that generator.
 
     Args:
         seed: the pipeline's seed.
         epoch: the batch's epoch.
-        indices: the record index of each row (int64).
+        indices: the record index of each row (int64, non-negative).
     """
 
-    __slots__ = ("_generators", "epoch", "indices", "seed")
+    __slots__ = ("_streams", "epoch", "indices", "seed")
 
     def __init__(self, seed: int, epoch: int, indices: np.ndarray) -> None:
         self.seed, self.epoch = seed, epoch
         self.indices = np.asarray(indices, dtype=np.int64)
-        self._generators: list[np.random.Generator | None] = [None] * len(self.indices)
+        if len(self.indices) and int(self.indices.min()) < 0:
+            msg = (
+                "Record indices must be in [0, 2**64). Received: indices containing "
+                f"{int(self.indices.min())}."
+            )
+            raise ValueError(msg)
+        high = _epoch_word(seed ^ BATCH_STREAM, epoch)
+        self._streams = streams.RowStreams(self.indices.view(np.uint64), high)
 
     def __len__(self) -> int:
-        return len(self._generators)
+        return len(self.indices)
 
     @overload
     def __getitem__(self, row: int) -> np.random.Generator: ...
@@ -149,40 +184,90 @@ class RecordRngs(Sequence[np.random.Generator]):
     def __getitem__(self, row: int | slice) -> Any:
         if isinstance(row, slice):
             return [self[i] for i in range(*row.indices(len(self)))]
-        generator = self._generators[row]
-        if generator is None:
-            index = int(self.indices[row])
-            generator = record_rng(self.seed ^ BATCH_STREAM, self.epoch, index)
-            self._generators[row] = generator
-        return generator
+        return self._streams.generator(range(len(self))[row])
 
     def __iter__(self) -> Iterator[np.random.Generator]:
         return (self[i] for i in range(len(self)))
 
-    def _stack(self, draw: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        out = np.empty((len(self), *shape), dtype=dtype)
-        for i, generator in enumerate(self):
-            out[i] = draw(generator)
-        return out
+    def random(self, shape: Any = (), dtype: Any = np.float64, *, size: Any = None) -> np.ndarray:
+        """Floats in [0, 1), ``[rows, *shape]``: row ``i`` is ``self[i].random(shape, dtype)``."""
+        shape, kind = _shape(shape, size), np.dtype(dtype)
+        draw = {np.dtype(np.float64): draws.doubles, np.dtype(np.float32): draws.floats}.get(kind)
+        if draw is None:
+            _CHECKS.random(dtype=dtype)  # NumPy's error for another dtype
+        return self._drawn(draw() if draw else None, shape, kind,
+                           lambda g: g.random(shape, dtype))
 
-    def random(self, shape: tuple[int, ...] = ()) -> np.ndarray:
-        """Floats in [0, 1), ``[rows, *shape]``: row ``i`` is ``self[i].random(shape)``."""
-        return self._stack(lambda g: g.random(shape), shape, np.float64)
-
-    def uniform(self, low: float = 0.0, high: float = 1.0,
-                shape: tuple[int, ...] = ()) -> np.ndarray:
+    def uniform(self, low: Any = 0.0, high: Any = 1.0, shape: Any = (), *,
+                size: Any = None) -> np.ndarray:
         """``self[i].uniform(low, high, shape)`` for each row ``i``, stacked."""
-        return self._stack(lambda g: g.uniform(low, high, shape), shape, np.float64)
+        shape = _shape(shape, size)
+        draw = None
+        if np.ndim(low) == 0 and np.ndim(high) == 0:
+            _CHECKS.uniform(low, high)
+            draw = draws.uniforms(float(low), float(high))
+        return self._drawn(draw, shape, np.dtype(np.float64),
+                           lambda g: g.uniform(low, high, shape))
 
-    def normal(self, loc: float = 0.0, scale: float = 1.0,
-               shape: tuple[int, ...] = ()) -> np.ndarray:
+    def normal(self, loc: Any = 0.0, scale: Any = 1.0, shape: Any = (), *,
+               size: Any = None) -> np.ndarray:
         """``self[i].normal(loc, scale, shape)`` for each row ``i``, stacked."""
-        return self._stack(lambda g: g.normal(loc, scale, shape), shape, np.float64)
+        shape = _shape(shape, size)
+        draw = None
+        if np.ndim(loc) == 0 and np.ndim(scale) == 0:
+            _CHECKS.normal(loc, scale)
+            draw = draws.normals(float(loc), float(scale))
+        return self._drawn(draw, shape, np.dtype(np.float64),
+                           lambda g: g.normal(loc, scale, shape))
 
-    def integers(self, low: int, high: int | None = None,
-                 shape: tuple[int, ...] = ()) -> np.ndarray:
-        """``self[i].integers(low, high, shape)`` (int64) for each row ``i``, stacked."""
-        return self._stack(lambda g: g.integers(low, high, shape), shape, np.int64)
+    def integers(self, low: Any, high: Any = None, shape: Any = (), dtype: Any = np.int64,
+                 endpoint: bool = False, *, size: Any = None) -> np.ndarray:
+        """``self[i].integers(low, high, shape, dtype, endpoint)`` for each row ``i``, stacked."""
+        shape, kind = _shape(shape, size), np.dtype(dtype)
+        draw = None
+        if np.ndim(low) == 0 and np.ndim(high) == 0:
+            _CHECKS.integers(low, high, dtype=dtype, endpoint=endpoint)
+            bounds = (0, low) if high is None else (low, high)
+            first, last = (int(np.asarray(bound)) for bound in bounds)
+            draw = draws.integers(first, last, kind, endpoint=endpoint)
+        return self._drawn(draw, shape, kind,
+                           lambda g: g.integers(low, high, shape, dtype, endpoint))
+
+    def _drawn(self, draw: draws.Draw | None, shape: tuple[int, ...], dtype: np.dtype[Any],
+               call: Callable[[np.random.Generator], Any]) -> np.ndarray:
+        """`draw`'s values for every row, ``[rows, *shape]``, or each row's ``call`` stacked."""
+        rows = len(self)
+        if draw is None:
+            out = np.empty((rows, *shape), dtype)
+            for i, value in enumerate(self._streams.each(call)):
+                out[i] = value
+            return out
+        count = math.prod(shape)
+        if not rows or not count:
+            return np.empty((rows, *shape), dtype)
+        return self._streams.draw(draw, count).reshape(rows, *shape)
 
     def __repr__(self) -> str:
         return f"RecordRngs(seed={self.seed}, epoch={self.epoch}, rows={len(self)})"
+
+
+def _shape(shape: Any, size: Any) -> tuple[int, ...]:
+    """The per-row shape from `shape` or NumPy's spelling `size` (an int or a sequence)."""
+    if size is not None:
+        if shape not in ((), None):
+            msg = (
+                "Give the shape of a row's draw once, as `shape` or as NumPy's `size`. "
+                f"Received: shape={shape!r}, size={size!r}."
+            )
+            raise TypeError(msg)
+        shape = size
+    if shape is None:
+        return ()
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
+        msg = (
+            "A draw's shape must be non-negative integers. "
+            f"Received: shape={shape!r}; expected e.g. 3 or (2, 3)."
+        )
+        raise ValueError(msg)
+    return tuple(int(d) for d in dims)

@@ -178,7 +178,7 @@ class IndexSampler:
 
     Guarantees: each epoch is a permutation of ``[0, num_records)`` (of the kept
     prefix when sharded); the record at a position depends only on ``num_records``,
-    ``seed``, ``shuffle``, the shard layout and the position, and is the same on any
+    ``seed``, ``shuffle``, the shard and the position, and is the same on any
     machine and process; ``sampler[p]`` and ``sampler.indices(a, b)`` take O(1) time
     per index and O(1) memory in ``num_records``.
 
@@ -187,11 +187,12 @@ class IndexSampler:
         seed: integer in [0, 2**64); keys every epoch's permutation.
         shuffle: False gives the natural order 0, 1, 2, ... in every epoch.
         num_epochs: number of epochs, or None for an endless stream.
-        shard_index: this shard, in [0, shard_count).
-        shard_count: number of shards the global order is split into.
+        shard: the `Shard` of each epoch's global order this sampler walks; None:
+            the whole order.
 
     Examples:
-        >>> sampler = IndexSampler(10, seed=0, shuffle=False, shard_index=1, shard_count=3)
+        >>> from resumeloader import Shard
+        >>> sampler = IndexSampler(10, seed=0, shuffle=False, shard=Shard(1, 3))
         >>> sampler.records_per_epoch
         3
         >>> [sampler[p] for p in range(4)]
@@ -207,8 +208,7 @@ class IndexSampler:
         seed: int,
         shuffle: bool = True,
         num_epochs: int | None = None,
-        shard_index: int = 0,
-        shard_count: int = 1,
+        shard: shard_lib.Shard | None = None,
     ) -> None:
         self._num_records = validate.integer(
             "num_records", num_records, low=1, high=validate.MAX_COUNT
@@ -218,9 +218,9 @@ class IndexSampler:
         self._num_epochs = (
             None if num_epochs is None else validate.integer("num_epochs", num_epochs, low=1)
         )
-        self._shard_index, self._shard_count = validate.shard(shard_index, shard_count)
-        shard = shard_lib.Shard(self._shard_index, self._shard_count)
-        self._records_per_epoch = shard.records_per_epoch(self._num_records)
+        self._shard = shard_lib.Shard() if shard is None else shard_lib.checked(shard)
+        self._shard_index, self._shard_count = self._shard.index, self._shard.count
+        self._records_per_epoch = self._shard.records_per_epoch(self._num_records)
         self._end_position = self._end()
         self._last_epoch = -1
         self._last_epoch_allowed = (
@@ -228,21 +228,40 @@ class IndexSampler:
         )
         self._last_permutation = _permutation(1, 0, 0)
 
-    num_records = property(lambda self: self._num_records, doc="Records in the source.")
-    seed = property(lambda self: self._seed, doc="The seed keying every epoch.")
-    shuffle = property(lambda self: self._shuffle, doc="Whether epochs are shuffled.")
-    num_epochs = property(lambda self: self._num_epochs, doc="Epochs, or None if endless.")
-    shard_index = property(lambda self: self._shard_index, doc="This shard's index.")
-    shard_count = property(lambda self: self._shard_count, doc="Number of shards.")
-    records_per_epoch = property(
-        lambda self: self._records_per_epoch, doc="This shard's records in every epoch."
-    )
+    @property
+    def num_records(self) -> int:
+        """Records in the source."""
+        return self._num_records
+
+    @property
+    def seed(self) -> int:
+        """The seed keying every epoch."""
+        return self._seed
+
+    @property
+    def shuffle(self) -> bool:
+        """Whether epochs are shuffled."""
+        return self._shuffle
+
+    @property
+    def num_epochs(self) -> int | None:
+        """Epochs, or None if endless."""
+        return self._num_epochs
+
+    @property
+    def shard(self) -> shard_lib.Shard:
+        """The `Shard` of each epoch this sampler walks."""
+        return self._shard
+
+    @property
+    def records_per_epoch(self) -> int:
+        """This shard's records in every epoch."""
+        return self._records_per_epoch
 
     def __repr__(self) -> str:
         return (
             f"IndexSampler(num_records={self._num_records}, seed={self._seed}, "
-            f"shuffle={self._shuffle}, num_epochs={self._num_epochs}, "
-            f"shard_index={self._shard_index}, shard_count={self._shard_count})"
+            f"shuffle={self._shuffle}, num_epochs={self._num_epochs}, shard={self._shard!r})"
         )
 
     def __len__(self) -> int:

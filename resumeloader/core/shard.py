@@ -6,7 +6,7 @@ import dataclasses
 
 from resumeloader.core import validate
 
-__all__ = ["Shard"]
+__all__ = ["Shard", "checked"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,3 +56,14 @@ class Shard:
             )
             raise ValueError(msg)
         return num_records // self.count
+
+
+def checked(shard: object, name: str = "shard") -> Shard:
+    """`shard` if it is a `Shard`; else a `TypeError` naming argument `name`."""
+    if not isinstance(shard, Shard):
+        msg = (
+            f"`{name}` must be a resumeloader.Shard, e.g. {name}=Shard(index, count). "
+            f"Received: {name}={shard!r:.80} of type {type(shard).__name__}."
+        )
+        raise TypeError(msg)
+    return shard

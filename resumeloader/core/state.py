@@ -81,6 +81,22 @@ def _is_identity(key: str) -> bool:
     return key.rsplit(".", 1)[-1] == IDENTITY_FIELD
 
 
+# Two ways a file source names its objects beyond their names, sizes and layouts: their
+# versions where they are stored, or digests of their bytes anywhere (`Storage.identity`).
+# A checkpoint with one restores into a loader with the other after the other fields match.
+_LOCATED, _CONTENT = "versions", "digests"
+
+
+def _alternative(key: str, other: Fields) -> str | None:
+    """The field of `other` that stands for `key` (a source's versions for its digests,
+    or the reverse) when `other` lacks `key`; else None."""
+    stage, _, field = key.rpartition(".")
+    swap = {_LOCATED: _CONTENT, _CONTENT: _LOCATED}.get(field)
+    if swap is None or key in other or f"{stage}.{swap}" not in other:
+        return None
+    return f"{stage}.{swap}"
+
+
 def fingerprint(order: Fields) -> str:
     """A short stable hash of the order fields (keys containing a dot)."""
     fields = {k: v for k, v in order.items() if "." in k}
@@ -105,11 +121,17 @@ def make(
 
 
 def _load(state: Any) -> Any:
-    if isinstance(state, bytes):
+    """A state given as JSON text (str or UTF-8 bytes) parsed; anything else as it is."""
+    if isinstance(state, (bytes, bytearray, memoryview)):
+        data = bytes(state)
         try:
-            state = state.decode()
+            state = data.decode()
         except UnicodeDecodeError as err:
-            msg = f"A loader state's JSON text must be UTF-8. Received: {state!r:.80}."
+            msg = (
+                "A loader state is JSON text, but this value is not text: it holds "
+                f"{_describe_bytes(data)}. Received: {data!r:.80}. It was not saved by a "
+                "ResumableLoader (e.g. another object saved under the loader's checkpoint key)."
+            )
             raise errors.StateError(msg) from err
     if isinstance(state, str):
         if len(state) > _MAX_TEXT:
@@ -121,9 +143,26 @@ def _load(state: Any) -> Any:
         try:
             return json.loads(state)
         except (ValueError, RecursionError) as err:
-            msg = f"A loader state must be a dict or its JSON text. Received: {state!r:.80}."
+            found = "truncated JSON" if _truncated(state) else "text that is not JSON"
+            msg = (
+                f"A loader state must be a dict or its JSON text. Received {found} "
+                f"({err}): {state!r:.80}."
+            )
             raise errors.StateError(msg) from err
     return state
+
+
+def _describe_bytes(data: bytes) -> str:
+    """What binary data looks like, for an error message."""
+    if len(data) > 1 and data[0] == 0x80 and 2 <= data[1] <= 5:  # PROTO opcode, protocol
+        return f"a Python pickle (protocol {data[1]}, {len(data)} bytes; nothing was unpickled)"
+    return f"{len(data)} bytes of binary data"
+
+
+def _truncated(text: str) -> bool:
+    """Whether `text` is the start of a JSON object whose end is missing."""
+    stripped = text.strip()
+    return stripped.startswith("{") and not stripped.endswith("}")
 
 
 def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
@@ -231,7 +270,10 @@ def check_order(
     A stage that only one of the two pipelines has is named once, with its fields
     (except one of `OPTIONAL_STAGES`, which may be missing on either side). A
     source's `IDENTITY_FIELD` that one side lacks is not compared (a warning says
-    that only the other fields were checked). The data history (`history.FIELD`) is
+    that only the other fields were checked); neither are a source's object versions
+    on one side and its content digests on the other (data moved to other storage,
+    `Storage.identity`; a warning too). A field only the checkpoint has is explained
+    by `explain` as well. The data history (`history.FIELD`) is
     not compared here: `history.check_past` compares it up to the state's position.
     `explain(key, saved value)`, when given, may say in words why a field differs (e.g.
     which objects changed): its line follows the field's.
@@ -241,6 +283,7 @@ def check_order(
     expected = {k: v for k, v in expected.items() if k != history.FIELD}
     lines = []
     unchecked = []
+    moved = []
     for key in sorted(set(saved_order) | set(expected)):
         other = expected if key in saved_order else saved_order
         stage = key.split(".", 1)[0]
@@ -248,6 +291,9 @@ def check_order(
             continue  # the optional stage is absent on the other side
         if _is_identity(key) and key not in other:
             unchecked.append(key)
+            continue
+        if _alternative(key, other) is not None:
+            moved += [key] if key in saved_order else []
             continue
         if key in saved_order and key in expected:
             if saved_order[key] != expected[key]:
@@ -260,6 +306,9 @@ def check_order(
                     lines.append(f"    ({why})")
         elif key in saved_order:
             lines.append(f"  {key}: checkpoint has {saved_order[key]!r}, this loader has none")
+            why = explain(key, saved_order[key]) if explain is not None else None
+            if why:
+                lines.append(f"    ({why})")
         else:
             lines.append(f"  {key}: checkpoint has none, this loader has {expected[key]!r}")
     if lines:
@@ -271,6 +320,16 @@ def check_order(
             "records come next.\n" + "\n".join(lines)
         )
         raise errors.StateMismatchError(msg)
+    for key in moved:
+        how = "versions" if key.endswith(_LOCATED) else "content"
+        warnings.warn(
+            f"The checkpoint identifies the data by {how} ({key}), this loader by "
+            f"{'content' if how == 'versions' else 'versions'}: only the files' names, sizes "
+            "and record layouts were compared, not every byte. A checkpoint saved by this "
+            "loader carries its own identity.",
+            UserWarning,
+            stacklevel=3,
+        )
     if unchecked:
         if unchecked[0] not in saved_order:
             why = "the checkpoint has none (it was written before resumeloader 0.3)"

@@ -91,6 +91,29 @@ def typechecked(func: F) -> F:
     return typing.cast(F, wrapper)
 
 
+def removed(what: str, **spellings: str) -> Callable[[F], F]:
+    """Refuses each keyword of `spellings` given to `what` with a `TypeError` naming the
+    spelling that replaces it (a keyword no release takes any more)."""
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            gone = [name for name in kwargs if name in spellings]
+            if gone:
+                given = ", ".join(f"{name}={kwargs[name]!r:.40}" for name in gone)
+                instead = "; ".join(dict.fromkeys(spellings[name] for name in gone))
+                msg = (
+                    f"{what} takes no {', '.join(f'`{name}`' for name in gone)} any more: "
+                    f"use {instead}. Received: {given}."
+                )
+                raise TypeError(msg)
+            return func(*args, **kwargs)
+
+        return typing.cast(F, wrapper)
+
+    return decorate
+
+
 def is_integer(value: Any) -> bool:
     """True for Python and NumPy integers, False for bools and everything else."""
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from resumeloader import errors
 from resumeloader.core import positions
+from resumeloader.handout import stream
 from resumeloader.stages import plan as plan_lib
 
 __all__ = ["MAX_BOUNDARIES", "Generation", "Ledger", "Loop", "caller"]
@@ -60,15 +61,26 @@ class Generation:
 
     For batches that count the records they hold (packing, token budgets) it also
     keeps the position after each batch produced and not yet advanced past: what an
-    `advance` by a number of batches needs to know where it lands.
+    `advance` by a number of batches needs to know where it lands. An iteration made in
+    a graph is told of no batch: its `stream.Counter` counts them (`reached`).
     """
 
-    __slots__ = ("boundaries", "closed", "end", "finished", "serial", "start", "superseded")
+    __slots__ = (
+        "boundaries", "closed", "counter", "end", "finished", "serial", "start", "superseded"
+    )
 
-    def __init__(self, serial: int, start: int, *, keep_boundaries: bool) -> None:
+    def __init__(
+        self,
+        serial: int,
+        start: int,
+        *,
+        keep_boundaries: bool,
+        counter: stream.Counter | None = None,
+    ) -> None:
         self.serial = serial
         self.start = start
-        self.end = start  # the position after the last batch produced
+        self.counter = counter
+        self.end = start  # the position after the last batch produced (without a counter)
         self.superseded = False
         self.finished = False  # produced its last batch (read-ahead may still be queued)
         self.closed = False  # its iterator is gone: nothing more can be handed out
@@ -82,6 +94,12 @@ class Generation:
             if len(self.boundaries) >= MAX_BOUNDARIES:
                 self.boundaries.popleft()  # an advance from there raises (see Ledger)
             self.boundaries.append(end)
+
+    def reached(self, layout: positions.Layout) -> int:
+        """The position after the last batch produced (`layout` cuts the stream)."""
+        if self.counter is None:
+            return self.end
+        return layout.advance(self.start, self.counter.produced())
 
 
 class Ledger:
@@ -201,10 +219,18 @@ class Ledger:
             raise errors.StreamIntegrityError(msg)
 
     def watch(
-        self, position: int, tasks: Iterator[plan_lib.Task]
+        self,
+        position: int,
+        tasks: Iterator[plan_lib.Task],
+        *,
+        counter: stream.Counter | None = None,
     ) -> tuple[Iterator[plan_lib.Task], Callable[[int], None]]:
         """Starts a dataset() iteration at `position`; its tasks pass through the first
         result, the second is called with the position after each batch produced.
+
+        An iteration whose batches are made in a graph gives its `counter` instead of
+        reporting each batch (batches of a known number of records only); superseding
+        it tells its counter.
 
         Raises:
             StreamIntegrityError: a ``for batch in loader`` is live (raised here, when
@@ -214,7 +240,8 @@ class Ledger:
         self._supersede()
         self._serial += 1
         keep = not self._layout.known_counts
-        generation = Generation(self._serial, position, keep_boundaries=keep)
+        assert counter is None or not keep, "a counter counts batches of a known size"
+        generation = Generation(self._serial, position, keep_boundaries=keep, counter=counter)
         self._current, self._stale = generation, None
         return self._observed(generation, tasks), generation.produced
 
@@ -243,8 +270,11 @@ class Ledger:
             raise
 
     def _supersede(self) -> None:
-        if self._current is not None:
-            self._current.superseded = True
+        current = self._current
+        if current is not None:
+            current.superseded = True
+            if current.counter is not None:
+                current.counter.supersede()
 
     def restored(self) -> None:
         """The position was set: every earlier dataset() iteration is out of date."""
@@ -273,7 +303,10 @@ class Ledger:
             )
             raise errors.StreamIntegrityError(msg)
         generation = self._current
-        if generation is None or generation.closed or end <= generation.end:
+        if generation is None or generation.closed:
+            return
+        reached = generation.reached(self._layout)
+        if end <= reached:
             return
         msg = (
             "The consumer advanced past the last batch the loader produced: it counted "
@@ -283,7 +316,7 @@ class Ledger:
             "more than once per batch. To skip batches on purpose, advance before "
             "iterating. Received: advance from position "
             f"{start} to {end}; dataset() iteration {generation.serial} (started at "
-            f"{generation.start}) produced up to position {generation.end}."
+            f"{generation.start}) produced up to position {reached}."
         )
         raise errors.StreamIntegrityError(msg)
 

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from resumeloader.core import validate
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import produce
 
-__all__ = ["BatchRecords", "records_at"]
+__all__ = ["BatchRecords", "number", "records_at"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,18 +58,49 @@ class BatchRecords:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
 
 
+def number(name: str, value: Any) -> int:
+    """`value`, a non-negative integer of any type (Python or NumPy), as an int.
+
+    Raises:
+        TypeError: `value` is not an integer (a float, a str, a bool...), naming `name`.
+        ValueError: `value` is negative.
+    """
+    if not validate.is_integer(value):
+        msg = (
+            f"`{name}` must be a non-negative integer (Python or NumPy). "
+            f"Received: {name}={value!r:.80} of type {type(value).__name__}."
+        )
+        raise TypeError(msg)
+    return validate.integer(name, value, low=0)
+
+
 def _numbers(name: str, value: Any) -> list[int]:
+    """`value` (an integer of any type, a range or an iterable of integers) as a list of
+    non-negative ints; a `TypeError` naming `name` for anything else."""
     if isinstance(value, range):
         return list(value)
-    items = [value] if isinstance(value, int) else list(value)
+    accepts = (
+        f"`{name}` must be a non-negative integer (Python or NumPy), a range or a sequence "
+        "of them."
+    )
+    if validate.is_integer(value):
+        items = [value]
+    elif isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        msg = f"{accepts} Received: {name}={value!r:.80} of type {type(value).__name__}."
+        raise TypeError(msg)
+    else:
+        items = list(value)
     for item in items:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+        if not validate.is_integer(item):
             msg = (
-                f"`{name}` must be a non-negative integer, a range or a sequence of them. "
-                f"Received: {name}={value!r:.80}."
+                f"{accepts} Received: {name}={value!r:.80}, holding {item!r:.40} of type "
+                f"{type(item).__name__}."
             )
-            raise TypeError(msg) if not isinstance(item, int) else ValueError(msg)
-    return items
+            raise TypeError(msg)
+        if item < 0:
+            msg = f"{accepts} Received: {name}={value!r:.80}."
+            raise ValueError(msg)
+    return [int(item) for item in items]
 
 
 def records_at(
@@ -85,10 +117,11 @@ def records_at(
             range: every batch from the one at ``range.start`` until ``range.stop``.
 
     Raises:
-        TypeError: neither or both of `steps` and `positions`; a step lookup of a
-            stage whose batches count the records they hold.
-        ValueError: a step or position past the end of a finite plan, or one that
-            starts no batch of its window (windowed stages).
+        TypeError: neither or both of `steps` and `positions`; a step or position
+            that is not an integer (Python or NumPy); a step lookup of a stage whose
+            batches count the records they hold.
+        ValueError: a negative step or position, one past the end of a finite plan, or
+            one that starts no batch of its window (windowed stages).
     """
     if (steps is None) == (positions is None):
         msg = (

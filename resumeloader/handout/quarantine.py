@@ -76,7 +76,7 @@ class Quarantine:
         """
         if not skips:
             return task
-        layout = (plan.shard_index, plan.shard_count)
+        layout = (plan.shard.index, plan.shard.count)
         with self._lock:
             self._catch_up()
             lines = []
@@ -105,11 +105,11 @@ class Quarantine:
     def _check_budget(self, plan: plan_lib.Plan, skip: dict[str, Any]) -> None:
         per_epoch = plan.records_per_epoch
         allowed = self._allowed(per_epoch)
-        positions = self._seen[(plan.shard_index, plan.shard_count, skip["epoch"])]
+        positions = self._seen[(plan.shard.index, plan.shard.count, skip["epoch"])]
         count = bisect.bisect_right(positions, skip["position"])
         if count <= allowed:
             return
-        shard = f" of shard {plan.shard_index}/{plan.shard_count}" if plan.shard_count > 1 else ""
+        shard = f" of shard {plan.shard.index}/{plan.shard.count}" if plan.shard.count > 1 else ""
         msg = (
             f"The bad-record policy's error budget is exceeded: {count} records of epoch "
             f"{skip['epoch']}{shard} up to position {skip['position']} were replaced; "

@@ -12,29 +12,51 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from resumeloader import errors
 from resumeloader.core import positions, rng
+from resumeloader.handout import resume
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import produce
 
-__all__ = ["EagerBatches", "Watch", "batches", "labelled"]
-
-# (start position, tasks) -> the same tasks, observed, and what to call with the
-# position after each batch as it is produced.
-Watch = Callable[
-    [int, Iterator[plan_lib.Task]], tuple[Iterator[plan_lib.Task], Callable[[int], None]]
-]
+__all__ = ["Counter", "EagerBatches", "Watch", "batches", "labelled"]
 
 
-def labelled(value: Any, task: plan_lib.Task, rows: np.ndarray | None, *, seed: int | None) -> Any:
-    """`value`, paired with the per-record metadata of its rows when `seed` is given: the
-    task's records in order, or those at the task's slots `rows` (-1: an empty row,
-    keyed as record -1)."""
-    if seed is None:
+class Counter(Protocol):
+    """The count of a dataset() iteration whose batches are made outside Python (in a
+    TensorFlow graph): what the consumption checks need of it."""
+
+    def produced(self) -> int:
+        """Batches the iteration produced so far."""
+        ...
+
+    def supersede(self) -> None:
+        """Makes the iteration fail at its next batch (a newer consumer took over)."""
+        ...
+
+
+class Watch(Protocol):
+    """``watch(position, tasks)``: sees a dataset() iteration begin at `position`.
+
+    Returns the tasks, observed, and what to call with the position after each batch
+    as it is produced. An iteration that makes its batches in a graph passes no tasks
+    and its `Counter` instead (the position after its batches is then its count's).
+    """
+
+    def __call__(
+        self, position: int, tasks: Iterator[plan_lib.Task], *, counter: Counter | None = None
+    ) -> tuple[Iterator[plan_lib.Task], Callable[[int], None]]: ...
+
+
+def labelled(
+    value: Any, task: plan_lib.Task, rows: np.ndarray | None, *, seed: int, with_metadata: bool
+) -> Any:
+    """`value`, paired `with_metadata` with the per-record metadata of its rows (keyed by
+    the pipeline's `seed`): the task's records in order, or those at the task's slots
+    `rows` (-1: an empty row, keyed as record -1)."""
+    if not with_metadata:
         return value
     if rows is None:
         return value, rng.metadata(seed, task.indices, task.epoch, task.position)
@@ -50,7 +72,8 @@ def batches(
     layout: positions.Layout,
     position: int,
     *,
-    seed: int | None,
+    seed: int,
+    with_metadata: bool,
     on_batch: Callable[[int], None] | None = None,
 ) -> Generator[tuple[Any, int], None, None]:
     """(batch, the position after it) of the tasks' batches from normalised `position` on.
@@ -59,11 +82,13 @@ def batches(
         produced: ``(task, its batches)`` in task order, the first task holding `position`.
         layout: the layout the tasks were cut by.
         position: where the stream starts.
-        seed: the pipeline seed to label batches with metadata, or None.
+        seed: the pipeline's seed (keys the metadata's per-record seeds).
+        with_metadata: whether each batch is paired with its per-record metadata.
         on_batch: called with the position after each batch, as it is produced.
 
     Raises:
-        ElasticResumeError: `position` lies inside a batch of its window.
+        ElasticResumeError: `position` lies inside a batch of its window (which
+            `resume.resume` refuses first).
     """
     for task, out in produced:
         at = task.position
@@ -71,13 +96,13 @@ def batches(
             start, at = at, at + count
             if at <= position:  # a window's batches before the position restored
                 continue
-            if start < position:
-                raise _not_a_boundary(layout, position, start, at)
+            if start < position:  # never after `resume.resume` checked the position
+                raise resume.inside_a_batch(layout, position, start, at)
             end = layout.normalise(at)
             if on_batch is not None:
                 on_batch(end)
             rows = None if out.rows is None else out.rows[number]
-            yield labelled(batch, task, rows, seed=seed), end
+            yield labelled(batch, task, rows, seed=seed, with_metadata=with_metadata), end
 
 
 class EagerBatches:
@@ -102,18 +127,3 @@ class EagerBatches:
     def close(self) -> None:
         """Stops the producer."""
         self._batches.close()  # type: ignore[attr-defined]
-
-
-def _not_a_boundary(
-    layout: positions.Layout, position: int, start: int, stop: int
-) -> errors.ElasticResumeError:
-    epoch, offset = divmod(position, layout.records_per_epoch)
-    msg = (
-        "Cannot resume between two batches of a window: the position restored lies "
-        f"inside a batch, which holds the window's positions [{start}, {stop}). A windowed "
-        "stage resumes only at the end of one of its batches (where its checkpoints are "
-        "saved); this state was edited, or saved by another configuration of the "
-        f"pipeline. Received: position {position} (epoch {epoch}, offset {offset} of "
-        "this shard)."
-    )
-    return errors.ElasticResumeError(msg)

@@ -2,11 +2,13 @@
 
 `adapt` wraps a user's object (arrays and columns, a Hugging Face dataset, any
 ``len()`` + ``__getitem__`` object, or a `Source`) in the `Source` interface the
-pipeline reads through. File formats: `TFRecordSource`, `ArrayRecordSource` (the
-`array-record` extra), read through one bounded cache of open files
-(`resumeloader.sources.handles`) or, for objects behind a URL (``s3://``, ``gs://``,
-``http(s)://``, ``memory://``), through one storage layer (`resumeloader.sources.storage`,
-`resumeloader.sources.fetch`: `ObjectReads`); tfds data sources are `TFDSSource`.
+pipeline reads through; tfds data sources are `TFDSSource`. File formats —
+`TFRecordSource`, `ArrayRecordSource` (the `array-record` extra), `FileSource` (a
+list of whole files) — share one base (`resumeloader.sources.file_records`) and read
+their bytes, from local files or objects behind a URL (``s3://``, ``gs://``,
+``http(s)://``, ``memory://``), through the storage package
+(`resumeloader.sources.storage`: no record format there), configured by one option
+value, `Storage` (with `ObjectReads`).
 """
 
 from resumeloader.sources.array_record import ArrayRecordSource
@@ -19,12 +21,13 @@ from resumeloader.sources.base import (
     Source,
 )
 from resumeloader.sources.concat import ConcatSource
-from resumeloader.sources.fetch import ObjectChangedError, ObjectReadError, ObjectReads
 from resumeloader.sources.file_list import FileSource
-from resumeloader.sources.handles import TooManyOpenFiles
 from resumeloader.sources.huggingface import HuggingFaceSource
 from resumeloader.sources.indexable import IndexableSource
 from resumeloader.sources.registry import adapt, register
+from resumeloader.sources.storage.fetch import ObjectChangedError, ObjectReadError
+from resumeloader.sources.storage.handles import TooManyOpenFiles
+from resumeloader.sources.storage.options import ObjectReads, Storage
 from resumeloader.sources.tfds import TFDSSource
 from resumeloader.sources.tfrecord import TFRecordSource
 
@@ -43,6 +46,7 @@ __all__ = [
     "RandomAccessSource",
     "RecordReadError",
     "Source",
+    "Storage",
     "TFDSSource",
     "TFRecordSource",
     "TooManyOpenFiles",

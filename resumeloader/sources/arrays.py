@@ -145,6 +145,10 @@ class ArraySource(base.Source):
     def batched(self) -> bool:
         return True
 
+    def dry_read(self, indices: np.ndarray, dry: Any) -> bool:
+        """Reading columns in memory sends no request: nothing to record."""
+        return True
+
     @property
     def exact_batches(self) -> bool:
         """True for plain numeric arrays: a batch is one ``np.take`` of each, of its spec

@@ -8,13 +8,23 @@ subclass and one entry in `resumeloader.sources.registry`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from resumeloader.core import spec as spec_lib
 
-__all__ = ["IDENTITY", "CorruptRecordError", "RandomAccessSource", "RecordReadError", "Source"]
+__all__ = [
+    "CAPABILITIES",
+    "IDENTITY",
+    "CorruptRecordError",
+    "RandomAccessSource",
+    "RecordReadError",
+    "Source",
+    "optional",
+    "without",
+]
 
 #: The order field in which a source names its content (a digest, a version): see
 #: `Source.order_fields`.
@@ -55,7 +65,7 @@ class RandomAccessSource(Protocol):
 
     ``source[i]`` must return the same record every time it is called with the same
     ``i`` (the loader re-reads records after a restore); it may be called from a
-    thread that is not the main thread, and with ``worker_type="process"`` from a
+    thread that is not the main thread, and with ``Workers(kind="process")`` from a
     worker process that received the source pickled once.
 
     Records may hold NumPy arrays, numbers, bytes and str (strings become
@@ -85,14 +95,47 @@ class RandomAccessSource(Protocol):
     def __getitem__(self, index: int) -> Any: ...
 
 
+#: The optional methods of a `Source` (its capabilities): a source has one when it
+#: defines the method (see `optional`).
+CAPABILITIES = ("read_batch", "read_many", "prefetch")
+
+
+def optional(source: Any, name: str) -> Callable[..., Any] | None:
+    """`source`'s optional method `name` (one of `CAPABILITIES`), or None when it has
+    none: a capability is the presence of its method, never a flag beside it."""
+    found = getattr(source, name, None)
+    return found if callable(found) else None
+
+
+def without(source: Source, *names: str) -> None:
+    """Removes the capabilities `names` from `source` (an instance whose class defines
+    them but that cannot honour them: e.g. nothing to prefetch), as ``__hash__ = None``
+    removes hashing; copies and pickles of it keep them removed."""
+    for name in names:
+        assert name in CAPABILITIES, name
+        setattr(source, name, None)
+
+
 class Source:
     """A random-access source as the pipeline sees it.
 
-    Subclasses define `__len__`, `read` and `description`, and may define
-    `read_batch` (then `batched` is True), `read_many` (then `reads_many` is True),
-    `columns` (in-memory numeric arrays that the TensorFlow layer may gather from
-    directly), `record_spec` (the spec of every record, when the source knows it)
-    and `order_fields` (what identifies the data, for the state's fingerprint).
+    Subclasses define `__len__`, `read` and `description`, and may define `columns`
+    (in-memory numeric arrays that the TensorFlow layer may gather from directly),
+    `record_spec` (the spec of every record, when the source knows it) and
+    `order_fields` (what identifies the data, for the state's fingerprint).
+
+    Capabilities are optional methods, present or not (`optional` finds them; a
+    subclass that inherits one it cannot honour removes it with `without`):
+
+    * ``read_batch(indices) -> batch``: the records at `indices` (an int64 array)
+      stacked along a new leading dimension, in one call (then a pipeline without
+      record stages reads each batch with it);
+    * ``read_many(indices) -> list``: the records at `indices`, in that order, faster
+      than one `read` each;
+    * ``prefetch(indices) -> bool``: starts reading what `indices` will need (their
+      bytes in object storage) and returns at once, False when the read-ahead budget
+      is full; it changes nothing that is read.
+
     Instances are sent pickled to process workers, so they hold no closures; reads
     may come from several threads at once.
     """
@@ -108,29 +151,10 @@ class Source:
         raise NotImplementedError
 
     @property
-    def batched(self) -> bool:
-        """Whether `read_batch` reads a whole batch in one call."""
-        return False
-
-    def read_batch(self, indices: np.ndarray) -> Any:
-        """The records at `indices` stacked along a new leading dimension."""
-        msg = f"{type(self).__name__} has no batched read."
-        raise NotImplementedError(msg)
-
-    @property
     def exact_batches(self) -> bool:
         """Whether `read_batch` always returns arrays that are exactly `record_spec`'s
         leaves (then a batch the pipeline reads with that spec is not checked again)."""
         return False
-
-    @property
-    def reads_many(self) -> bool:
-        """Whether `read_many` reads several records faster than one `read` each."""
-        return False
-
-    def read_many(self, indices: np.ndarray) -> list[Any]:
-        """The records at `indices`, in that order, as a list."""
-        return [self.read(index) for index in indices.tolist()]
 
     def record_spec(self) -> spec_lib.RecordSpec | None:
         """The spec every record has, when the source knows it (else inferred from record 0)."""
@@ -149,6 +173,7 @@ class Source:
     def record_keys(self, indices: np.ndarray) -> list[dict[str, Any]]:
         """`record_key` of each of `indices` (a source may compute them at once)."""
         return [self.record_key(index) for index in indices.tolist()]
+
     # -- storage read by ranges (optional) ---------------------------------------------
     def mean_record_bytes(self) -> float | None:
         """Stored bytes per record, when the source knows them (the block order's chunk
@@ -164,15 +189,17 @@ class Source:
         at a time (or not, for None); the records are the same. Default: itself."""
         return self
 
-    @property
-    def prefetches(self) -> bool:
-        """Whether `prefetch` does anything (the source reads objects in storage)."""
+    def dry_read(self, indices: np.ndarray, dry: Any) -> bool:
+        """Records in `dry` (a `resumeloader.sources.storage.fetch.DryRun`) the storage
+        requests that reading `indices` in one call (``read_batch`` or ``read_many``)
+        sends, without sending them; False when the source cannot tell (its reads are not
+        ranges of files or objects). Default: False."""
         return False
 
-    def prefetch(self, indices: np.ndarray) -> bool:
-        """Starts reading what `indices` will need (their bytes in object storage) and
-        returns at once; False when the source's read-ahead budget is full. It changes
-        nothing that is read. Default: nothing to do (True)."""
+    def dry_prefetch(self, indices: np.ndarray, dry: Any) -> bool:
+        """Records in `dry` (a `resumeloader.sources.storage.fetch.DryRun`) the GETs that
+        ``prefetch(indices)`` starts, without sending them; returns what `prefetch`
+        would. Default: nothing to do (True)."""
         return True
 
     def explain_field(self, field: str, saved: int | str) -> str | None:

@@ -83,8 +83,10 @@ class ConcatSource(base.Source):
         self.starts = tuple(int(s) for s in np.cumsum((0, *self.lengths[:-1])))
         self._length = sum(self.lengths)
         self._starts = np.asarray(self.starts, dtype=np.int64)
-        self._batched = all(part.batched for part in self._all)
-        self._many = any(part.reads_many or part.batched for part in self._all)
+        if not all(base.optional(part, "read_batch") for part in self._all):
+            base.without(self, "read_batch")  # one part reads record by record
+        if not any(base.optional(part, "read_many") for part in self._all):
+            base.without(self, "read_many")  # no part reads many records faster
         self.description = "mixture of " + ", ".join(
             f"{name} ({part.description}, {len(part):,})"
             for name, part in zip(self._all_names, self._all, strict=True)
@@ -211,35 +213,36 @@ class ConcatSource(base.Source):
         part = bisect.bisect_right(self.starts, flat) - 1
         return self.parts[part].read(flat - self.starts[part])
 
-    @property
-    def batched(self) -> bool:
-        """Whether every part reads batches in one call."""
-        return self._batched
-
-    @property
-    def reads_many(self) -> bool:
-        """Whether some part reads many records at once (then `read_many` uses it)."""
-        return self._many
-
     def read_many(self, indices: np.ndarray) -> list[Any]:
+        """The records at `indices`, each part's read at once where it can (only when
+        some part has ``read_many``)."""
         part_of, local = self._split(indices)
         out: list[Any] = [None] * len(local)
         for part in np.unique(part_of).tolist():
             where = np.flatnonzero(part_of == part)
-            records = self._all[part].read_many(local[where])
+            source = self._all[part]
+            many = base.optional(source, "read_many")
+            if many is not None:
+                records = many(local[where])
+            else:
+                records = [source.read(i) for i in local[where].tolist()]
             for position, record in zip(where.tolist(), records, strict=True):
                 out[position] = record
         return out
 
     def read_batch(self, indices: np.ndarray) -> Any:
+        """The records at `indices` as one batch (only when every part has
+        ``read_batch``)."""
         part_of, local = self._split(indices)
         present = np.unique(part_of)
         if len(present) == 1:
-            return self._all[int(present[0])].read_batch(local)
+            only: Any = self._all[int(present[0])]
+            return only.read_batch(local)
         pieces = []
         for part in present.tolist():
             where = np.flatnonzero(part_of == part)
-            batch = self._all[part].read_batch(local[where])
+            reader: Any = self._all[part]
+            batch = reader.read_batch(local[where])
             try:
                 columns = self._treespec.flatten_up_to(batch)
             except (ValueError, TypeError) as err:

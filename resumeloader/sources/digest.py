@@ -42,8 +42,11 @@ def _positions(count: int, sample: int) -> np.ndarray:
 
 def _numeric(hasher: hashlib.blake2b, array: np.ndarray, sample: int) -> None:
     hasher.update(f"{array.dtype.str}{array.shape}".encode())
-    values = np.ascontiguousarray(array.flat[_positions(array.size, sample)])
-    hasher.update(values.tobytes())
+    positions = _positions(array.size, sample)
+    # The same elements either way; a contiguous array's flat view is indexed directly
+    # (``flat[...]`` took 0.3 s of CPU on a fresh 2 GiB array, the view 20 ms).
+    flat = array.reshape(-1) if array.flags.c_contiguous else array.flat
+    hasher.update(np.ascontiguousarray(flat[positions]).tobytes())
 
 
 def _strings(hasher: hashlib.blake2b, array: np.ndarray) -> None:

@@ -4,25 +4,26 @@ Record ``i`` is ``{"path": ..., "data": ...}``: the ``i``-th file's path or URL 
 bytes, the files in the order given (a glob sorted). Decode the bytes in TensorFlow
 with `Pipeline.tf_map` (``tf.io.decode_jpeg(batch["data"][k])``...) or in Python with
 a ``map_fn``; the path is there for labels (e.g. a class folder). A batch reads every
-object it needs at once (`resumeloader.sources.fetch`: in parallel, retried, pinned to
-each object's version) and every local file through `resumeloader.sources.handles`
-(refused if it changed since the source was built).
+file it needs at once (`resumeloader.sources.storage.ranges`: objects in parallel,
+retried, pinned to each object's version; local files through the bounded cache of
+open files, refused if one changed since the source was built).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
 from resumeloader.core import spec as spec_lib
-from resumeloader.sources import base, fetch, handles, storage
-from resumeloader.sources import files as files_lib
+from resumeloader.sources import file_records
+from resumeloader.sources.storage import fetch, locations, options, ranges
 
 __all__ = ["FileSource"]
 
 
-class FileSource(base.Source):
+class FileSource(file_records.FileRecordSource):
     """Files or objects as records ``{"path": str, "data": bytes}``.
 
     Guarantees: record ``i`` is file ``i`` of the names given (globs sorted), read
@@ -34,8 +35,11 @@ class FileSource(base.Source):
     Args:
         paths: files, URLs (``s3://``, ``gs://``, ``http(s)://``, ``memory://``), globs
             of them, or a list of those.
-        storage_options: keyword arguments of the objects' fsspec filesystem.
-        object_reads: how objects are read (`ObjectReads`).
+        storage: where objects are and how they are read (`Storage`).
+        storage_options: the spelling of 0.3 (deprecated): pass
+            ``storage=Storage(options=...)``.
+        object_reads: the spelling of 0.3 (deprecated): pass
+            ``storage=Storage(reads=...)``.
 
     Raises:
         FileNotFoundError: a file, object or pattern names nothing.
@@ -43,87 +47,54 @@ class FileSource(base.Source):
 
     def __init__(
         self,
-        paths: files_lib.Paths,
+        paths: locations.Paths,
         *,
-        storage_options: storage.Options | None = None,
-        object_reads: fetch.ObjectReads | None = None,
+        storage: options.Storage | None = None,
+        storage_options: Any = None,
+        object_reads: Any = None,
     ) -> None:
-        self._locations = files_lib.expand_locations(paths, "data", storage_options)
-        self._names = [files_lib.name_of(location) for location in self._locations]
-        self._reads = object_reads if object_reads is not None else fetch.ObjectReads()
-        stamps: list[handles.Stamp | None] = []
-        sizes = []
-        for location in self._locations:
-            if isinstance(location, storage.Object):
-                stamps.append(None)
-                sizes.append(location.size)
-            else:
-                stat = os.stat(location)
-                stamps.append((stat.st_size, stat.st_mtime_ns))
-                sizes.append(stat.st_size)
-        self._stamps, self._sizes = stamps, sizes
-        self.description = files_lib.describe("FileSource", self._names)
-        versions = [getattr(loc, "version", "") for loc in self._locations]
-        self._fields: dict[str, int | str] = {
-            "num_records": len(self._locations),
-            **files_lib.identity(self._names, [str(size) for size in sizes]),
-            "identity": files_lib.content_identity([*sizes, *versions]),
-        }
+        storage = options.given(
+            storage, "FileSource", storage_options=storage_options, object_reads=object_reads
+        )
+        super().__init__(paths, storage=storage)
 
-    def __len__(self) -> int:
-        return len(self._locations)
+    def _layout(self, file: int) -> file_records.Layout:
+        return file_records.Layout(1, str(self._locations[file].size))
+
+    def _data_fields(self) -> dict[str, int | str]:
+        fields = super()._data_fields()
+        fields.pop("versions", None)
+        sizes = [location.size for location in self._locations]
+        versions = [getattr(location, "version", "") for location in self._locations]
+        fields["identity"] = file_records.content_identity([*sizes, *versions])
+        return fields
 
     def record_spec(self) -> spec_lib.RecordSpec:
         return spec_lib.RecordSpec.of({"path": b"", "data": b""})
-
-    def order_fields(self) -> dict[str, int | str]:
-        return dict(self._fields)
-
-    def mean_record_bytes(self) -> float:
-        return sum(self._sizes) / max(1, len(self))
 
     @property
     def paths(self) -> list[str]:
         """Each record's path or URL."""
         return list(self._names)
 
-    @property
-    def batched(self) -> bool:
+    def _read(self, files: np.ndarray, numbers: np.ndarray) -> list[dict[str, bytes]]:
+        wanted = [(self._locations[file], 0, self._locations[file].size) for file in files.tolist()]
+        views = ranges.read(wanted, self._storage.reads, cache=False)
+        return [
+            {"path": os.fsencode(self._names[file]), "data": bytes(view)}
+            for file, view in zip(files.tolist(), views, strict=True)
+        ]
+
+    def dry_read(self, indices: np.ndarray, dry: fetch.DryRun) -> bool:
+        """Records in `dry` the GETs and preads that ``read_batch(indices)`` makes: one
+        whole object or file per record."""
+        files = np.asarray(indices, dtype=np.int64).tolist()
+        wanted = [(self._locations[file], 0, self._locations[file].size) for file in files]
+        ranges.dry_read(wanted, self._storage.reads, dry, cache=False)
         return True
 
-    def read(self, index: int) -> dict[str, bytes]:
-        batch = self.read_batch(np.array([index], dtype=np.int64))
-        return {"path": batch["path"][0], "data": batch["data"][0]}
-
-    def read_batch(self, indices: np.ndarray) -> dict[str, list[bytes]]:
-        """The records at `indices`: their paths and bytes, as lists."""
-        indices = np.asarray(indices, dtype=np.int64)
-        if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
-            msg = f"Record indices must lie in [0, {len(self)}). Received: {indices.tolist()}."
-            raise IndexError(msg)
-        at = indices.tolist()
-        data: list[bytes] = [b""] * len(at)
-        remote = [k for k, i in enumerate(at) if isinstance(self._locations[i], storage.Object)]
-        if remote:
-            ranges = [(self._locations[at[k]], 0, self._sizes[at[k]]) for k in remote]
-            try:
-                views = fetch.read(ranges, self._reads, cache=False)
-            except (fetch.ObjectChangedError, fetch.ObjectReadError) as err:
-                index = next(at[k] for k in remote if self._names[at[k]] in str(err))
-                msg = f"Record index {index}: {err}"
-                if isinstance(err, fetch.ObjectChangedError):
-                    raise base.CorruptRecordError(msg, record_index=index) from err
-                raise base.RecordReadError(msg, record_index=index) from err
-            for k, view in zip(remote, views, strict=True):
-                data[k] = bytes(view)
-        for k, index in enumerate(at):
-            location = self._locations[index]
-            if isinstance(location, str):
-                size, stamp = self._sizes[index], self._stamps[index]
-                try:
-                    data[k] = handles.pread(location, size, 0, stamp=stamp)
-                except handles.StaleFileError as err:
-                    msg = f"Record index {index}: {err}"
-                    raise base.CorruptRecordError(msg, record_index=index) from err
-        paths = [os.fsencode(self._names[i]) for i in at]
-        return {"path": paths, "data": data}
+    def _stack(self, records: list[Any]) -> dict[str, list[bytes]]:
+        return {
+            "path": [record["path"] for record in records],
+            "data": [record["data"] for record in records],
+        }

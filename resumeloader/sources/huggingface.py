@@ -8,7 +8,8 @@ features a dict. A batch is one Arrow ``take`` of its rows, converted column by
 column to NumPy in the features' own dtypes (a ``List(Value("float32"), length=16)``
 column is one ``float32[16]`` leaf, not 16 scalars; ``uint8`` stays ``uint8``).
 Images and audio are read undecoded (``{"bytes", "path"}``): decode them in
-TensorFlow with `Pipeline.tf_map`. A missing (null) value raises a `RecordError`
+TensorFlow with `Pipeline.tf_map`; an image stored as bytes has no path (None in the
+dataset), read as ``""``. A missing (null) value raises a `RecordError`
 naming the column and the row unless a fill value is declared for it
 (`resumeloader.sources.arrow`); ``set_format(columns=[...])`` selects the columns read.
 """
@@ -101,7 +102,8 @@ class HuggingFaceSource(base.Source):
             read, the others are not.
         fill_values: column name -> the value its missing values become (for a
             struct column such as an undecoded image, a dict of its fields, e.g.
-            ``{"image": {"path": ""}}``). For a list column a scalar replaces null
+            ``{"image": {"bytes": b""}}``; an image's missing path is ``""`` unless
+            declared otherwise). For a list column a scalar replaces null
             elements and a list null rows.
 
     Raises:
@@ -127,6 +129,14 @@ class HuggingFaceSource(base.Source):
         selected = _selected_columns(dataset, features)
         specs = {name: _spec(features[name], f"[{name!r}]") for name in selected}
         self._fill = _check_fill(fill_values, specs)
+        # What a batch fills: the declared values, and for an encoded column (an image
+        # stored as bytes) a missing path as "" (not part of the identity: no choice made)
+        self._filled = dict(self._fill)
+        for name in selected:
+            if type(features[name]).__name__ in _ENCODED:
+                given = self._fill.get(name, {})
+                if isinstance(given, Mapping):
+                    self._filled[name] = {"path": "", **given}
         leaves, treespec = optree.tree_flatten(
             specs,  # type: ignore[arg-type]
             is_leaf=_is_spec,
@@ -155,14 +165,6 @@ class HuggingFaceSource(base.Source):
     def order_fields(self) -> dict[str, int | str]:
         return dict(self._fields)
 
-    @property
-    def batched(self) -> bool:
-        return True
-
-    @property
-    def reads_many(self) -> bool:
-        return True
-
     def read_batch(self, indices: np.ndarray) -> Any:
         """The rows at `indices` as NumPy columns (ragged and string leaves as lists)."""
         rows = np.asarray(indices).tolist()
@@ -173,7 +175,7 @@ class HuggingFaceSource(base.Source):
                 spec,
                 path=f"[{name!r}]",
                 rows=rows,
-                fill=self._fill.get(name, arrow.NO_FILL),
+                fill=self._filled.get(name, arrow.NO_FILL),
             )
             for name, spec in self._specs.items()
         }

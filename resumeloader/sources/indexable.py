@@ -61,8 +61,10 @@ class IndexableSource(base.Source):
 
     def __init__(self, source: Any) -> None:
         self._source = source
-        self._batched = callable(getattr(source, "read_batch", None))
-        self._many = callable(getattr(source, "__getitems__", None))
+        if not callable(getattr(source, "read_batch", None)):
+            base.without(self, "read_batch")
+        if not callable(getattr(source, "__getitems__", None)):
+            base.without(self, "read_many")
         self.description = type(source).__name__
         self._identity = self._find_identity(source)
 
@@ -83,21 +85,13 @@ class IndexableSource(base.Source):
     def read(self, index: int) -> Any:
         return self._source[index]
 
-    @property
-    def batched(self) -> bool:
-        return self._batched
-
     def read_batch(self, indices: np.ndarray) -> Any:
+        """The object's ``read_batch(indices)`` (only when it has one)."""
         return self._source.read_batch(indices)
 
-    @property
-    def reads_many(self) -> bool:
-        return self._many
-
     def read_many(self, indices: np.ndarray) -> list[Any]:
-        if self._many:
-            return list(self._source.__getitems__(indices.tolist()))
-        return super().read_many(indices)
+        """The object's ``__getitems__(indices)`` as a list (only when it has one)."""
+        return list(self._source.__getitems__(indices.tolist()))
 
     def order_fields(self) -> dict[str, int | str]:
         fields: dict[str, int | str] = {"num_records": len(self)}

@@ -13,7 +13,7 @@ time and a hash of its first 64 KiB match; otherwise it is rebuilt. A stored ind
 is not trusted: loading reads it whole (8 bytes per record, kept in memory; no
 descriptor stays open) and checks its offsets against the hash in its header and
 against the file (increasing, each record's frame inside the file); an index that
-fails is rebuilt. Every file is opened through `resumeloader.sources.handles`.
+fails is rebuilt. Every file is opened through `resumeloader.sources.storage.handles`.
 
 """
 
@@ -31,21 +31,28 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
-from resumeloader.sources import files as files_lib
-from resumeloader.sources import handles, storage
+from resumeloader.sources.storage import handles, locations, objects, options
 
 __all__ = [
+    "FOLDER",
+    "HEAD_BYTES",
     "FileIndex",
     "build",
     "cache_path",
     "decode",
     "default_dir",
     "encode",
+    "head_digest",
     "load_or_build",
     "masked_crc",
     "store",
     "walk",
 ]
+
+#: The folder of `Storage.cache_dir` that holds the indexes by default.
+FOLDER = "tfrecord-index"
+#: How much of each file's start its head digest covers.
+HEAD_BYTES = 1 << 16
 
 _MAGIC = b"RLTFRIX1"
 _HEADER = struct.Struct("<8sQQQ16s16s")  # magic, size, mtime_ns, count, head, offsets digest
@@ -72,7 +79,7 @@ class FileIndex:
     offsets: np.ndarray  # int64, one per record
     digest: str  # hex digest of the offsets: the file's record layout
     head: str  # hex digest of the file's first 64 KiB: a sample of its content
-    obj: storage.Object | None = None  # the object, for a file in object storage
+    obj: objects.Object | None = None  # the object, for a file in object storage
 
     @property
     def stamp(self) -> handles.Stamp:
@@ -92,7 +99,7 @@ def _refuse_compressed(path: str, first: bytes) -> None:
     else:
         return
     msg = (
-        f"{files_lib.display(path)} is a {kind}-compressed TFRecord file. Compressed files "
+        f"{locations.display(path)} is a {kind}-compressed TFRecord file. Compressed files "
         "cannot be read at random positions (a record can only be found by decompressing "
         f"everything before it), so resumeloader reads uncompressed TFRecord only. Decompress "
         f"it once (e.g. `{tool}`, or tf.data.TFRecordDataset(path, compression_type='{kind}') "
@@ -141,7 +148,7 @@ def walk(path: str, file: Any) -> np.ndarray:
 
 def _corrupt(path: str, number: int, offset: int, what: str) -> None:
     msg = (
-        f"{files_lib.display(path)} is not a valid TFRecord file: record {number} (byte "
+        f"{locations.display(path)} is not a valid TFRecord file: record {number} (byte "
         f"offset {offset}): {what}. Expected uncompressed TFRecord framing (length, CRC, "
         "data, CRC)."
     )
@@ -156,10 +163,14 @@ def cache_path(path: str, index_dir: str) -> str:
 
 def default_dir() -> str:
     """``$RESUMELOADER_CACHE_DIR/tfrecord-index`` or ``~/.cache/resumeloader/tfrecord-index``."""
-    root = os.environ.get("RESUMELOADER_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "resumeloader"
-    )
-    return os.path.join(root, "tfrecord-index")
+    return os.path.join(options.cache_root(), FOLDER)
+
+
+def head_digest(file: Any) -> bytes:
+    """A 16-byte hash of the first `HEAD_BYTES` of `file` (anything with ``size`` and
+    ``pread(length, offset)``)."""
+    head = file.pread(min(file.size, HEAD_BYTES), 0)
+    return hashlib.blake2b(head, digest_size=16).digest()
 
 
 def _plausible(offsets: np.ndarray, size: int) -> bool:
@@ -230,7 +241,7 @@ def store(stored: str, data: bytes) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         warnings.warn(
-            f"Could not store the TFRecord index {files_lib.display(stored)} ({err}); it is "
+            f"Could not store the TFRecord index {locations.display(stored)} ({err}); it is "
             "kept in memory and rebuilt by every process. Pass a writable `index_dir`.",
             stacklevel=4,
         )
@@ -242,7 +253,7 @@ def load_or_build(path: str, index_dir: str) -> FileIndex:
     stored = cache_path(path, index_dir)
     with handles.opened(path) as file:
         size, mtime = file.size, file.mtime_ns
-        head = files_lib.head_digest(file)
+        head = head_digest(file)
         found = _load(stored, path, size, mtime, head)
         if found is not None:
             return found

@@ -1,39 +1,23 @@
-"""Where the records of TFRecord objects lie: their byte ranges and the blocks that hold them.
+"""TFRecord objects read by ranges: the blocks that hold records, the record a failure is about.
 
-`TFRecordSource` reads records in object storage through `resumeloader.sources.fetch`,
-which takes byte ranges of objects. `ranges` gives each record's range (its framing
-included: the record's bytes are checked like a local file's); `Blocks` widens a range
-to its block of `block_records` consecutive records of the source (the block order's
-chunk: one GET, cached, serves every record of it), cut at object boundaries;
-`failing` names the record a failed read is about.
+`TFRecordSource` reads records as byte ranges (`resumeloader.sources.storage.ranges`).
+`Blocks` widens an object's range to its block of `block_records` consecutive records
+of the source (the block order's chunk: one GET, cached, serves every record of it),
+cut at object boundaries; `failing` names the record a failed read is about.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from resumeloader.sources import storage
 from resumeloader.sources import tfrecord_index as index_lib
+from resumeloader.sources.storage import objects
 
-__all__ = ["Blocks", "failing", "ranges"]
+__all__ = ["Blocks", "failing"]
 
 
 def _stop(ix: index_lib.FileIndex, number: int) -> int:
     return ix.size if number + 1 == len(ix.offsets) else int(ix.offsets[number + 1])
-
-
-def ranges(
-    indexes: list[index_lib.FileIndex], starts: np.ndarray, files: np.ndarray,
-    indices: np.ndarray,
-) -> list[tuple[storage.Object, int, int]]:
-    """(object, start, stop) of each record `indices` (all in objects; `files` theirs)."""
-    out = []
-    for index, file in zip(indices.tolist(), files.tolist(), strict=True):
-        ix = indexes[file]
-        number = index - int(starts[file])
-        assert ix.obj is not None
-        out.append((ix.obj, int(ix.offsets[number]), _stop(ix, number)))
-    return out
 
 
 class Blocks:
@@ -46,7 +30,7 @@ class Blocks:
         self._indexes, self._starts, self._size = indexes, starts, block_records
         self._file_of = {ix.path: file for file, ix in enumerate(indexes)}
 
-    def __call__(self, obj: storage.Object, start: int, stop: int) -> tuple[int, int]:
+    def __call__(self, obj: objects.Object, start: int, stop: int) -> tuple[int, int]:
         file = self._file_of[obj.url]
         ix, first = self._indexes[file], int(self._starts[file])
         local = int(np.searchsorted(ix.offsets, start, side="right")) - 1
@@ -67,6 +51,6 @@ def failing(
         if path == url and (low is None or (starts[p] < high and stops[p] > low)):
             return p
     for p, path in zip(positions, paths, strict=True):
-        if storage.display_url(path) in str(err):
+        if objects.display_url(path) in str(err):
             return p
     return positions[0]

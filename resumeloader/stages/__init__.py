@@ -1,11 +1,15 @@
 """Stages: the pure functions of (seed, epoch, position) that define a loader's stream.
 
-`Pipeline` composes them; `Plan` binds a pipeline to epochs and a shard. The contract
-every stage keeps is in ARCHITECTURE.md ("The stage contract"). No TensorFlow here.
+The library's stages (each a builder method of `resumeloader.Pipeline` makes one) and
+the bases a stage of your own subclasses, with what a batch stage's `group` returns
+(`Group`) and raises (`GroupError`). The contract every stage keeps — among it, that a
+stage holds no seed and receives the pipeline's with the epoch — is in ARCHITECTURE.md
+("The stage contract"). How a pipeline is bound to epochs and a shard (`plan.Plan`,
+`plan.Task`) and what a batch stage hands the producer (`base.Batches`) are the
+library's own plumbing. No TensorFlow here.
 """
 
 from resumeloader.stages.base import (
-    Batches,
     BatchMapStage,
     BatchStage,
     Group,
@@ -28,15 +32,12 @@ from resumeloader.stages.blocks import BlockStage
 from resumeloader.stages.map import MapStage
 from resumeloader.stages.map_batch import MapBatchStage
 from resumeloader.stages.mix import MixStage
-from resumeloader.stages.pipeline import Pipeline
-from resumeloader.stages.plan import Plan, Task
 from resumeloader.stages.sampler import SamplerStage
 from resumeloader.stages.tf_map import TFMapStage
 
 __all__ = [
     "BatchMapStage",
     "BatchStage",
-    "Batches",
     "BlockStage",
     "BucketStage",
     "FixedBatchStage",
@@ -48,14 +49,11 @@ __all__ = [
     "MixStage",
     "PackStage",
     "PaddedBatchStage",
-    "Pipeline",
     "PlainBatchStage",
-    "Plan",
     "RecordStage",
     "SamplerStage",
     "Stage",
     "TFMapStage",
-    "Task",
     "TensorStage",
     "TokenBudgetStage",
     "WindowedBatchStage",

@@ -30,6 +30,7 @@ __all__ = [
     "Stage",
     "TensorStage",
     "WindowedBatchStage",
+    "seed_refused",
 ]
 
 Fields = dict[str, int | str]
@@ -39,7 +40,14 @@ Column = Sequence[Any]
 
 
 class Stage:
-    """Base of every stage (ARCHITECTURE.md, "The stage contract")."""
+    """Base of every stage (ARCHITECTURE.md, "The stage contract").
+
+    A stage holds no seed: the pipeline's seed is the only one, and each stage receives
+    it with the epoch on every call (`IndexStage.indices`, `RecordStage.apply`,
+    `BatchStage.batches`, `BatchMapStage.apply_batch`). A stage that needs a stream of
+    its own derives it from that seed and its own name or fields (as a mixture derives
+    each source's walk, `resumeloader.stages.mix.source_seed`).
+    """
 
     #: "index", "record", "batch" or "tensor".
     kind: ClassVar[str] = ""
@@ -48,6 +56,12 @@ class Stage:
     #: The version of the stage's algorithm, an order field when set: bump it when the
     #: bytes it produces for a configuration change.
     algorithm: ClassVar[str] = ""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Stage:
+        """Refuses a ``seed`` argument: a stage receives the pipeline's seed per call."""
+        if "seed" in kwargs:
+            raise TypeError(seed_refused(cls.__name__, kwargs["seed"]))
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         """Runs each declared field's check (dataclass stages), then `check`."""
@@ -90,8 +104,9 @@ class IndexStage(Stage):
     kind = "index"
     num_records: int
 
-    def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
-        """The record indices (int64) at global `offsets` (int64) of epoch `epoch`."""
+    def indices(self, epoch: int, offsets: np.ndarray, *, seed: int) -> np.ndarray:
+        """The record indices (int64) at global `offsets` (int64) of epoch `epoch`, for
+        the pipeline's `seed`."""
         raise NotImplementedError
 
 
@@ -100,8 +115,8 @@ class RecordStage(Stage):
 
     kind = "record"
 
-    def apply(self, record: Any, *, epoch: int, index: int) -> Any:
-        """The transformed record."""
+    def apply(self, record: Any, *, seed: int, epoch: int, index: int) -> Any:
+        """The transformed record `index` of `epoch`, for the pipeline's `seed`."""
         raise NotImplementedError
 
 
@@ -275,8 +290,9 @@ class BatchMapStage(Stage):
         """The spec of one row of the batches this stage returns, for rows of `spec`."""
         return spec
 
-    def apply_batch(self, batch: Any, *, epoch: int, indices: np.ndarray) -> Any:
-        """The transformed batch; row ``i`` holds record `indices[i]` of `epoch`."""
+    def apply_batch(self, batch: Any, *, seed: int, epoch: int, indices: np.ndarray) -> Any:
+        """The transformed batch; row ``i`` holds record `indices[i]` of `epoch` (the
+        pipeline's `seed` keys each row's generator)."""
         raise NotImplementedError
 
 
@@ -292,3 +308,14 @@ class TensorStage(Stage):
 
     kind = "tensor"
     fn: Callable[[Any, Any], Any]
+
+
+def seed_refused(stage: str, seed: Any) -> str:
+    """The message refusing a stage that would hold a seed of its own."""
+    return (
+        f"A stage holds no seed: the pipeline's seed is the only one, and every stage "
+        f"receives it with the epoch on each call (e.g. `indices(epoch, offsets, *, seed)`, "
+        f"`apply(record, *, seed, epoch, index)`), so that the state, which records the "
+        f"pipeline's seed, names every order a checkpoint restores into. Received: "
+        f"{stage}(..., seed={seed!r:.40}). Pass the seed to `Pipeline(source, seed=...)`."
+    )

@@ -79,17 +79,14 @@ class BlockStage(base.IndexStage):
 
     Each epoch is a permutation of ``[0, num_records)``, computed offset by offset in
     O(1); the positions of window ``w`` hold exactly the records of its chunks. The
-    resolved `chunk_records` and `window_chunks` are the order fields (with the
-    algorithm's version).
+    seed is the pipeline's (`indices` receives it). The resolved `chunk_records` and
+    `window_chunks` are the order fields (with the algorithm's version).
     """
 
     name = "blocks"
     algorithm = blocks.ALGORITHM
 
     num_records: int = dataclasses.field(metadata=fields.meta(check=fields.count))
-    seed: int = dataclasses.field(
-        kw_only=True, metadata=fields.meta(check=lambda _, value: validate.seed(value))
-    )
     #: Consecutive records per chunk.
     chunk_records: int = dataclasses.field(
         kw_only=True, metadata=fields.meta(check=fields.count, order=True)
@@ -99,28 +96,31 @@ class BlockStage(base.IndexStage):
         kw_only=True, metadata=fields.meta(check=fields.count, order=True)
     )
 
-    @functools.cached_property
-    def order(self) -> blocks.BlockOrder:
-        """The block order."""
-        return blocks.BlockOrder(
-            self.num_records, chunk_records=self.chunk_records,
-            window_chunks=self.window_chunks, seed=self.seed,
-        )
+    def order(self, seed: int) -> blocks.BlockOrder:
+        """The block order for the pipeline's `seed`."""
+        return _order(self.num_records, self.chunk_records, self.window_chunks, seed)
 
-    def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
-        return self.order.indices(epoch, offsets)
+    def indices(self, epoch: int, offsets: np.ndarray, *, seed: int) -> np.ndarray:
+        return self.order(seed).indices(epoch, offsets)
 
     def describe(self) -> str:
         return (
             f"BlockOrder: chunks of {self.chunk_records} records shuffled, records shuffled "
-            f"within windows of {self.window_chunks} chunks, seed {self.seed}"
+            f"within windows of {self.window_chunks} chunks"
         )
+
+
+@functools.lru_cache(maxsize=32)
+def _order(num_records: int, chunk_records: int, window_chunks: int, seed: int
+           ) -> blocks.BlockOrder:
+    return blocks.BlockOrder(
+        num_records, chunk_records=chunk_records, window_chunks=window_chunks, seed=seed
+    )
 
 
 def build(
     source: Any,
     *,
-    seed: int,
     enabled: bool,
     block: validate.Int | str | None,
     window_chunks: validate.Int,
@@ -157,6 +157,6 @@ def build(
     # At most the source's records (one chunk); the stage checks the rest, as it would
     # for `Pipeline.apply(BlockStage(...))`.
     return BlockStage(
-        len(source), seed=seed, chunk_records=min(chunk, len(source)),
+        len(source), chunk_records=min(chunk, len(source)),
         window_chunks=window_chunks,  # type: ignore[arg-type]  # checked by the stage
     )

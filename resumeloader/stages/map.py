@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from resumeloader.core import rng, validate
+from resumeloader.core import rng
 from resumeloader.stages import base, fields
 
 __all__ = ["MapStage", "function"]
@@ -27,19 +27,20 @@ def function(name: str, value: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class MapStage(base.RecordStage):
-    """Applies ``fn(record, rng)``; ``rng`` is `record_rng(seed, epoch, record index)`."""
+    """Applies ``fn(record, rng)``; ``rng`` is `record_rng(seed, epoch, record index)`,
+    keyed by the pipeline's seed (`apply` receives it)."""
 
     name = "map"
 
     fn: Callable[[Any, np.random.Generator], Any] = dataclasses.field(
         metadata=fields.meta(check=function)
     )
-    seed: int = dataclasses.field(
-        kw_only=True, metadata=fields.meta(check=lambda _, value: validate.seed(value))
-    )
 
-    def apply(self, record: Any, *, epoch: int, index: int) -> Any:
-        return self.fn(record, rng.record_rng(self.seed, epoch, index))
+    def apply(self, record: Any, *, seed: int, epoch: int, index: int) -> Any:
+        generator = rng.lend(seed, epoch, index)
+        record = self.fn(record, generator)
+        rng.give_back(generator)
+        return record
 
     def describe(self) -> str:
         name = getattr(self.fn, "__qualname__", type(self.fn).__name__)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from resumeloader.core import rng, validate
+from resumeloader.core import rng
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import base, fields
 from resumeloader.stages import map as map_stage
@@ -49,9 +49,6 @@ class MapBatchStage(base.BatchMapStage):
     fn: Callable[[Any, rng.RecordRngs], Any] = dataclasses.field(
         metadata=fields.meta(check=map_stage.function)
     )
-    seed: int = dataclasses.field(
-        kw_only=True, metadata=fields.meta(check=lambda _, value: validate.seed(value))
-    )
     rowwise: bool = dataclasses.field(
         default=True, kw_only=True, metadata=fields.meta(check=fields.flag)
     )
@@ -80,8 +77,8 @@ class MapBatchStage(base.BatchMapStage):
     def output_spec(self, spec: spec_lib.RecordSpec) -> spec_lib.RecordSpec:
         return spec if self.output_signature is None else self.output_signature
 
-    def apply_batch(self, batch: Any, *, epoch: int, indices: np.ndarray) -> Any:
-        return self.fn(batch, rng.RecordRngs(self.seed, epoch, indices))
+    def apply_batch(self, batch: Any, *, seed: int, epoch: int, indices: np.ndarray) -> Any:
+        return self.fn(batch, rng.RecordRngs(seed, epoch, indices))
 
     def resized(self, batch_size: int) -> MapBatchStage:
         """The stage for batches of `batch_size` (only a non-row-wise one records it)."""

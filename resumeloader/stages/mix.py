@@ -8,8 +8,9 @@ own walk: its ``c``-th record (``c`` counted over the whole stream) is record
 ``permute(len, source_seed, c // len, c % len)`` (or ``c % len`` unshuffled), so each
 source goes through a fresh seeded permutation of its records every time it runs
 out (a small source repeats, a large one need not finish) and its walk does not
-depend on the weights. ``source_seed`` is derived from the pipeline seed and the
-source's name.
+depend on the weights. ``source_seed`` is derived from the pipeline seed (which
+`MixStage.indices` receives, like every stage: the stage holds none) and the source's
+name.
 
 An *epoch* of the mixture is a window of ``records_per_epoch`` consecutive positions
 (``g = epoch * records_per_epoch + offset``): what Keras epochs, ``len``,
@@ -37,6 +38,7 @@ after every amendment.
 from __future__ import annotations
 
 import fractions
+import functools
 import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
@@ -58,6 +60,7 @@ EPOCH_RULES = ("first_exhausted", "all_exhausted")
 _MAX_INT64 = 2**63 - 1
 
 
+@functools.lru_cache(maxsize=256)
 def source_seed(seed: int, name: str) -> int:
     """The 64-bit seed of source `name`'s walk, derived from the pipeline seed."""
     text = f"{seed}:{name}".encode()
@@ -69,7 +72,7 @@ class MixStage(base.IndexStage):
     """The index stage of a mixture (see the module docstring).
 
     Guarantees: the key at a position is a pure function of the sources' names and
-    lengths, the weights, the seed, `shuffle` and the position, O(1) per position
+    lengths, the weights, `shuffle`, the pipeline's seed and the position, O(1) per position
     (plus O(1) per distinct source epoch in a call); after any prefix of ``n``
     positions each source's count is within one of ``weight * n`` (strictly); each
     source's records, in stream order, are consecutive permutations of its records.
@@ -78,7 +81,6 @@ class MixStage(base.IndexStage):
         names: the sources' names, in the order of the `ConcatSource`.
         lengths: their numbers of records.
         weights: one positive `fractions.Fraction` per source (normalised here).
-        seed: the pipeline seed.
         shuffle: False walks each source in its natural order.
         records_per_epoch: ``"first_exhausted"``, ``"all_exhausted"`` or a positive int.
         changes: the mixture changes of the pipeline's history, by position.
@@ -95,7 +97,6 @@ class MixStage(base.IndexStage):
         lengths: Sequence[int],
         weights: Sequence[fractions.Fraction],
         *,
-        seed: validate.Int,
         shuffle: bool,
         records_per_epoch: validate.Int | str = "first_exhausted",
         changes: Sequence[history_lib.MixChange] = (),
@@ -109,14 +110,12 @@ class MixStage(base.IndexStage):
                 f"{len(self.names)} names, {len(self.lengths)} lengths, {len(weights)} weights."
             )
             raise ValueError(msg)
-        self._seed = validate.seed(seed)
         #: Whether each source walks a new seeded permutation every time through.
         self.shuffle = validate.boolean("shuffle", shuffle)
         self._quota = quota.QuotaSequence(list(weights))
         self.weights = self._quota.weights
         self._total = sum(self.lengths)
         self._starts = tuple(int(s) for s in np.cumsum((0, *self.lengths[:-1])))
-        self._seeds = tuple(source_seed(self._seed, name) for name in self.names)
         self._rule = records_per_epoch if isinstance(records_per_epoch, str) else "fixed"
         #: Positions in one epoch of the mixture (`records_per_epoch`).
         self.num_records = self._epoch_length(records_per_epoch)
@@ -125,7 +124,6 @@ class MixStage(base.IndexStage):
         self.added = tuple((str(n), validate.integer("added length", k, low=1)) for n, k in added)
         self._parts = (*self.names, *(n for n, _ in self.added))
         self._part_lengths = (*self.lengths, *(k for _, k in self.added))
-        self._seeds += tuple(source_seed(self._seed, name) for name, _ in self.added)
         self._segments: mix_segments.Segments | None = None
         if self.changes:
             number = {name: k for k, name in enumerate(self._parts)}
@@ -143,7 +141,7 @@ class MixStage(base.IndexStage):
     ) -> MixStage:
         """The same mixture with the changes `changes` and the added sources `added`."""
         return MixStage(
-            self.names, self.lengths, self._quota.weights, seed=self._seed, shuffle=self.shuffle,
+            self.names, self.lengths, self._quota.weights, shuffle=self.shuffle,
             records_per_epoch=self._records_per_epoch, changes=changes, added=added,
         )
 
@@ -176,7 +174,7 @@ class MixStage(base.IndexStage):
             return dict(zip(self._parts, self._segments.counts(num_positions), strict=True))
         return dict(zip(self.names, self._quota.counts(num_positions), strict=True))
 
-    def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
+    def indices(self, epoch: int, offsets: np.ndarray, *, seed: int) -> np.ndarray:
         if epoch > (_MAX_INT64 - self.num_records) // self.num_records:
             msg = (
                 f"Mixture epoch {epoch} of {self.num_records} positions lies past 2**63 positions."
@@ -190,20 +188,19 @@ class MixStage(base.IndexStage):
         keys = np.empty_like(positions)
         for part in np.unique(source).tolist():
             where = np.flatnonzero(source == part)
-            keys[where] = self._keys(part, count[where])
+            keys[where] = self._keys(part, count[where], source_seed(seed, self._parts[part]))
         return keys
 
-    def _keys(self, part: int, count: np.ndarray) -> np.ndarray:
-        """The keys of source `part`'s records number `count` of its walk."""
+    def _keys(self, part: int, count: np.ndarray, seed: int) -> np.ndarray:
+        """The keys of source `part`'s records number `count` of its walk (its `seed`)."""
         if part >= len(self.names):
-            return self._added_keys(part, count)
+            return self._added_keys(part, count, seed)
         length = self.lengths[part]
         lap, record = np.divmod(count, length)
         if self.shuffle and length > 1:
             order = np.argsort(lap, kind="stable")
             laps = lap[order]
             bounds = [0, *(np.flatnonzero(laps[1:] != laps[:-1]) + 1).tolist(), len(order)]
-            seed = self._seeds[part]
             for start, stop in itertools.pairwise(bounds):
                 at = order[start:stop]
                 record[at] = sampler.permute(length, seed, int(laps[start]), record[at])
@@ -222,13 +219,13 @@ class MixStage(base.IndexStage):
             raise ValueError(msg)
         return keys
 
-    def _added_keys(self, part: int, count: np.ndarray) -> np.ndarray:
+    def _added_keys(self, part: int, count: np.ndarray, seed: int) -> np.ndarray:
         length = self._part_lengths[part]
         lap, record = np.divmod(count, length)
         if self.shuffle and length > 1:
             for value in np.unique(lap).tolist():
                 at = np.flatnonzero(lap == value)
-                record[at] = sampler.permute(length, self._seeds[part], value, record[at])
+                record[at] = sampler.permute(length, seed, value, record[at])
         tag = part - len(self.names) + 1
         if int(count.max()) >= 1 << concat.TAG_SHIFT:
             msg = f"Mixture keys of added source {self._parts[part]!r} overflow their tag."
@@ -250,7 +247,7 @@ class MixStage(base.IndexStage):
         order = "shuffled" if self.shuffle else "in order"
         changes = f", {len(self.changes)} weight changes" if self.changes else ""
         return (
-            f"mix({weights}; each source {order}), seed {self._seed}, "
+            f"mix({weights}; each source {order}), "
             f"{self.num_records:,} records per epoch ({self._rule}){changes}"
         )
 
@@ -259,7 +256,6 @@ def build(
     sources: Any,
     *,
     weights: Any,
-    seed: validate.Int,
     shuffle: bool,
     records_per_epoch: validate.Int | str,
 ) -> tuple[concat.ConcatSource, MixStage]:
@@ -290,7 +286,6 @@ def build(
         source.names,
         source.lengths,
         fractions_,
-        seed=seed,
         shuffle=shuffle,
         records_per_epoch=records_per_epoch,
     )

@@ -169,7 +169,7 @@ class ErrorPolicy:
         # Raw Philox output is stable across NumPy versions (Generator methods are not).
         draws = np.random.Philox(key=key).random_raw(MAX_TRIES)
         offsets = (draws % np.uint64(order.num_records)).astype(np.int64)
-        return order.indices(epoch, offsets)
+        return order.indices(epoch, offsets, seed=seed)
 
     def replace(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -12,6 +13,7 @@ from resumeloader import sources
 from resumeloader.core import history as history_lib
 from resumeloader.core import spec as spec_lib
 from resumeloader.core import validate
+from resumeloader.sources import base as sources_base
 from resumeloader.stages import amend as amend_lib
 from resumeloader.stages import base, blocks, map_batch, mix, on_error, sampler, tf_map
 from resumeloader.stages import map as map_stage
@@ -22,8 +24,9 @@ __all__ = ["Pipeline"]
 _KINDS = ("index", "record", "batch", "batch_map", "tensor")
 
 
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Pipeline:
-    """An immutable chain of stages that defines which bytes land in which batch.
+    """A frozen chain of stages that defines which bytes land in which batch.
 
     A pipeline reads a source in an index order (natural, or shuffled per epoch),
     runs record stages on each record, groups records into batches (`batch`, or for
@@ -39,16 +42,34 @@ class Pipeline:
     field that defines it (`order_fields`), so a checkpoint of another pipeline is
     refused.
 
+    A pipeline is a frozen value: its fields are its stages, and each builder method
+    returns a new pipeline (``dataclasses.replace``); make one from a source and a
+    seed, and its stages with the builder methods (or `apply`), which check them.
+
     Args:
         source: a NumPy array or tensor, a dict or tuple of equal-length columns
             (arrays, lists, tensors), a Hugging Face ``datasets.Dataset``, a `Source`
             (e.g. `TFRecordSource`), or any object with ``len()`` and
             ``__getitem__(int)`` (a list is a sequence of records).
-        seed: integer in [0, 2**64); keys the shuffle and every record's ``rng``.
+        seed: integer in [0, 2**64); the pipeline's one seed: every stage receives it
+            (it keys the shuffle and every record's ``rng``).
         output_signature: the structure of `tf.TensorSpec` of one source record (no
             batch dimension; ``None`` for a dimension that varies, ``tf.string`` for
             bytes or str); read from the source, or from record 0, when None. After a
             record stage, give it to `map` instead.
+
+    Attributes:
+        source: the `Source` records are read from.
+        seed: the seed every stage receives.
+        index_stage: the index stage (the natural order unless one is applied).
+        record_stages: the record stages, in order.
+        batch_stage: the batch stage, or None.
+        batch_map_stages: the batch map stages, in order.
+        tensor_stages: the tensor stages, in order.
+        error_policy: the bad-record `ErrorPolicy`.
+        history: the amendments (`History`).
+        record_spec: the records' `RecordSpec` (as the batch stage receives them), or
+            None when it is read from the source or record 0.
 
     Examples:
         >>> import numpy as np
@@ -60,19 +81,29 @@ class Pipeline:
          'source.num_records']
     """
 
-    def __init__(self, source: Any, *, seed: validate.Int, output_signature: Any = None) -> None:
-        self._source = sources.adapt(source)
-        self._seed = validate.seed(seed)
-        self._index: base.IndexStage = sampler.SamplerStage(
-            len(self._source), seed=self._seed, shuffle=False
-        )
-        self._records: tuple[base.RecordStage, ...] = ()
-        self._batch: base.BatchStage | None = None
-        self._batch_maps: tuple[base.BatchMapStage, ...] = ()
-        self._tensors: tuple[base.TensorStage, ...] = ()
-        self._on_error = on_error.ErrorPolicy()
-        self._spec = _spec(output_signature)
-        self._history = history_lib.History()
+    source: Any
+    _: dataclasses.KW_ONLY
+    seed: int
+    output_signature: dataclasses.InitVar[Any] = None
+    # The natural order of the source when None (set on construction).
+    index_stage: base.IndexStage = None  # type: ignore[assignment]
+    record_stages: tuple[base.RecordStage, ...] = ()
+    batch_stage: base.BatchStage | None = None
+    batch_map_stages: tuple[base.BatchMapStage, ...] = ()
+    tensor_stages: tuple[base.TensorStage, ...] = ()
+    error_policy: on_error.ErrorPolicy = dataclasses.field(default_factory=on_error.ErrorPolicy)
+    history: history_lib.History = dataclasses.field(default_factory=history_lib.History)
+    record_spec: spec_lib.RecordSpec | None = None
+
+    def __post_init__(self, output_signature: Any) -> None:
+        if not isinstance(self.source, sources_base.Source):
+            object.__setattr__(self, "source", sources.adapt(self.source))
+        object.__setattr__(self, "seed", validate.seed(self.seed))
+        if self.index_stage is None:
+            natural = sampler.SamplerStage(len(self.source), shuffle=False)
+            object.__setattr__(self, "index_stage", natural)
+        if output_signature is not None:
+            object.__setattr__(self, "record_spec", _spec(output_signature))
 
     @classmethod
     @validate.typechecked
@@ -113,17 +144,9 @@ class Pipeline:
             99
         """
         source, stage = mix.build(
-            sources, weights=weights, seed=seed, shuffle=shuffle,
-            records_per_epoch=records_per_epoch,
+            sources, weights=weights, shuffle=shuffle, records_per_epoch=records_per_epoch
         )
-        return cls(source, seed=seed).apply(stage)
-
-    def _with(self, **changes: Any) -> Pipeline:
-        new = object.__new__(Pipeline)
-        new.__dict__.update(self.__dict__)
-        for key, value in changes.items():
-            setattr(new, f"_{key}", value)
-        return new
+        return cls(source, seed=validate.seed(seed)).apply(stage)
 
     # -- composing ------------------------------------------------------------------
     def apply(self, stage: base.Stage) -> Pipeline:
@@ -133,7 +156,12 @@ class Pipeline:
         (every batch map stage, in Python, before any tensor stage).
 
         The methods below are shorthands for it; a stage of your own (the contract is in
-        ARCHITECTURE.md, "The stage contract") is added the same way.
+        ARCHITECTURE.md, "The stage contract") is added the same way. A stage holds no
+        seed: it receives this pipeline's with every call.
+
+        Raises:
+            TypeError: `stage` is no stage, or holds a ``seed`` of its own.
+            ValueError: `stage` does not fit where it would go.
         """
         if not isinstance(stage, base.Stage) or stage.kind not in _KINDS:
             msg = (
@@ -141,24 +169,29 @@ class Pipeline:
                 f"Received: stage={stage!r:.80} of type {type(stage).__name__}."
             )
             raise TypeError(msg)
+        seed = getattr(stage, "seed", None)  # e.g. a stage of your own written for 0.3
+        if seed is not None:
+            raise TypeError(base.seed_refused(type(stage).__name__, seed))
+        part: Any = stage  # of the kind its `kind` names
         if stage.kind == "index":
-            return self._with(index=stage)
+            return dataclasses.replace(self, index_stage=part)
         if stage.kind == "batch_map":
             assert isinstance(stage, base.BatchMapStage)
-            map_batch.check_placement(stage, self._batch, self._tensors, repr(self))
-            return self._with(batch_maps=(*self._batch_maps, stage))
+            map_batch.check_placement(stage, self.batch_stage, self.tensor_stages, repr(self))
+            return dataclasses.replace(self, batch_map_stages=(*self.batch_map_stages, stage))
         if stage.kind == "tensor":
-            if self._batch is None:
+            if self.batch_stage is None:
                 msg = (
                     f"The tensor stage `{stage.name}` runs on batches and must come after the "
                     f"batch stage: add `.batch(batch_size)` first. Received: {self!r}."
                 )
                 raise ValueError(msg)
-            return self._with(tensors=(*self._tensors, stage))
+            return dataclasses.replace(self, tensor_stages=(*self.tensor_stages, part))
         self._check_unbatched(f"{stage.kind} stage `{stage.name}`")
         if stage.kind == "record":  # what it returns is described anew (or inferred)
-            return self._with(records=(*self._records, stage), spec=None)
-        return self._with(batch=stage)
+            records = (*self.record_stages, part)
+            return dataclasses.replace(self, record_stages=records, record_spec=None)
+        return dataclasses.replace(self, batch_stage=part)
 
     @validate.typechecked
     def shuffle(
@@ -196,23 +229,23 @@ class Pipeline:
                 ``shuffle=`` to `Pipeline.mix`), which this would replace; `block` for
                 a source that does not know its record sizes (pass `chunk_records`).
         """
-        if not isinstance(self._index, (sampler.SamplerStage, blocks.BlockStage)):
+        if not isinstance(self.index_stage, (sampler.SamplerStage, blocks.BlockStage)):
             msg = (
                 "`shuffle()` orders a single source, and would replace this pipeline's index "
-                f"stage ({self._index.describe()}). Received: {self!r}. Choose the order where "
-                "the stage is made (e.g. `Pipeline.mix(..., shuffle=False)`)."
+                f"stage ({self.index_stage.describe()}). Received: {self!r}. Choose the order "
+                "where the stage is made (e.g. `Pipeline.mix(..., shuffle=False)`)."
             )
             raise ValueError(msg)
-        source = self._source
+        source = self.source
         if block is None and chunk_records is None:
-            stage = sampler.SamplerStage(len(source), seed=self._seed, shuffle=enabled)
-            return self.apply(stage)._with(source=source.blocked(None))
+            stage = sampler.SamplerStage(len(source), shuffle=enabled)
+            return dataclasses.replace(self.apply(stage), source=source.blocked(None))
         ordered = blocks.build(
-            source, seed=self._seed, enabled=enabled, block=block,
+            source, enabled=enabled, block=block,
             window_chunks=window_chunks, chunk_records=chunk_records,
         )
-        chunk = ordered.order.chunk_records
-        return self.apply(ordered)._with(source=source.blocked(chunk))
+        chunk = ordered.chunk_records
+        return dataclasses.replace(self.apply(ordered), source=source.blocked(chunk))
 
     def map(
         self, fn: Callable[[Any, np.random.Generator], Any], *, output_signature: Any = None
@@ -224,13 +257,13 @@ class Pipeline:
         `output_signature` describes what ``fn`` returns (see `Pipeline`); inferred
         from record 0 when None.
         """
-        stage = map_stage.MapStage(fn, seed=self._seed)
-        return self.apply(stage)._with(spec=_spec(output_signature))
+        stage = map_stage.MapStage(fn)
+        return dataclasses.replace(self.apply(stage), record_spec=_spec(output_signature))
 
     def with_output_signature(self, output_signature: Any) -> Pipeline:
         """The same pipeline, its records (as the batch stage receives them) described
         by `output_signature` (see `Pipeline`; None: inferred from record 0)."""
-        return self._with(spec=_spec(output_signature))
+        return dataclasses.replace(self, record_spec=_spec(output_signature))
 
     def batch(self, batch_size: int, *, drop_remainder: bool = False) -> Pipeline:
         """Groups `batch_size` records of consecutive positions into each batch
@@ -295,8 +328,8 @@ class Pipeline:
         (`batch`, `padded_batch`).
         """
         stage = map_batch.MapBatchStage(
-            fn, seed=self._seed, rowwise=rowwise, output_signature=output_signature,
-            batch_size=None if rowwise or self._batch is None else self._batch.batch_size,
+            fn, rowwise=rowwise, output_signature=output_signature,
+            batch_size=None if rowwise or self.batch_stage is None else self.batch_stage.batch_size,
         )
         return self.apply(stage)
 
@@ -314,9 +347,8 @@ class Pipeline:
         replacement (``"skip"``) or ``fn(record_index, epoch, error)``'s record; every
         replacement logged to `quarantine`, within the error budget `max_fraction`
         (`ErrorPolicy`: each policy, the log and the budget)."""
-        return self._with(
-            on_error=on_error.ErrorPolicy(policy, max_fraction=max_fraction, quarantine=quarantine)
-        )
+        policy_ = on_error.ErrorPolicy(policy, max_fraction=max_fraction, quarantine=quarantine)
+        return dataclasses.replace(self, error_policy=policy_)
 
     # -- the run's data history (docs/guides/changing-data.md) -------------------------
     def amend(self, at: int, *, weights: Mapping[str, Any], add: Mapping[str, Any] | None = None
@@ -342,9 +374,9 @@ class Pipeline:
                 records fit the mixture's).
         """
         source, stage, history = amend_lib.mixture_change(
-            self._source, self._index, self._history, at, weights, add
+            self.source, self.index_stage, self.history, at, weights, add
         )
-        return self._with(source=source, index=stage, history=history)
+        return dataclasses.replace(self, source=source, index_stage=stage, history=history)
 
     def skip(self, start: int, stop: int | None = None, *, num_batches: int | None = None
              ) -> Pipeline:
@@ -365,71 +397,64 @@ class Pipeline:
                 batch_size``, with this pipeline's batch size (one shard's batch; with
                 several shards give `stop`).
         """
-        size = None if self._batch is None else self._batch.batch_size
-        return self._with(history=amend_lib.skip(self._history, start, stop, num_batches, size))
+        size = None if self.batch_stage is None else self.batch_stage.batch_size
+        history = amend_lib.skip(self.history, start, stop, num_batches, size)
+        return dataclasses.replace(self, history=history)
 
     def with_batch_size(self, batch_size: int) -> Pipeline:
         """The same pipeline with another batch size (the record order is unchanged)."""
-        if self._batch is None:
+        if self.batch_stage is None:
             return self.batch(batch_size)
-        maps = tuple(map_batch.resized(stage, batch_size) for stage in self._batch_maps)
+        maps = tuple(map_batch.resized(stage, batch_size) for stage in self.batch_map_stages)
         # the batch stage checks it
-        return self._with(batch=self._batch.resized(batch_size), batch_maps=maps)
+        batch = self.batch_stage.resized(batch_size)
+        return dataclasses.replace(self, batch_stage=batch, batch_map_stages=maps)
 
     def _check_unbatched(self, what: str) -> None:
-        if self._batch is not None:
+        if self.batch_stage is not None:
             msg = (
                 f"The {what} must come before the batch stage, but this pipeline is batched "
-                f"already ({self._batch.describe()}). Received: {self!r}."
+                f"already ({self.batch_stage.describe()}). Received: {self!r}."
             )
             raise ValueError(msg)
 
     # -- reading it -----------------------------------------------------------------
-    source = property(lambda self: self._source, doc="The `Source` records are read from.")
-    seed = property(lambda self: self._seed, doc="The seed every stage is keyed by.")
-    index_stage = property(lambda self: self._index, doc="The index stage.")
-    record_stages = property(lambda self: self._records, doc="The record stages, in order.")
-    batch_stage = property(lambda self: self._batch, doc="The batch stage, or None.")
-    batch_map_stages = property(lambda self: self._batch_maps,
-                                doc="The batch map stages, in order.")
-    record_spec = property(lambda self: self._spec, doc="The records' `RecordSpec`, or None.")
-    tensor_stages = property(lambda self: self._tensors, doc="The tensor stages, in order.")
-    error_policy = property(lambda self: self._on_error, doc="The bad-record `ErrorPolicy`.")
-    history = property(lambda self: self._history, doc="The amendments (`History`).")
-
     @property
     def stages(self) -> tuple[base.Stage, ...]:
         """Every stage, in order: index, records, batch, batch map, tensor stages."""
-        tail = () if self._batch is None else (self._batch,)
-        return (self._index, *self._records, *tail, *self._batch_maps, *self._tensors)
+        tail = () if self.batch_stage is None else (self.batch_stage,)
+        return (
+            self.index_stage, *self.record_stages, *tail, *self.batch_map_stages,
+            *self.tensor_stages,
+        )
 
     def python_part(self) -> Pipeline:
         """The pipeline without its tensor stages: what runs in Python (and is sent to
         process workers)."""
-        return self._with(tensors=()) if self._tensors else self
+        return dataclasses.replace(self, tensor_stages=()) if self.tensor_stages else self
 
     def order_fields(self) -> dict[str, int | str]:
         """Every field that defines the order, as ``"<stage>.<field>"``."""
-        fields: dict[str, int | str] = {"pipeline.seed": self._seed}
-        fields.update({f"source.{k}": v for k, v in self._source.order_fields().items()})
+        fields: dict[str, int | str] = {"pipeline.seed": self.seed}
+        fields.update({f"source.{k}": v for k, v in self.source.order_fields().items()})
         for stage in self.stages:
             fields.update({f"{stage.name}.{k}": v for k, v in stage.order_fields().items()})
-        fields.update({f"on_error.{k}": v for k, v in self._on_error.order_fields().items()})
-        fields.update(self._history.order_fields())
+        fields.update({f"on_error.{k}": v for k, v in self.error_policy.order_fields().items()})
+        fields.update(self.history.order_fields())
         return fields
 
     def explain_field(self, key: str, saved: int | str) -> str | None:
         """Why order field `key` (``"source.versions"``...) was `saved` in a checkpoint and
         differs now, in words, when the source can tell; else None."""
         if key.startswith("source."):
-            return self._source.explain_field(key.removeprefix("source."), saved)
+            return self.source.explain_field(key.removeprefix("source."), saved)
         return None
 
     def __repr__(self) -> str:
         stages = " -> ".join(stage.describe() for stage in self.stages)
-        if self._on_error.replaces:
-            stages += f", {self._on_error.describe()}"
-        return f"Pipeline({self._source.description}: {stages}, seed={self._seed})"
+        if self.error_policy.replaces:
+            stages += f", {self.error_policy.describe()}"
+        return f"Pipeline({self.source.description}: {stages}, seed={self.seed})"
 
 
 def _spec(output_signature: Any) -> spec_lib.RecordSpec | None:

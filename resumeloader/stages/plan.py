@@ -18,7 +18,6 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from resumeloader import errors
 from resumeloader.core import history as history_lib
 from resumeloader.core import positions, sampler, validate
 from resumeloader.core import shard as shard_lib
@@ -52,8 +51,8 @@ class Plan:
     Args:
         pipeline: a pipeline with a batch stage.
         num_epochs: epochs to produce, or None for an endless stream.
-        shard_index: this shard, in [0, shard_count).
-        shard_count: shards splitting each epoch's global order (strided).
+        shard: the `Shard` of each epoch's global order this plan reads (strided); None:
+            the whole order.
     """
 
     def __init__(
@@ -61,8 +60,7 @@ class Plan:
         pipeline: pipeline_lib.Pipeline,
         *,
         num_epochs: int | None,
-        shard_index: int = 0,
-        shard_count: int = 1,
+        shard: shard_lib.Shard | None = None,
     ) -> None:
         if pipeline.batch_stage is None:
             msg = (
@@ -74,9 +72,8 @@ class Plan:
         self.num_epochs = (
             None if num_epochs is None else validate.integer("num_epochs", num_epochs, low=1)
         )
-        self.shard_index, self.shard_count = validate.shard(shard_index, shard_count)
         #: This plan's `Shard` of each epoch.
-        self.shard = shard_lib.Shard(self.shard_index, self.shard_count)
+        self.shard = shard_lib.Shard() if shard is None else shard_lib.checked(shard)
         self.num_records = pipeline.index_stage.num_records
         self.records_per_epoch = self.shard.records_per_epoch(self.num_records)
         stage = pipeline.batch_stage
@@ -100,15 +97,15 @@ class Plan:
     def _local(self, position: int, what: str) -> int:
         """This shard's position for `position` of the global order (a skip's bound)."""
         epoch, offset = divmod(position, self.num_records)
-        if offset % self.shard_count:
+        count = self.shard.count
+        if offset % count:
             msg = (
-                f"A skip's {what} must lie between two steps of all {self.shard_count} "
+                f"A skip's {what} must lie between two steps of all {count} "
                 "shards: its offset in the epoch must be a multiple of the shard count. "
                 f"Received: {what}={position:,} (offset {offset:,} of epoch {epoch})."
             )
             raise ValueError(msg)
-        return epoch * self.records_per_epoch + min(offset // self.shard_count,
-                                                    self.records_per_epoch)
+        return epoch * self.records_per_epoch + min(offset // count, self.records_per_epoch)
 
     def _local_skips(
         self, skips: tuple[history_lib.Skip, ...], window: int | None
@@ -132,31 +129,7 @@ class Plan:
     def global_position(self, position: int) -> int:
         """`position` of this shard as a position of the global order."""
         epoch, offset = divmod(position, self.records_per_epoch)
-        return epoch * self.num_records + offset * self.shard_count
-
-    def check_history(self, saved: dict[str, object], position: int) -> None:
-        """Raises unless a state's data history agrees with the pipeline's in its past.
-
-        Args:
-            saved: the parsed state.
-            position: its position in this shard, normalised.
-
-        Raises:
-            StateMismatchError: an amendment before the state's position (for a
-                windowed stage restored inside a window, that window's end) is missing
-                on either side, moved or changed.
-        """
-        text = saved.get(history_lib.FIELD)
-        own = self.pipeline.history
-        if not own and text is None:
-            return
-        past = int(saved["epoch"]) * self.num_records + int(saved["offset"])  # type: ignore[call-overload]
-        layout = self.layout
-        if layout.window is not None and (layout.end is None or position < layout.end):
-            start, stop = layout.window_bounds(position)
-            if start != position:
-                past = max(past, self.global_position(stop))
-        history_lib.check_past(None if text is None else str(text), own, past_end=past)
+        return epoch * self.num_records + offset * self.shard.count
 
     @property
     def batch_size(self) -> int:
@@ -165,7 +138,8 @@ class Plan:
 
     @property
     def sampler(self) -> sampler.IndexSampler:
-        """The `IndexSampler` equal to this plan's order (pipelines read through a sampler).
+        """The `IndexSampler` equal to this plan's order (pipelines read through a sampler):
+        the index stage's own fields, the pipeline's seed, the epochs and the shard.
 
         Raises:
             TypeError: the pipeline's index stage is not a sampler.
@@ -178,77 +152,36 @@ class Plan:
             )
             raise TypeError(msg)
         return sampler.IndexSampler(
-            self.num_records,
+            stage.num_records,
             seed=self.pipeline.seed,
             shuffle=stage.shuffle,
             num_epochs=self.num_epochs,
-            shard_index=self.shard_index,
-            shard_count=self.shard_count,
+            shard=self.shard,
         )
 
     def order_fields(self) -> dict[str, int | str]:
         """The pipeline's order fields and the shard layout's."""
         return {**self.pipeline.order_fields(), "shards.layout": SHARD_LAYOUT}
 
-    def sharded(self, *, shard_index: int, shard_count: int, batch_size: int) -> Plan:
-        """The same pipeline and epochs on another shard layout and batch size."""
+    def sharded(self, shard: shard_lib.Shard, *, batch_size: int) -> Plan:
+        """The same pipeline and epochs on another `shard` and batch size."""
         return Plan(
-            self.pipeline.with_batch_size(batch_size),
-            num_epochs=self.num_epochs,
-            shard_index=shard_index,
-            shard_count=shard_count,
+            self.pipeline.with_batch_size(batch_size), num_epochs=self.num_epochs, shard=shard
         )
 
     def indices(self, epoch: int, start: int, stop: int) -> np.ndarray:
         """Record indices (int64) at this shard's offsets ``[start, stop)`` of epoch `epoch`."""
         offsets = np.arange(start, stop, dtype=np.int64)
-        if self.shard_count != 1:
-            offsets *= self.shard_count
-            offsets += self.shard_index
-        return self.pipeline.index_stage.indices(epoch, offsets)
+        if self.shard.count != 1:
+            offsets *= self.shard.count
+            offsets += self.shard.index
+        return self.pipeline.index_stage.indices(epoch, offsets, seed=self.pipeline.seed)
 
     def rest_of_epoch(self, position: int) -> positions.Layout:
         """The layout that ends at the end of `position`'s epoch."""
         epoch = position // self.records_per_epoch
         last = epoch + 1 if self.num_epochs is None else min(epoch + 1, self.num_epochs)
         return dataclasses.replace(self.layout, num_epochs=last)
-
-    def check_restore(self, position: int, *, same_layout: bool) -> None:
-        """Raises unless a windowed stream can continue exactly from normalised `position`.
-
-        Args:
-            position: the position restored.
-            same_layout: whether the state was saved with this plan's shard count.
-
-        Raises:
-            ElasticResumeError: the position lies inside a window and the shard count
-                changed (this shard's windows now hold other records), or it is not a
-                batch boundary of its window (a stage whose batches count `batch_size`
-                positions).
-        """
-        layout = self.layout
-        if layout.window is None or (layout.end is not None and position >= layout.end):
-            return
-        start, _ = layout.window_bounds(position)
-        inside = position - start
-        epoch, offset = divmod(position, self.records_per_epoch)
-        where = f"offset {offset} of epoch {epoch} (this shard), {inside} into its window"
-        if inside and not same_layout:
-            msg = (
-                "Cannot resume inside a window with another shard count: each shard groups "
-                f"the records of windows of {layout.window} of its own positions, which now "
-                "hold other records, so the rest of the window would repeat or lose some. "
-                f"Received: a state saved at {where}. Resume with the shard count it was "
-                "saved with, or from a checkpoint at a window boundary."
-            )
-            raise errors.ElasticResumeError(msg)
-        if layout.known_counts and inside % layout.batch_size:
-            msg = (
-                "Cannot resume between two batches of a window: the position must be a batch "
-                f"boundary (a multiple of batch_size={layout.batch_size} into the window). "
-                f"Received: a state at {where}."
-            )
-            raise errors.ElasticResumeError(msg)
 
     def tasks(self, position: int, layout: positions.Layout | None = None) -> Iterator[Task]:
         """One task per batch (per window for a windowed stage) from normalised `position`
@@ -290,6 +223,6 @@ class Plan:
     def __repr__(self) -> str:
         epochs = "endless" if self.num_epochs is None else f"{self.num_epochs} epochs"
         return (
-            f"Plan({self.pipeline!r}, {epochs}, shard {self.shard_index}/{self.shard_count})"
+            f"Plan({self.pipeline!r}, {epochs}, shard {self.shard.index}/{self.shard.count})"
         )
 

@@ -1,3 +1,3 @@
-"""The TensorFlow layer: the loader, its tf.data delivery, graph arithmetic, the gather
-path, eager prefetching and tf.distribute input. The only layer below the integrations
-that imports TensorFlow."""
+"""The TensorFlow layer, the adapters of the engine: the loader and its position variable,
+the delivery paths (tf.data and the eager loop), graph arithmetic, tf.distribute input.
+The only layer below the integrations that imports TensorFlow."""

@@ -27,30 +27,24 @@ _CAPTION = (
     "re-read, recomputed: redone after a restore, so read-ahead is never lost. "
     "constant: the data itself."
 )
-Row = tuple[str, str, str, str]
+Row = delivery_lib.Row
 
 
-def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.Delivery) -> list[Row]:
+def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.DeliveryPath) -> list[Row]:
     pipeline = plan.pipeline
-    source = pipeline.source
-    record = delivery.producer.spec.describe()
+    record = delivery.engine.producer.spec.describe()
     epochs = "endless" if plan.num_epochs is None else f"{plan.num_epochs} epochs"
     rows: list[Row] = [
         ("position", "int64 tf.Variable, advanced by the consumer", "int64", "CHECKPOINTED"),
         (
             pipeline.index_stage.name,
-            f"{pipeline.index_stage.describe()}, {epochs}, "
-            f"shard {plan.shard_index}/{plan.shard_count}",
+            f"{pipeline.index_stage.describe()}, seed {pipeline.seed}, {epochs}, "
+            f"shard {plan.shard.index}/{plan.shard.count}",
             "record index",
             "derived",
         ),
+        delivery.source_row(),
     ]
-    if delivery.path == "gather":  # arrays, no record stage: no Python per record
-        rows.append(("source", f"{source.description}, as constant tensors", record, "constant"))
-    else:
-        access = "read_batch(indices)" if delivery.path == "read_batch" else "source[index]"
-        element = record if not pipeline.record_stages else "record"
-        rows.append(("source", f"{source.description}: {access}", element, "re-read"))
     for stage in pipeline.record_stages:
         name = "map_fn" if stage.name == "map" else stage.name
         rows.append((name, stage.describe(), record, "derived"))
@@ -60,15 +54,16 @@ def _order_rows(plan: plan_lib.Plan, delivery: delivery_lib.Delivery) -> list[Ro
         if batch.window is not None:
             what += "; a restore inside a window recomputes that window"
         rows.append((batch.name, what, f"row {delivery.spec.describe()}", "derived"))
-    for stage in pipeline.batch_map_stages:
-        rows.append((stage.name, stage.describe(), f"row {delivery.spec.describe()}", "derived"))
+    for batch_map in pipeline.batch_map_stages:
+        row = f"row {delivery.spec.describe()}"
+        rows.append((batch_map.name, batch_map.describe(), row, "derived"))
     return rows
 
 
 def describe(
     title: str,
     plan: plan_lib.Plan,
-    delivery: delivery_lib.Delivery,
+    delivery: delivery_lib.DeliveryPath,
     *,
     console: Console | None = None,
 ) -> str:
@@ -83,18 +78,19 @@ def describe(
         ...                                       batch_size=4, seed=0, num_epochs=1)
         >>> print(loader.describe())
         ResumableLoader: epoch 0, step 0, position 0 (10 records, batch 4, 3 batches per epoch)
-        ┌────────────────┬────────────────────────────────────────┬─────────────────┬──────────────┐
-        │ stage          │ what                                   │ element         │ state        │
-        ├────────────────┼────────────────────────────────────────┼─────────────────┼──────────────┤
-        │ position       │ int64 tf.Variable, advanced by the     │ int64           │ CHECKPOINTED │
-        │                │ consumer                               │                 │              │
-        │ sampler        │ IndexSampler: shuffled, seed 0, 1      │ record index    │ derived      │
-        │                │ epochs, shard 0/1                      │                 │              │
-        │ source         │ ndarray of arrays, as constant tensors │ float32[3]      │ constant     │
-        │ from_generator │ index array of each batch              │ int64[None]     │ recomputed   │
-        │ map            │ tf.gather(source, indices)             │ float32[None,3] │ recomputed   │
-        │ prefetch       │ prefetch(AUTOTUNE)                     │ float32[None,3] │ recomputed   │
-        └────────────────┴────────────────────────────────────────┴─────────────────┴──────────────┘
+        ┌──────────┬──────────────────────────────────────────────┬─────────────────┬──────────────┐
+        │ stage    │ what                                         │ element         │ state        │
+        ├──────────┼──────────────────────────────────────────────┼─────────────────┼──────────────┤
+        │ position │ int64 tf.Variable, advanced by the consumer  │ int64           │ CHECKPOINTED │
+        │ sampler  │ IndexSampler: shuffled, seed 0, 1 epochs,    │ record index    │ derived      │
+        │          │ shard 0/1                                    │                 │              │
+        │ source   │ ndarray of arrays, as constant tensors       │ float32[3]      │ constant     │
+        │ order    │ graph path: record indices in TensorFlow     │ int64[None]     │ recomputed   │
+        │          │ ops, up to 1024 batches at once              │                 │              │
+        │ map      │ tf.gather(source, indices), map(AUTOTUNE,    │ float32[None,3] │ recomputed   │
+        │          │ deterministic)                               │                 │              │
+        │ prefetch │ prefetch(AUTOTUNE)                           │ float32[None,3] │ recomputed   │
+        └──────────┴──────────────────────────────────────────────┴─────────────────┴──────────────┘
         CHECKPOINTED: saved (with the order fingerprint). derived: a pure function of it. re-read,
         recomputed: redone after a restore, so read-ahead is never lost. constant: the data itself.
     """
@@ -108,7 +104,7 @@ def describe(
     table.add_column("stage", no_wrap=True)
     for column in ("what", "element", "state"):
         table.add_column(column, overflow="fold")
-    for row in [*_order_rows(plan, delivery), *delivery.describe()]:
+    for row in [*_order_rows(plan, delivery), *delivery.describe_rows()]:
         table.add_row(*(Text(cell) for cell in row))  # Text: no markup, `[i]` stays
     buffer = io.StringIO()
     # force_jupyter=False: in a notebook rich would otherwise display the table and

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from resumeloader import errors
 from resumeloader.core import positions
+from resumeloader.core import shard as shard_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import delivery as delivery_lib
 
@@ -114,11 +115,11 @@ def pipeline(plan: plan_lib.Plan, input_context: Any) -> InputPipeline:
             "row-wise function (`map_batch(fn, rowwise=True)`)."
         )
         raise ValueError(msg)
-    sub_plan = plan.sharded(
-        shard_index=plan.shard_index + plan.shard_count * input_context.input_pipeline_id,
-        shard_count=plan.shard_count * pipelines,
-        batch_size=batch_size // pipelines,
+    shard = plan.shard
+    sub_shard = shard_lib.Shard(
+        shard.index + shard.count * input_context.input_pipeline_id, shard.count * pipelines
     )
+    sub_plan = plan.sharded(sub_shard, batch_size=batch_size // pipelines)
     return InputPipeline(
         sub_plan,
         # Epochs end in full global batches, so every sub-plan batch is full too.
@@ -131,7 +132,7 @@ def pipeline(plan: plan_lib.Plan, input_context: Any) -> InputPipeline:
 
 def dataset(
     plan: plan_lib.Plan,
-    delivery: delivery_lib.Delivery,
+    delivery: delivery_lib.DeliveryPath,
     input_context: Any,
     position: Callable[[], int],
 ) -> tf.data.Dataset:
@@ -147,7 +148,8 @@ def dataset(
 
     def generate() -> Generator[Any, None, None]:
         start = pipe.start(position(), per_epoch)
-        yield from delivery.batches(pipe.plan, pipe.layout, start)
+        made = delivery.engine.batches(start, plan=pipe.plan, layout=pipe.layout)
+        yield from delivery_lib.without_ends(made)
 
     size = pipe.per_replica_batch_size
     rebatch = size if pipe.replicas_per_pipeline > 1 else None

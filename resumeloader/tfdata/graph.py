@@ -1,4 +1,4 @@
-"""The TensorFlow side of a loader: element specs, variable leaves, position arithmetic.
+"""The TensorFlow side of a loader's batches: element specs and variable leaves.
 
 A produced batch (NumPy, variable leaves in the batch wire format) reaches TensorFlow
 in two steps: `decode` (NumPy, in the generator's thread) and `assemble` (tensor ops,
@@ -11,20 +11,36 @@ from typing import Any
 
 import optree
 import tensorflow as tf
+from tensorflow.python.framework import config as _tf_config
 
-from resumeloader.core import positions, wire
 from resumeloader.core import spec as spec_lib
+from resumeloader.core import wire
 
 __all__ = [
-    "advance",
     "assemble",
     "decode",
     "element_spec",
     "leaf_spec",
     "metadata_spec",
+    "parallel_map",
     "spec_text",
     "wire_spec",
 ]
+
+
+def parallel_map() -> dict[str, Any]:
+    """The arguments of the loader's parallel maps: ``num_parallel_calls=AUTOTUNE`` in
+    order (``deterministic=True``), or none (a sequential map) while op determinism is on.
+
+    Under ``tf.config.experimental.enable_op_determinism()`` TensorFlow 2.21 rewrites a
+    parallel map into a sequential one anyway, and the rewrite logs an error for every
+    iterator ("NodeDef mentions attribute use_unbounded_threadpool which is not in the
+    op definition"): built sequential, the same map runs without it.
+    """
+    enabled = getattr(_tf_config, "is_op_determinism_enabled", None)
+    if enabled is not None and enabled():
+        return {}
+    return {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True}
 
 
 def leaf_spec(leaf: spec_lib.LeafSpec, batch_dim: int | None) -> tf.TypeSpec:
@@ -109,75 +125,6 @@ def _ragged(parts: Any, leaf: spec_lib.LeafSpec, batch_dim: int | None) -> tf.Ra
                 values, dim, nrows=nrows, validate=False
             )
     return values
-
-
-def advance(variable: tf.Variable, layout: positions.Layout, num_batches: Any) -> None:
-    """Advances the position `variable` by `num_batches` batches with O(1) tensor ops.
-
-    The same arithmetic as `positions.Layout.advance` (no loop over batches). A
-    negative `num_batches`, an advance past the end of a finite stream, or an endless
-    stream passing 2**63 - 1 records, fails the step with ``InvalidArgumentError``
-    instead of storing a wrong position.
-    """
-    per_epoch = tf.constant(layout.records_per_epoch, tf.int64)
-    size = tf.constant(layout.batch_size, tf.int64)
-    count = tf.cast(num_batches, tf.int64)
-    checks = [
-        tf.debugging.assert_non_negative(
-            count, message="`num_batches` of loader.advance() must be >= 0"
-        )
-    ]
-    position = variable.read_value()
-    offset = position % per_epoch
-    if layout.drop_remainder:  # normalise: a position in a dropped remainder moves on
-        left_in_epoch = per_epoch - offset
-        moved = (offset > 0) & (left_in_epoch < size)
-        position += tf.where(moved, left_in_epoch, tf.zeros_like(left_in_epoch))
-        offset = position % per_epoch
-    full, rest = (per_epoch - offset) // size, (per_epoch - offset) % size
-    left = full + (0 if layout.drop_remainder else tf.cast(rest > 0, tf.int64))
-    if layout.end is not None:
-        epochs_after = layout.num_epochs - position // per_epoch - 1
-        to_end = tf.where(
-            position >= layout.end,
-            tf.zeros_like(left),
-            left + epochs_after * layout.batches_per_epoch,
-        )
-        checks.append(
-            tf.debugging.Assert(
-                count <= to_end,
-                [
-                    "loader.advance(num_batches) past the end of a finite loader: it counted "
-                    "batches that do not exist (StreamIntegrityError eagerly). num_batches:",
-                    count,
-                    "batches left:",
-                    to_end,
-                ],
-            )
-        )
-    left = tf.maximum(left, 1)  # a normalised position before the end starts a batch
-    within = position + tf.minimum(count, left) * size
-    epochs = tf.maximum(count - left, 0) // layout.batches_per_epoch
-    batches = tf.maximum(count - left, 0) % layout.batches_per_epoch
-    epoch = position // per_epoch + 1
-    if layout.num_epochs is not None:
-        # Clamped before multiplying, so that no count can overflow.
-        epoch = tf.minimum(epoch + tf.minimum(epochs, layout.num_epochs), layout.num_epochs)
-    else:
-        limit = (positions.MAX_POSITION - batches * size) // per_epoch
-        checks.append(
-            tf.debugging.Assert(
-                (count < left) | (epochs <= limit - epoch),
-                ["loader.advance(num_batches) would pass the largest position, 2**63 - 1."],
-            )
-        )
-        epoch += epochs
-    beyond = epoch * per_epoch + batches * size
-    advanced = tf.where(count < left, within, beyond)
-    if layout.end is not None:
-        advanced = tf.minimum(advanced, layout.end)
-    with tf.control_dependencies(checks):
-        variable.assign(advanced)
 
 
 def spec_text(spec: Any) -> str:

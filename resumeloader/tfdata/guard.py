@@ -65,7 +65,7 @@ UNSAFE: dict[str, tuple[str, str]] = {
     ),
     "shard": (
         "keeps every n-th batch while the position counts all of them",
-        "`shard_index=`/`shard_count=` on the loader, or `dataset(input_context=ctx)`",
+        "`shard=Shard(index, count)` on the loader, or `dataset(input_context=ctx)`",
     ),
     "unbatch": (
         "splits batches into records: one advance per element no longer counts a batch",

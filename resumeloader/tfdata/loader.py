@@ -24,22 +24,30 @@ import numpy as np
 import tensorflow as tf
 
 from resumeloader import errors
+from resumeloader.core import sampler as sampler_lib
 from resumeloader.core import shard as shard_lib
 from resumeloader.core import state as state_lib
 from resumeloader.core import validate
 from resumeloader.handout import consumption, lineage
+from resumeloader.handout import engine as engine_lib
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.tfdata import arguments, distribute, guard
-from resumeloader.tfdata import delivery as delivery_lib
 from resumeloader.tfdata import describe as describe_lib
+from resumeloader.tfdata import distribute, guard, paths
 from resumeloader.tfdata import position as position_lib
 from resumeloader.workers import options
 
 __all__ = ["AUTOTUNE", "ResumableLoader"]
 
 AUTOTUNE = tf.data.AUTOTUNE
-_MAX_POSITION = 2**63 - 1
+# The keywords of 0.2, never released: each refused, naming its spelling now.
+_REMOVED = {
+    "shard_index": "shard=Shard(index, count)",
+    "shard_count": "shard=Shard(index, count)",
+    "num_workers": "workers=Workers(num_workers, kind=..., timeout=...)",
+    "worker_type": "workers=Workers(num_workers, kind=..., timeout=...)",
+    "worker_timeout": "workers=Workers(num_workers, kind=..., timeout=...)",
+}
 
 
 class ResumableLoader(tf.train.experimental.PythonState):
@@ -76,24 +84,22 @@ class ResumableLoader(tf.train.experimental.PythonState):
         map_fn: ``map_fn(record, rng) -> element``, run in Python for every record;
             ``rng`` is a `numpy.random.Generator` keyed by (seed, epoch, record index).
         drop_remainder: drop each epoch's last batch when it is short.
-        shard_index: this shard, in [0, shard_count) (or give `shard`).
-        shard_count: shards splitting each epoch's global order (strided).
         prefetch: batches prepared ahead of the consumer (by `dataset`'s
             ``prefetch``, or a thread for ``for batch in loader``); None or 0 for none.
         output_signature: the per-record structure of `tf.TensorSpec` (no batch
             dimension); inferred from record 0 when None.
         with_metadata: yield ``(batch, metadata)`` where metadata holds, per record,
             ``index``, ``epoch``, ``position`` and a stateless TF ``seed`` pair.
-        num_workers: workers preparing batches in parallel (0: in the generator's
-            thread); with `worker_type` and `worker_timeout` the short form of
-            ``workers=Workers(num_workers, kind=worker_type, timeout=worker_timeout)``
-            (see `Workers`). Batches are handed out strictly in order whatever the
-            workers, so the stream does not depend on them.
-        worker_type: "thread" or "process".
-        worker_timeout: seconds to wait for one batch from a worker, or None.
-        shard: a `Shard` (instead of `shard_index` and `shard_count`).
-        workers: a `Workers` (instead of `num_workers`, `worker_type` and
-            `worker_timeout`).
+        shard: the `Shard` of each epoch's global order this loader reads (strided;
+            the whole order by default).
+        workers: the `Workers` that make the batches (the calling thread by
+            default). Batches are handed out strictly in order whatever the workers,
+            so the stream does not depend on them.
+
+    Raises:
+        TypeError: an argument has the wrong type, or is a keyword of 0.2
+            (``shard_index``, ``num_workers``, ...): the message names its spelling
+            now (``shard=Shard(index, count)``, ``workers=Workers(...)``).
 
     Examples:
         >>> import numpy as np
@@ -106,6 +112,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         [[4, 5, 6, 7], [8, 9]]
     """
 
+    @validate.removed("ResumableLoader()", **_REMOVED)
     def __init__(
         self,
         source: Any,
@@ -116,14 +123,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
         num_epochs: int | None = None,
         map_fn: Callable[[Any, np.random.Generator], Any] | None = None,
         drop_remainder: bool = False,
-        shard_index: int = 0,
-        shard_count: int = 1,
         prefetch: int | None = AUTOTUNE,
         output_signature: Any = None,
         with_metadata: bool = False,
-        num_workers: int = 0,
-        worker_type: str = "thread",
-        worker_timeout: float | None = None,
         shard: shard_lib.Shard | None = None,
         workers: options.Workers | None = None,
     ) -> None:
@@ -136,17 +138,16 @@ class ResumableLoader(tf.train.experimental.PythonState):
         if map_fn is not None:
             pipeline = pipeline.map(map_fn, **described)
         pipeline = pipeline.batch(batch_size, drop_remainder=drop_remainder)
-        legacy = {
-            "shard_index": shard_index, "shard_count": shard_count, "num_workers": num_workers,
-            "worker_type": worker_type, "worker_timeout": worker_timeout,
-        }
-        shard, workers = arguments.options(shard, workers, arguments.given(legacy))
         self._setup(
             pipeline, num_epochs=num_epochs, shard=shard, workers=workers, prefetch=prefetch,
             with_metadata=with_metadata,
         )
 
     @classmethod
+    @validate.removed("ResumableLoader.from_pipeline()", **_REMOVED, output_signature=(
+        "Pipeline(source, seed=..., output_signature=...) or "
+        ".map(fn, output_signature=...) (or pipeline.with_output_signature(...))"
+    ))
     def from_pipeline(
         cls,
         pipeline: pipeline_lib.Pipeline,
@@ -156,7 +157,6 @@ class ResumableLoader(tf.train.experimental.PythonState):
         workers: options.Workers | None = None,
         prefetch: int | None = AUTOTUNE,
         with_metadata: bool = False,
-        **deprecated: Any,
     ) -> ResumableLoader:
         """A loader delivering the batches of `pipeline` (which must end in a batch stage).
 
@@ -164,9 +164,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         `Pipeline.map`'s ``output_signature``); the other arguments (see the class)
         define how many epochs there are, which `Shard` this loader reads and how
         batches are delivered (`Workers`, prefetch, metadata) — none of which changes
-        which records a batch holds. The keywords of 0.2 (``shard_index``,
-        ``shard_count``, ``output_signature``, ``num_workers``, ``worker_type``,
-        ``worker_timeout``) still work, with a `DeprecationWarning` naming the new form.
+        which records a batch holds.
 
         Examples:
             >>> import numpy as np
@@ -183,9 +181,6 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 f"Received: pipeline={pipeline!r:.80} of type {type(pipeline).__name__}."
             )
             raise TypeError(msg)
-        if deprecated:
-            pipeline = arguments.deprecated(pipeline, deprecated)
-        shard, workers = arguments.options(shard, workers, deprecated)
         loader = cls.__new__(cls)
         loader._setup(
             pipeline, num_epochs=num_epochs, shard=shard, workers=workers, prefetch=prefetch,
@@ -198,28 +193,32 @@ class ResumableLoader(tf.train.experimental.PythonState):
         pipeline: pipeline_lib.Pipeline,
         *,
         num_epochs: int | None,
-        shard: shard_lib.Shard,
-        workers: options.Workers,
+        shard: shard_lib.Shard | None,
+        workers: options.Workers | None,
         prefetch: int | None,
         with_metadata: bool,
     ) -> None:
         if prefetch is not None and prefetch != AUTOTUNE:
             validate.integer("prefetch", prefetch, low=0)
-        self._plan = plan_lib.Plan(
-            pipeline, num_epochs=num_epochs, shard_index=shard.index, shard_count=shard.count
-        )
-        self._delivery = delivery_lib.Delivery(
+        if workers is not None and not isinstance(workers, options.Workers):
+            msg = (
+                "`workers` must be a resumeloader.Workers or None, e.g. workers=Workers(2). "
+                f"Received: workers={workers!r:.80} of type {type(workers).__name__}."
+            )
+            raise TypeError(msg)
+        self._plan = plan_lib.Plan(pipeline, num_epochs=num_epochs, shard=shard)
+        self._engine = engine_lib.Engine(
             self._plan,
-            workers=workers,
-            prefetch=prefetch,
+            options.Workers() if workers is None else workers,
             with_metadata=validate.boolean("with_metadata", with_metadata),
         )
+        self._delivery = paths.choose(self._engine, prefetch=prefetch)
         self._layout = self._plan.layout
         self._position = position_lib.Position(self._layout)
         self._dataset: tf.data.Dataset | None = None
         # Gone (nothing holds it: it is in no cycle), the loader releases its worker
         # processes; an iteration still running keeps them until it ends.
-        weakref.finalize(self, self._delivery.backend.release)
+        weakref.finalize(self, self._engine.backend.release)
 
     def close(self) -> None:
         """Stops the loader's worker processes, if any; iterating again restarts them.
@@ -227,7 +226,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
         Also done when the loader is garbage collected or the interpreter exits; a
         ``with`` block closes it on leaving.
         """
-        self._delivery.close()
+        self._position.drop_started()
+        self._engine.close()
 
     def __enter__(self) -> ResumableLoader:
         return self
@@ -236,31 +236,60 @@ class ResumableLoader(tf.train.experimental.PythonState):
         self.close()
 
     # -- description -------------------------------------------------------------------
-    plan = property(
-        lambda self: self._plan, doc="The `Plan`: the pipeline bound to epochs and a shard."
-    )
-    pipeline = property(lambda self: self._plan.pipeline, doc="The `Pipeline` of stages.")
-    sampler = property(
-        lambda self: self._plan.sampler, doc="The `IndexSampler` equal to this loader's order."
-    )
-    batch_size = property(lambda self: self._layout.batch_size, doc="Records per batch.")
-    num_records = property(lambda self: self._plan.num_records, doc="Records in an epoch.")
-    seed = property(lambda self: self._plan.pipeline.seed, doc="The seed.")
-    num_epochs = property(lambda self: self._plan.num_epochs, doc="Epochs, or None.")
-    drop_remainder = property(lambda self: self._layout.drop_remainder, doc="Drops short batches.")
-    with_metadata = property(
-        lambda self: self._delivery.with_metadata, doc="Batches are (data, per-record metadata)."
-    )
-    workers = property(
-        lambda self: self._delivery.workers, doc="The `Workers` that make the batches."
-    )
-    shard = property(lambda self: self._plan.shard, doc="The `Shard` of each epoch it reads.")
-    num_workers = property(
-        lambda self: self.workers.num_workers, doc="``workers.num_workers`` (0: none)."
-    )
-    worker_type = property(
-        lambda self: self.workers.kind, doc='``workers.kind``: "inline", "thread" or "process".'
-    )
+    @property
+    def plan(self) -> plan_lib.Plan:
+        """The `Plan`: the pipeline bound to epochs and a shard."""
+        return self._plan
+
+    @property
+    def pipeline(self) -> pipeline_lib.Pipeline:
+        """The `Pipeline` of stages."""
+        return self._plan.pipeline
+
+    @property
+    def sampler(self) -> sampler_lib.IndexSampler:
+        """The `IndexSampler` equal to this loader's order (see `Plan.sampler`)."""
+        return self._plan.sampler
+
+    @property
+    def batch_size(self) -> int:
+        """Records per batch."""
+        return self._layout.batch_size
+
+    @property
+    def num_records(self) -> int:
+        """Records in an epoch of the global order."""
+        return self._plan.num_records
+
+    @property
+    def seed(self) -> int:
+        """The pipeline's seed (the one every stage receives)."""
+        return self._plan.pipeline.seed
+
+    @property
+    def num_epochs(self) -> int | None:
+        """Epochs, or None for an endless stream."""
+        return self._plan.num_epochs
+
+    @property
+    def drop_remainder(self) -> bool:
+        """Whether each epoch's short last batch is dropped."""
+        return self._layout.drop_remainder
+
+    @property
+    def with_metadata(self) -> bool:
+        """Whether batches are (data, per-record metadata)."""
+        return self._engine.with_metadata
+
+    @property
+    def workers(self) -> options.Workers:
+        """The `Workers` that make the batches."""
+        return self._engine.workers
+
+    @property
+    def shard(self) -> shard_lib.Shard:
+        """The `Shard` of each epoch this loader reads."""
+        return self._plan.shard
 
     @property
     def batches_per_epoch(self) -> int:
@@ -363,7 +392,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         return (
             f"ResumableLoader(num_records={self.num_records}, batch_size={self.batch_size}, "
             f"seed={self.seed}, stages=[{', '.join(s.name for s in plan.pipeline.stages)}], "
-            f"num_epochs={self.num_epochs}, shard={plan.shard_index}/{plan.shard_count}, "
+            f"num_epochs={self.num_epochs}, shard={plan.shard.index}/{plan.shard.count}, "
             f"{where})"
         )
 
@@ -443,10 +472,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         # dataset, and a dataset holding it back would make a cycle that only the cyclic
         # garbage collector frees, its worker processes with it.
         ds = self._delivery.dataset(
-            self._position.read,
-            rest_of_epoch=rest_of_epoch,
-            element_spec=self.element_spec,
-            watch=self._position.ledger.watch,
+            self._position.read, rest_of_epoch=rest_of_epoch, watch=self._position.ledger.watch
         )
         # Keras fixes an epoch's length from the cardinality at fit start, so the
         # one-epoch dataset (whose first epoch may be short after a resume) keeps it
@@ -486,6 +512,27 @@ class ResumableLoader(tf.train.experimental.PythonState):
             )
             raise TypeError(msg)
         return self._position.loop(self._delivery.eager, consumption.caller())
+
+    def start_prefetch(self) -> None:
+        """Starts making the batches of the next ``for batch in loader`` now.
+
+        Call it once the position is known (after `set_state`, or restoring the
+        loader's checkpoint) and before the slow rest of a restore (the model's
+        weights, the optimizer): the worker backend starts and the first batches are
+        made meanwhile, so the loop's first batch is waiting for it. What is made is
+        what the loop would make from that position: the loop takes these batches only
+        if it starts where they start; `set_state` or `advance` to another position,
+        or `close`, drops them. Until a loop takes them, a few batches wait made (the
+        first, and as many as ``prefetch`` keeps ahead) and the worker backend stays
+        started. For ``for batch in loader`` only: a `dataset` iteration makes
+        its batches when it is iterated. Calling it again at the same position does
+        nothing. Eager only.
+
+        Raises:
+            StreamIntegrityError: a ``for batch in loader`` is live.
+        """
+        position_lib.eager_only("loader.start_prefetch()")
+        self._position.start(self._delivery.eager)
 
     @contextlib.contextmanager
     def excluding_in_flight(self) -> Iterator[int]:
@@ -575,9 +622,14 @@ class ResumableLoader(tf.train.experimental.PythonState):
         Returns:
             One `BatchRecords` per batch (``step``, ``epoch``, ``start``, ``stop``,
             ``records``: each record's ``position``, ``index`` and source key).
+
+        Raises:
+            TypeError: a step or position that is not an integer (any integer type,
+                NumPy's included, is one), named with what the argument accepts.
+            ValueError: a negative step or position, or one past the end.
         """
         plan = self._plan_with(batch_size)
-        return lineage.records_at(plan, self._delivery.producer, steps=steps, positions=positions)
+        return lineage.records_at(plan, self._engine.producer, steps=steps, positions=positions)
 
     def batch_at(
         self, step: int | None = None, *, position: int | None = None,
@@ -590,8 +642,9 @@ class ResumableLoader(tf.train.experimental.PythonState):
         fresh loader of the same pipeline in the calling thread, without the batches
         before it and without moving this loader. Arguments as `records_at`.
         """
-        one = (None if step is None else [step], None if position is None else [position])
-        [found] = self.records_at(one[0], positions=one[1], batch_size=batch_size)
+        steps = None if step is None else [lineage.number("step", step)]
+        positions = None if position is None else [lineage.number("position", position)]
+        [found] = self.records_at(steps, positions=positions, batch_size=batch_size)
         plan = self._plan_with(batch_size)
         rebuilt = ResumableLoader.from_pipeline(
             plan.pipeline, num_epochs=plan.num_epochs, shard=plan.shard, prefetch=None,
@@ -604,10 +657,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
     def _plan_with(self, batch_size: int | None) -> plan_lib.Plan:
         if batch_size is None or batch_size == self.batch_size:
             return self._plan
-        plan = self._plan
-        return plan.sharded(
-            shard_index=plan.shard_index, shard_count=plan.shard_count, batch_size=batch_size
-        )
+        return self._plan.sharded(self._plan.shard, batch_size=batch_size)
 
     # -- state -----------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -621,49 +671,23 @@ class ResumableLoader(tf.train.experimental.PythonState):
         far are made durable first (fsync), so no checkpoint outlives them.
         """
         position_lib.eager_only("loader.get_state()")
-        self._delivery.sync()
-        epoch, offset = divmod(self.position, self._layout.records_per_epoch)
-        return state_lib.make(
-            self._plan.order_fields(),
-            epoch=epoch,
-            offset=offset * self._plan.shard_count,
-            shard_count=self._plan.shard_count,
-            batch_size=self.batch_size,
-        )
+        return self._engine.state_of(self.position)
 
-    def set_state(self, state: dict[str, Any] | str) -> None:
+    def set_state(self, state: dict[str, Any] | str | bytes) -> None:
         """Restores a state from `get_state` (or its JSON text); validates before changing anything.
 
         States written by resumeloader 0.1 (version 1) are read too.
 
         Raises:
-            StateError: the state is malformed or corrupted.
+            StateError: the state is malformed or corrupted, or not a loader's JSON at
+                all (binary data, a pickle, truncated JSON), named as such.
             StateMismatchError: it was saved by a pipeline with another record order;
                 the message names each differing ``stage.field``.
             ElasticResumeError: the new shard count cannot continue it exactly, or the
                 position lies inside a batch of a windowed stage (an edited state).
             StreamIntegrityError: a ``for batch in loader`` is live.
         """
-        self._position.ledger.check_position_change("set_state")
-        saved = state_lib.parse(state)
-        state_lib.check_order(
-            saved, self._plan.order_fields(), explain=self._plan.pipeline.explain_field
-        )
-        epoch, offset = state_lib.local_offset(
-            saved, shard_count=self._plan.shard_count, num_records=self.num_records
-        )
-        position = epoch * self._layout.records_per_epoch + offset
-        if position > _MAX_POSITION:
-            msg = (
-                f"Loader state position is out of range: epoch {epoch} of "
-                f"{self._layout.records_per_epoch} records per shard is past 2**63 records."
-            )
-            raise errors.StateError(msg)
-        same = saved["shard_count"] == self._plan.shard_count
-        self._plan.check_history(saved, self._layout.normalise(position))
-        self._plan.check_restore(self._layout.normalise(position), same_layout=same)
-        self._delivery.check_restore(self._layout.normalise(position))
-        self._position.set(position)
+        self._position.set(self._engine.resume(state))
 
     def serialize(self) -> str:
         """`tf.train.experimental.PythonState` hook: the state as JSON text."""
@@ -685,9 +709,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 f"{string_value!r:.80}."
             )
             raise errors.StateError(msg)
-        if isinstance(string_value, bytes):
-            string_value = string_value.decode()
-        self.set_state(string_value)
+        self.set_state(string_value)  # bytes that are not UTF-8 JSON: a StateError
 
 
 def _start_distributed(position: position_lib.Position) -> int:

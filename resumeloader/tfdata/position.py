@@ -1,21 +1,26 @@
 """`Position`: where a loader's position lives, who may move it, and the live eager loop.
 
-The position is a `tf.Variable` (graph code reads and advances it, and
-``MirroredStrategy`` mirrors it), except while a ``for batch in loader`` is live: the
+The position is a `tf.Variable` (``MirroredStrategy`` mirrors it) plus a second one,
+the batches advanced inside graphs since Python last wrote it: an ``advance()`` in a
+``tf.function`` is one ``assign_add`` of that count (its checks, where one is needed,
+a comparison with a bound computed when the position was written), and every reader
+in Python (``position``, ``get_state``, a checkpoint save, an iteration starting)
+adds it with the O(1) layout arithmetic. While a ``for batch in loader`` is live the
 loop counts in Python and writes the variable once, when it ends — a variable write
 per batch cost more than the rest of the loop (~290 us under a prefetch thread).
-Every reader in Python (``position``, ``get_state``, a checkpoint save) sees the
-loop's count; graph code cannot run beside a live loop (a ``dataset()`` iteration
-raises, an eager `advance` raises, and a graph advance is overwritten when the loop
-ends: the loop already counted its batches).
+Every reader in Python sees the loop's count; graph code cannot run beside a live
+loop (a ``dataset()`` iteration raises, an eager `advance` raises, and a graph
+advance is dropped when the loop ends: the loop already counted its batches).
 
 `Position` also keeps the loader's `resumeloader.handout.consumption.Ledger`, through
-which every move is checked, and starts the live loop (`resumeloader.handout.loop`).
+which every move is checked, and starts the live loop (`resumeloader.handout.loop`),
+with the batches `start` began for it if the position is still theirs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,7 +31,7 @@ from resumeloader import errors
 from resumeloader.core import positions, validate
 from resumeloader.handout import consumption
 from resumeloader.handout import loop as loop_lib
-from resumeloader.tfdata import graph, ordering
+from resumeloader.tfdata import ordering, prefetch
 
 __all__ = ["Position", "eager_only"]
 
@@ -62,6 +67,11 @@ def _check_end(layout: positions.Layout, start: int, num_batches: int) -> None:
     raise errors.StreamIntegrityError(msg)
 
 
+# A constant count whose batches take at least 2**32 steps to pass the largest position
+# needs no check in the step: the readers' arithmetic checks it (`Layout.advance`).
+_UNCHECKED_RECORDS = positions.MAX_POSITION >> 32
+
+
 def _python_int(value: Any) -> Any:
     """An integer scalar tensor or NumPy value as an int (eagerly); anything else as is."""
     if isinstance(value, (tf.Tensor, np.ndarray, np.generic)):
@@ -81,14 +91,47 @@ class Position:
     def __init__(self, layout: positions.Layout) -> None:
         self._layout = layout
         self.ledger = consumption.Ledger(layout)
+        # Batches of a known number of records: a graph advance is a count (see above).
+        self._counted = layout.known_counts and not layout.skips
+        self._lock = threading.Lock()  # a reader and a writer in Python, one at a time
         with tf.init_scope():
-            self.variable = tf.Variable(
-                0,
-                dtype=tf.int64,
-                trainable=False,
-                name="resumeloader_position",
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            self.variable = _variable("resumeloader_position")
+            #: Batches advanced inside graphs since `variable` was last written.
+            self.pending = _variable("resumeloader_pending_batches")
+            # Batches that may be pending before an advance passes the end of a finite
+            # stream (or comes near the largest position): written with `variable`.
+            self._limit = _variable(
+                "resumeloader_advance_limit", self._advance_limit(0) if self._counted else 0
             )
+        # (position, batches) that `start` began for the next loop from that position.
+        self._started: tuple[int, prefetch.Started] | None = None
+
+    def _write(self, position: int) -> None:
+        """Writes normalised `position`: the variable, no pending batches, their limit."""
+        with self._lock:
+            self.variable.assign(position, read_value=False)
+            self.pending.assign(0, read_value=False)
+            if self._counted:
+                self._limit.assign(self._advance_limit(position), read_value=False)
+
+    def _advance_limit(self, position: int) -> int:
+        """The most batches a graph may advance from `position`: to the end of a finite
+        stream; a safe bound below the largest position for an endless one."""
+        layout = self._layout
+        left = layout.batches_to_end(position)
+        if left is not None:
+            return left
+        epochs = max(0, positions.MAX_POSITION // layout.records_per_epoch - position
+                     // layout.records_per_epoch - 2)
+        batches = layout.batches_left_in_epoch(position) + epochs * layout.batches_per_epoch
+        return min(batches, positions.MAX_POSITION)
+
+    def _stored(self) -> int:
+        """The normalised position the variables hold (the graphs' advances added)."""
+        with self._lock:
+            position = self._layout.normalise(int(self.variable.numpy()))
+            pending = int(self.pending.numpy())
+        return self._layout.advance(position, pending) if pending else position
 
     def read(self) -> int:
         """The normalised position (before the batch in flight inside `excluding_in_flight`)."""
@@ -97,7 +140,7 @@ class Position:
             position = live.position
         else:
             eager_only("loader.position")
-            position = self._layout.normalise(int(self.variable.numpy()))
+            position = self._stored()
         if self.ledger.excluding:
             before = self.ledger.in_flight_before(position)
             if before is not None:
@@ -105,15 +148,16 @@ class Position:
         return position
 
     def set(self, position: int) -> None:
-        """Restores `position` (validated by the caller).
+        """Restores normalised `position` (validated by the caller: `Engine.resume`).
 
         Raises:
             StreamIntegrityError: a ``for batch in loader`` is live.
         """
         self.ledger.check_position_change("set_state")
-        self.variable.assign(self._layout.normalise(position))
+        self._write(position)
         self.ledger.restored()
         self.ledger.moved()
+        self._moved_to(position)
 
     def advance(self, num_batches: Any) -> None:
         """Advances by `num_batches` batches, eagerly (checked) or in a graph (ordered).
@@ -125,8 +169,8 @@ class Position:
         self.ledger.check_position_change("advance")
         if tf.inside_function():
             with tf.control_dependencies(ordering.pending_get_next()):
-                if self._layout.known_counts and not self._layout.skips:
-                    graph.advance(self.variable, self._layout, num_batches)
+                if self._counted:
+                    self._advance_in_graph(num_batches)
                 else:
                     self._advance_by_host(num_batches)
             return
@@ -138,8 +182,41 @@ class Position:
         else:
             end = self.ledger.advanced(start, num_batches) if num_batches else start
         self.ledger.check_advance(start, end)
-        self.variable.assign(end, read_value=False)
+        self._write(end)
         self.ledger.moved()
+        self._moved_to(end)
+
+    def _advance_in_graph(self, num_batches: Any) -> None:
+        """``pending += num_batches`` in the graph being traced: one op for a constant
+        count that cannot reach the largest position on an endless stream; otherwise
+        first a check that the count is not negative and stays within the limit (the
+        end of a finite stream): a failed check fails the step, the position unchanged."""
+        constant = int(num_batches) if isinstance(num_batches, (int, np.integer)) else None
+        if constant is not None:
+            count = tf.constant(constant, tf.int64)
+        else:
+            count = tf.cast(num_batches, tf.int64)
+        checks = []
+        if not isinstance(constant, int) or constant < 0:
+            checks.append(tf.debugging.assert_non_negative(
+                count, message="`num_batches` of loader.advance() must be >= 0"))
+        layout = self._layout
+        small = isinstance(constant, int) and constant * layout.batch_size < _UNCHECKED_RECORDS
+        if layout.end is not None or not small:
+            finite = layout.end is not None
+            what = (
+                "loader.advance(num_batches) past the end of a finite loader: it counted "
+                "batches that do not exist (StreamIntegrityError eagerly). Batches advanced "
+                "since the position was last read, with num_batches:"
+                if finite else
+                "loader.advance(num_batches) would pass the largest position, 2**63 - 1. "
+                "Batches advanced since the position was last read, with num_batches:"
+            )
+            total = self.pending.read_value() + count
+            limit = self._limit.read_value()
+            checks.append(tf.debugging.Assert(total <= limit, [what, total, "limit:", limit]))
+        with tf.control_dependencies(checks):
+            self.pending.assign_add(count, read_value=False)
 
     def _advance_by_host(self, num_batches: Any) -> None:
         """A graph advance for batches of varying size (a host callback reads where the
@@ -155,7 +232,7 @@ class Position:
 
         count = tf.cast(num_batches, tf.int64)
         end = tf.py_function(advanced, [self.variable.read_value(), count], tf.int64)
-        self.variable.assign(tf.reshape(end, ()))
+        self.variable.assign(tf.reshape(end, ()), read_value=False)
 
     def loop(self, batches: Callable[[int], Iterator[Any]], origin: str) -> loop_lib.EagerLoop:
         """A new live loop over ``batches(position)`` (pairs of a batch and the position
@@ -166,7 +243,12 @@ class Position:
         """
         self.ledger.check_no_loop(origin)
         position = self.read()
-        loop = loop_lib.EagerLoop(batches(position), position, origin=origin, on_close=self._ended)
+        started, self._started = self._started, None
+        if started is not None and started[0] != position:  # moved since (a graph advance)
+            started[1].close()
+            started = None
+        made = started[1] if started is not None else batches(position)
+        loop = loop_lib.EagerLoop(made, position, origin=origin, on_close=self._ended)
         try:
             self.ledger.open_loop(loop)
         except BaseException:
@@ -174,9 +256,43 @@ class Position:
             raise
         return loop
 
+    def start(self, batches: Callable[[int], Iterator[Any]]) -> prefetch.Started:
+        """Begins ``batches(position)`` now, for the next loop if it starts at this
+        position (kept until then: a move or `drop_started` closes them).
+
+        Raises:
+            StreamIntegrityError: a loop is live.
+        """
+        live = self.ledger.loop()
+        if live is not None:
+            msg = (
+                "`start_prefetch()` begins the batches of the next `for batch in loader`, "
+                f"but a loop is live and producing already: {live.describe()}. Call it "
+                "after restoring, before the loop starts. Received: start_prefetch() "
+                "while the loop is live."
+            )
+            raise errors.StreamIntegrityError(msg)
+        position = self.read()
+        if self._started is not None and self._started[0] == position:
+            return self._started[1]
+        self.drop_started()
+        started = prefetch.Started(lambda: batches(position))
+        self._started = (position, started)
+        return started
+
+    def _moved_to(self, position: int) -> None:
+        if self._started is not None and self._started[0] != position:
+            self.drop_started()
+
+    def drop_started(self) -> None:
+        """Closes the batches `start` began, if any (not for a loop any more)."""
+        started, self._started = self._started, None
+        if started is not None:
+            started[1].close()
+
     def _ended(self, loop: loop_lib.EagerLoop) -> None:
         self.ledger.close_loop(loop)
-        self.variable.assign(loop.position, read_value=False)
+        self._write(loop.position)
 
     @contextlib.contextmanager
     def excluding_in_flight(self) -> Iterator[int]:
@@ -186,3 +302,14 @@ class Position:
             yield self.read()
         finally:
             self.ledger.excluding -= 1
+
+
+def _variable(name: str, value: int = 0) -> tf.Variable:
+    """An int64 scalar variable of the position (the first replica's under a strategy)."""
+    return tf.Variable(
+        value,
+        dtype=tf.int64,
+        trainable=False,
+        name=name,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+    )

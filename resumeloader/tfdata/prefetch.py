@@ -6,6 +6,10 @@ batches ahead. This skips ``from_generator``'s per-batch ``py_func`` round trip 
 its iterator start-up (the first batch after a restore arrives in a few ms instead
 of ~20 ms). What is produced never depends on timing: the thread only reads ahead of
 the same deterministic stream, and the consumer advances the position.
+
+`Started` begins a loop's batches before the loop asks for them
+(``loader.start_prefetch()``): the first batch is made, and the producer runs ahead of
+it, while the training script restores its model.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import tensorflow as tf
 
 from resumeloader.core import exiting, handoff
 
-__all__ = ["prefetched", "to_tensors"]
+__all__ = ["Started", "prefetched", "to_tensors"]
 
 _POLL_SECONDS = 0.1
 _JOIN_SECONDS = 0.25
@@ -140,3 +144,80 @@ def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterato
             except Exception:  # queue.Empty (at interpreter shutdown `queue` may be gone)
                 break
         thread.join(join_seconds)
+
+
+class Started:
+    """A loop's batches, begun before the loop asks for them.
+
+    A thread calls `make` (which starts the producer: the prefetch thread, the worker
+    backend) and takes the first item, which waits for the loop; the producer behind it
+    runs ahead as far as it does in any loop. The items are those `make`'s iterator
+    yields, in order: nothing here touches what they are. An error of `make` or of the
+    first item is raised by the first `__next__`, an empty stream ends it.
+
+    Args:
+        make: returns the iterator of the loop's items (closed by `close`).
+    """
+
+    def __init__(self, make: Callable[[], Iterator[Any]]) -> None:
+        self._lock = threading.Lock()
+        self._items: Iterator[Any] | None = None
+        self._first: tuple[Any, ...] = ()  # (item,) once taken; () for an empty stream
+        self._error: BaseException | None = None
+        self._done = self._closed = self._handed = False
+        self._thread = threading.Thread(
+            target=self._begin, args=(make,), name="resumeloader-start", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the first item is made (or the stream failed or is empty)."""
+        return self._done
+
+    def _begin(self, make: Callable[[], Iterator[Any]]) -> None:
+        items = None
+        try:
+            items = make()
+            self._first = (next(items),)
+        except StopIteration:
+            pass
+        except BaseException as err:  # raised in the loop, never swallowed
+            self._error = err
+        finally:
+            with self._lock:
+                self._items, self._done, closed = items, True, self._closed
+            if closed and items is not None:  # closed while the first item was made
+                items.close()  # type: ignore[attr-defined]
+
+    def __iter__(self) -> Started:
+        return self
+
+    def __next__(self) -> Any:
+        if not self._handed:
+            self._thread.join()  # the first item, if the loop asks before it is made
+            self._handed = True
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            if not self._first:
+                raise StopIteration
+            first, self._first = self._first[0], ()
+            return first
+        if self._items is None:
+            raise StopIteration
+        return next(self._items)
+
+    def close(self) -> None:
+        """Stops the producer: at once when the first item is made, else when it is
+        (waiting up to 0.25 s for it; a producer stalled in user code is left behind,
+        a daemon thread that stops after its current batch)."""
+        with self._lock:
+            self._closed = True
+            done, items = self._done, self._items
+        if not done:
+            self._thread.join(_JOIN_SECONDS)  # the thread closes them when it is done
+            return
+        self._first = ()
+        if items is not None:
+            items.close()  # type: ignore[attr-defined]

@@ -15,6 +15,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from resumeloader import errors
+from resumeloader.core import validate
 from resumeloader.tfdata import loader as loader_lib
 
 __all__ = ["check_tracks_loader", "checked_path", "restore"]
@@ -37,6 +38,17 @@ def check_tracks_loader(manager: tf.train.CheckpointManager, loader: Any) -> Non
 def _holds_state(path: str, root: Any, loader: Any) -> bool:
     """Whether the checkpoint at `path` has attributes for `loader`, matched from `root`
     through the checkpoint's object graph the way TensorFlow matches a restore."""
+    return bool(_attributes(path, root, loader))
+
+
+def _saved_state(path: str, root: Any, loader: Any) -> Any:
+    """The loader state the checkpoint at `path` holds for `loader` (its JSON text)."""
+    [attribute] = _attributes(path, root, loader)
+    return tf.train.load_checkpoint(path).get_tensor(attribute.checkpoint_key)
+
+
+def _attributes(path: str, root: Any, loader: Any) -> list[Any]:
+    """The checkpoint's attributes of `loader` (see `_holds_state`); [] for none."""
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor(_GRAPH_KEY))
     queue, seen = [(root, 0)], {id(root)}
@@ -44,13 +56,13 @@ def _holds_state(path: str, root: Any, loader: Any) -> bool:
         obj, node_id = queue.pop(0)
         node = graph.nodes[node_id]
         if obj is loader:
-            return bool(node.attributes)
+            return list(node.attributes)
         saved = {child.local_name: child.node_id for child in node.children}
         for name, child in tf.train.TrackableView(obj).children(obj).items():
             if name in saved and id(child) not in seen:
                 seen.add(id(child))
                 queue.append((child, saved[name]))
-    return False
+    return []
 
 
 def restore(
@@ -58,6 +70,7 @@ def restore(
     loader: loader_lib.ResumableLoader,
     *,
     path: str | None = None,
+    start_prefetch: bool = False,
 ) -> str | None:
     """Restores `manager`'s latest checkpoint (or `path`), refusing one without the loader.
 
@@ -70,6 +83,10 @@ def restore(
         manager: a `tf.train.CheckpointManager` whose checkpoint tracks `loader`.
         loader: the `ResumableLoader` whose position the checkpoint must hold.
         path: a checkpoint to restore instead of the latest one.
+        start_prefetch: restore the loader's state first and start making the batches
+            of the next ``for batch in loader`` (`ResumableLoader.start_prefetch`)
+            while the rest of the checkpoint (the model) is restored. On a fresh start
+            (no checkpoint) they start from the loader's current position.
 
     Returns:
         The path restored, or None when there is no checkpoint yet (a fresh start).
@@ -95,9 +112,14 @@ def restore(
         ...
         resumeloader.errors.StateError: The checkpoint ... holds no state for the loader ...
     """
+    validate.boolean("start_prefetch", start_prefetch)
     path = checked_path(manager, loader, path=path)
+    if path is not None and start_prefetch:
+        loader.set_state(_saved_state(path, manager.checkpoint, loader).decode())
+    if start_prefetch:
+        loader.start_prefetch()
     if path is not None:
-        manager.checkpoint.restore(path)
+        manager.checkpoint.restore(path)  # the loader again: the same position, kept
     return path
 
 

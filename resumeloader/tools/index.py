@@ -13,11 +13,12 @@ come from the standard environment (``AWS_ENDPOINT_URL``, ``AWS_*``,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent import futures
 from typing import Any
 
-from resumeloader.sources import fetch, remote_index, storage
-from resumeloader.sources import files as files_lib
+from resumeloader.sources import remote_index
 from resumeloader.sources import tfrecord_index as index_lib
+from resumeloader.sources.storage import locations, objects, options
 
 __all__ = ["main"]
 
@@ -25,19 +26,22 @@ __all__ = ["main"]
 def main(paths: Sequence[str], out: Any, *, index_dir: str | None = None) -> int:
     """Indexes every TFRecord file or object `paths` names; prints one line per file."""
     folder = index_dir or index_lib.default_dir()
-    reads = fetch.ObjectReads()
-    objects = records = 0
-    for location in files_lib.expand_locations(list(paths), "TFRecord"):
-        if isinstance(location, storage.Object):
+    reads = options.ObjectReads()
+
+    def index(location: locations.Location) -> tuple[str, int]:
+        if isinstance(location, objects.Object):
             url, count = remote_index.write_sidecar(location, reads)
-            line = f"{storage.display_url(location.url)}: {count} records -> {url}"
+            return f"{objects.display_url(location.url)}: {count} records -> {url}", count
+        count = len(index_lib.load_or_build(location.path, folder).offsets)
+        stored = index_lib.cache_path(location.path, folder)
+        return f"{locations.display(location.path)}: {count} records -> {stored}", count
+
+    done = records = 0
+    found = locations.expand(list(paths), "TFRecord")
+    with futures.ThreadPoolExecutor(max(1, min(reads.concurrency, len(found)))) as pool:
+        for line, count in pool.map(index, found):  # in order, several at once
             out.print(line, soft_wrap=True)
-        else:
-            count = len(index_lib.load_or_build(location, folder).offsets)
-            stored = index_lib.cache_path(location, folder)
-            line = f"{files_lib.display(location)}: {count} records -> {stored}"
-            out.print(line, soft_wrap=True)
-        objects, records = objects + 1, records + count
-    kind = "object" if objects == 1 else "objects"
-    out.print(f"indexed {objects} {kind}, {records} records")
+            done, records = done + 1, records + count
+    kind = "object" if done == 1 else "objects"
+    out.print(f"indexed {done} {kind}, {records} records")
     return 0

@@ -51,9 +51,18 @@ class Backend(Protocol):
 
     #: The `Workers.kind` it is registered under.
     kind: ClassVar[str]
-    #: The fields of `Workers` it takes besides `num_workers` and `kind`; a `Workers` of
-    #: its kind that sets another one (a field of another backend) is refused.
+    #: The fields of `Workers` it takes besides `num_workers`, `kind` and `options`
+    #: (``timeout``, ``window``); a `Workers` of its kind that sets another is refused.
     option_fields: ClassVar[tuple[str, ...]]
+    #: The type of its own options value (`Workers.options`; e.g. `DaskOptions`), made
+    #: with no arguments when none is given; None: it takes none.
+    options_type: ClassVar[type | None]
+    #: Whether the source is read in the process that hands batches out (so read-ahead
+    #: hints reach the reads: `resumeloader.workers.readahead`).
+    reads_in_this_process: bool
+    #: Whether it makes several tasks at once (a delivery path that makes batches
+    #: without the backend is then not chosen: the user asked for workers).
+    parallel: bool
 
     @classmethod
     def check(cls, workers: Any) -> None:
@@ -152,7 +161,7 @@ def timed_out(task: Task, timeout: float, what: str) -> errors.WorkerError:
     `what` says what became of the worker that held it."""
     first = int(task.indices[0])
     msg = (
-        f"No batch arrived within worker_timeout={timeout} s (Workers.timeout) for the batch of "
+        f"No batch arrived within timeout={timeout} s (Workers.timeout) for the batch of "
         f"{len(task.indices)} records at position {task.position} (epoch {task.epoch}, "
         f"first record index {first}): {what} The position was not advanced."
     )
@@ -172,8 +181,8 @@ def check_picklable(pipeline: pipeline_lib.Pipeline, *, kind: str) -> None:
     for stage in pipeline.record_stages:
         name = "map_fn" if stage.name == "map" else f"stage {stage.name}"
         parts.append((name, getattr(stage, "fn", stage)))
-    for stage in pipeline.batch_map_stages:
-        parts.append((f"{stage.name} function", getattr(stage, "fn", stage)))
+    for batch_map in pipeline.batch_map_stages:
+        parts.append((f"{batch_map.name} function", getattr(batch_map, "fn", batch_map)))
     if pipeline.error_policy.fn is not None:
         parts.append(("on_error policy", pipeline.error_policy.fn))
     for name, value in parts:

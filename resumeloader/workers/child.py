@@ -103,7 +103,7 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
     setup_error: dict[str, Any] | None = None
     try:
         pipeline, spec = pickle.loads(payload)
-        producer = produce.BatchProducer(pipeline, spec)
+        producer = produce.BatchProducer(pipeline, spec, hand_over=False)
     except Exception as err:
         setup_error = failures.describe(err)
     conn.send(messages.Reply(-1, 0, messages.READY, None))

@@ -1,9 +1,10 @@
 """`DaskBackend`: batch tasks made on a Dask cluster, handed back in task order.
 
-``Workers(kind="dask", client=...)`` (a ``distributed.Client``), ``Workers(kind="dask",
-address="tcp://...")`` (a scheduler to connect to) or ``Workers(n, kind="dask")`` (a
-local cluster of `n` worker processes that the loader starts and closes,
-`resumeloader.workers.dask_cluster`). The engine keeps the rules a cluster needs:
+``Workers(kind="dask", options=DaskOptions(client=...))`` (a ``distributed.Client``),
+``Workers(kind="dask", options=DaskOptions(address="tcp://..."))`` (a scheduler to
+connect to) or ``Workers(n, kind="dask")`` (a local cluster of `n` worker processes
+that the loader starts and closes, `resumeloader.workers.dask_cluster`). The engine
+keeps the rules a cluster needs:
 
 * a task's key is a pure function of the pipeline's order fingerprint, a digest of its
   pickled payload (two pipelines that differ only in ``map_fn`` share their order
@@ -27,10 +28,10 @@ dask). No TensorFlow here.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import pickle
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -40,9 +41,9 @@ import cloudpickle
 from resumeloader.core import exiting
 from resumeloader.core import state as state_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import backend, failures, options, produce
+from resumeloader.workers import backend, failures, long_lived, options, produce
 
-__all__ = ["SLOTS", "WINDOW_SECONDS", "DaskBackend", "payload", "task_key"]
+__all__ = ["SLOTS", "WINDOW_SECONDS", "DaskBackend", "DaskOptions", "payload", "task_key"]
 
 Task = plan_lib.Task
 #: Tasks in flight per thread of the cluster by default: one being made, one waiting.
@@ -57,8 +58,9 @@ def _modules() -> tuple[Any, Any]:
         distributed = importlib.import_module("distributed")
     except ImportError as err:
         msg = (
-            "kind='dask' needs the `dask` and `distributed` packages: pip install "
-            f"'resumeloader[dask]'. Received: {type(err).__name__}: {err}."
+            "kind='dask' needs the `dask` and `distributed` packages: pip install dask "
+            'distributed (the `dask` extra: pip install -e ".[dask]" in a checkout of '
+            f"resumeloader). Received: {type(err).__name__}: {err}."
         )
         raise ImportError(msg) from err
     from resumeloader.workers import dask_cluster
@@ -66,45 +68,41 @@ def _modules() -> tuple[Any, Any]:
     return distributed, dask_cluster
 
 
-class DaskBackend:
-    """``Workers(kind="dask", ...)``: batch tasks on a Dask cluster, at most `window` ahead.
+@dataclasses.dataclass(frozen=True)
+class DaskOptions:
+    """Which Dask cluster makes a loader's batches: ``Workers(kind="dask", options=...)``.
+
+    Without a client nor an address, ``Workers(n, kind="dask")`` starts a local cluster
+    of `n` worker processes that the loader owns and closes. The cluster never changes
+    the stream: a state saved with one restores exactly with another.
 
     Args:
-        workers: its options (`client`, `address`, or `num_workers` for a local cluster).
-        producer: what makes each task's batches (its pipeline and record spec travel to
-            each worker once).
+        client: a ``distributed.Client`` of the cluster that makes the batches (the
+            loader neither starts nor closes it).
+        address: the address of a Dask scheduler to connect to (e.g.
+            ``"tcp://10.0.0.5:8786"``); the loader's client closes with the loader.
 
     Raises:
-        TypeError: the pipeline's source, a record stage's function or the error
-            policy's function cannot be pickled.
+        TypeError, ValueError: a field is invalid, or both are given.
     """
 
-    kind: ClassVar[str] = "dask"
-    option_fields: ClassVar[tuple[str, ...]] = ("client", "address", "timeout", "window")
+    client: Any = None
+    address: str | None = None
 
-    def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
-        backend.check_picklable(producer.pipeline, kind=self.kind)
-        self._workers = workers
-        self._producer = producer
-        self._lock = threading.Lock()
-        self._cluster: Any = None  # a dask_cluster.Connection once connected
-        self._window: tuple[int, float] | None = None  # (the default window, when)
-        self._runs = 0  # iterations running on the cluster
-        self._released = False  # the loader is gone: the cluster lives only for those runs
-        self._payload: bytes | None = None
-        self._prefix = ""
+    def __repr__(self) -> str:
+        given = [f"{name}={value!r}" for name, value in
+                 (("client", self.client), ("address", self.address)) if value is not None]
+        return f"DaskOptions({', '.join(given)})"
 
-    @classmethod
-    def check(cls, workers: options.Workers) -> None:
-        distributed = _modules()[0]
-        client, address = workers.client, workers.address
+    def __post_init__(self) -> None:
+        client, address = self.client, self.address
         if client is not None and address is not None:
             msg = (
                 "Give a Dask `client` or a scheduler `address`, not both. Received: "
                 f"client={client!r:.80}, address={address!r:.80}."
             )
             raise ValueError(msg)
-        if client is not None and not isinstance(client, distributed.Client):
+        if client is not None and not isinstance(client, _modules()[0].Client):
             msg = (
                 "`client` must be a distributed.Client. Received: "
                 f"client={client!r:.80} of type {type(client).__name__}."
@@ -116,19 +114,46 @@ class DaskBackend:
                 f"Received: address={address!r:.80}."
             )
             raise (ValueError if isinstance(address, str) else TypeError)(msg)
-        remote = client is not None or address is not None
-        if remote and workers.num_workers:
+
+    @property
+    def remote(self) -> bool:
+        """Whether the cluster is given (a client or an address), not started locally."""
+        return self.client is not None or self.address is not None
+
+
+class DaskBackend(long_lived.LongLivedBackend):
+    """``Workers(kind="dask", ...)``: batch tasks on a Dask cluster, at most `window` ahead
+    (its options: `DaskOptions`, or `num_workers` for a local cluster; arguments and
+    errors: `LongLivedBackend`)."""
+
+    kind: ClassVar[str] = "dask"
+    options_type: ClassVar[type | None] = DaskOptions
+
+    def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
+        super().__init__(workers, producer)
+        self._options: DaskOptions = workers.options
+        self._window: tuple[int, float] | None = None  # (the default window, when)
+        self._payload: bytes | None = None
+        self._prefix = ""
+
+    @classmethod
+    def check(cls, workers: options.Workers) -> None:
+        _modules()
+        remote, num = workers.options.remote, workers.num_workers
+        if remote and num:
             msg = (
                 "`num_workers` is the size of the local cluster kind='dask' starts without "
                 "a `client` or `address`; a running cluster has its own workers. Received: "
-                f"num_workers={workers.num_workers} with a {'client' if client else 'address'}"
-                ". Expected: num_workers=0."
+                f"num_workers={num} with "
+                f"{'a client' if workers.options.client is not None else 'an address'}. "
+                "Expected: num_workers=0."
             )
             raise ValueError(msg)
-        if not remote and not workers.num_workers:
+        if not remote and not num:
             msg = (
-                "kind='dask' needs a `client`, a scheduler `address`, or num_workers >= 1 "
-                "(the local cluster it then starts). Received: num_workers=0 and neither."
+                "kind='dask' needs a `client`, a scheduler `address` (options=DaskOptions(...)"
+                "), or num_workers >= 1 (the local cluster it then starts). Received: "
+                "num_workers=0 and neither."
             )
             raise ValueError(msg)
 
@@ -140,50 +165,34 @@ class DaskBackend:
             return self._workers.window
         now = time.monotonic()
         if self._window is None or now - self._window[1] > WINDOW_SECONDS:
-            threads = sum(self._connected().client.nthreads().values())
+            threads = sum(self._started().client.nthreads().values())
             self._window = (SLOTS * max(1, threads), now)
         return self._window[0]
 
     @property
     def client(self) -> Any:
         """The ``distributed.Client`` the batches are made through (connecting first)."""
-        return self._connected().client
+        return self._started().client
 
-    def start(self) -> None:
-        self._connected()
+    def _open(self) -> Any:
+        # Closed at exit: a generator thread still running must not start another cluster.
+        exiting.check("batches on the Dask cluster")
+        if self._payload is None:
+            self._payload, self._prefix = payload(self._producer)
+        connection = _modules()[1].Connection
+        cluster = connection(self._workers, self._payload, self._prefix)
+        exiting.on_exit(self.close)
+        return cluster
 
-    def _connected(self) -> Any:
-        with self._lock:
-            if self._cluster is None:
-                # Closed at exit: a generator thread still running must not start another.
-                exiting.check("batches on the Dask cluster")
-                if self._payload is None:
-                    self._payload, self._prefix = payload(self._producer)
-                connection = _modules()[1].Connection
-                self._cluster = connection(self._workers, self._payload, self._prefix)
-                exiting.on_exit(self.close)
-            return self._cluster
-
-    def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, produce.Produced]]:
-        with self._lock:
-            self._runs += 1
-        try:
-            cluster = self._connected()
-            prefix = self._prefix
-            yield from backend.in_order(
-                tasks, submit=lambda task: cluster.submit(task, task_key(prefix, task)),
-                result=self._result, cancel=_modules()[1].release, window=lambda: self.window,
-            )
-        finally:
-            with self._lock:
-                self._runs -= 1
-                idle = self._released and not self._runs
-            if idle:
-                self.close()
+    def _run(self, cluster: Any, tasks: Iterator[Task]) -> Iterator[tuple[Task, produce.Produced]]:
+        prefix = self._prefix
+        return backend.in_order(
+            tasks, submit=lambda task: cluster.submit(task, task_key(prefix, task)),
+            result=self._result, cancel=_modules()[1].release, window=lambda: self.window,
+        )
 
     def _result(self, task: Task, pending: Any) -> produce.Produced:
-        with self._lock:
-            cluster = self._cluster
+        cluster = self._current()
         if cluster is None:
             msg = "The loader's Dask backend was closed during an iteration."
             raise RuntimeError(msg)
@@ -195,29 +204,19 @@ class DaskBackend:
         produced: produce.Produced = body
         return produced
 
-    def close(self) -> None:
-        with self._lock:
-            cluster, self._cluster, self._window = self._cluster, None, None
-        if cluster is not None:
-            cluster.close()
-
-    def release(self) -> None:
-        """The loader is gone: closes now, or when the iterations still running end."""
-        with self._lock:
-            self._released = True
-            idle = not self._runs
-        if idle:
-            self.close()
+    def _stop(self, cluster: Any) -> None:
+        self._window = None
+        cluster.close()
 
     def describe(self) -> str:
-        workers = self._workers
-        if workers.client is not None or workers.address is not None:
-            where = f"the Dask cluster at {workers.address or 'the given client'}"
+        workers, where = self._workers, self._options
+        if where.remote:
+            place = f"the Dask cluster at {where.address or 'the given client'}"
         else:
             count = workers.num_workers
-            where = f"a local Dask cluster of {count} worker process{'es' if count != 1 else ''}"
+            place = f"a local Dask cluster of {count} worker process{'es' if count != 1 else ''}"
         window = workers.window if workers.window is not None else "2 per thread"
-        return f"dask: {where}, <= {window} in flight, in order"
+        return f"dask: {place}, <= {window} in flight, in order"
 
 
 def payload(producer: produce.BatchProducer) -> tuple[bytes, str]:

@@ -186,10 +186,11 @@ class Connection:
 
     def __init__(self, workers: options.Workers, payload: bytes, prefix: str) -> None:
         self.local: Any = None
-        if workers.client is not None:
-            self.client, self._owns_client = workers.client, False
-        elif workers.address is not None:
-            self.client = _connect(workers.address)
+        where = workers.options  # a DaskOptions
+        if where.client is not None:
+            self.client, self._owns_client = where.client, False
+        elif where.address is not None:
+            self.client = _connect(where.address)
             self._owns_client = True
         else:
             self.local, self.client = start(workers.num_workers)
@@ -407,7 +408,7 @@ def _connect(address: str) -> Any:
     except (OSError, TimeoutError) as err:
         msg = (
             f"Could not connect to the Dask scheduler at {address}: {type(err).__name__}: "
-            f"{err}. Received: Workers(kind='dask', address={address!r}). Expected: the "
+            f"{err}. Received: DaskOptions(address={address!r}). Expected: the "
             "address of a running scheduler this machine can reach."
         )
         raise ConnectionError(msg) from err

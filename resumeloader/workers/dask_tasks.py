@@ -65,7 +65,7 @@ class PipelinePlugin(distributed.WorkerPlugin):
         made: Any
         try:
             pipeline, spec = pickle.loads(self.payload)
-            made = produce.BatchProducer(pipeline, spec)
+            made = produce.BatchProducer(pipeline, spec, hand_over=False)
         except Exception as err:  # reported by each task that needs it
             made = failures.describe(err)
         with _lock:

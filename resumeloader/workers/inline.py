@@ -21,6 +21,9 @@ class InlineBackend:
 
     kind: ClassVar[str] = "inline"
     option_fields: ClassVar[tuple[str, ...]] = ()
+    options_type: ClassVar[type | None] = None
+    reads_in_this_process: ClassVar[bool] = True
+    parallel: ClassVar[bool] = False
 
     def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
         self._producer = producer

@@ -10,14 +10,21 @@ from resumeloader.core import validate
 from resumeloader.workers import backend as backend_lib
 from resumeloader.workers import produce, registry
 
-__all__ = ["MAX_WORKERS", "Workers", "legacy"]
+__all__ = ["MAX_WORKERS", "Workers"]
 
 MAX_WORKERS = 1024
 # The fields every kind takes; a backend names the others it takes (`Backend.option_fields`).
-_COMMON = ("num_workers", "kind")
+_COMMON = ("num_workers", "kind", "options")
 
 
-@dataclasses.dataclass(frozen=True)
+# Keywords removed from `Workers` and their new spelling.
+_REMOVED = {
+    "client": "Workers(kind='dask', options=DaskOptions(client=...))",
+    "address": "Workers(kind='dask', options=DaskOptions(address=...))",
+}
+
+
+@dataclasses.dataclass(frozen=True, init=False)
 class Workers:
     """The workers that make a loader's batches: how many, of which kind, how long to wait.
 
@@ -36,8 +43,9 @@ class Workers:
             start once and serve every iteration and epoch until the loader's
             ``close`` (or garbage collection, or exit); they never import
             ``__main__`` nor TensorFlow. A dead worker raises `WorkerError`.
-            ``"dask"``: batch tasks on a Dask cluster (the ``resumeloader[dask]``
-            extra; `client`, `address`, or a local cluster of `num_workers`
+            ``"dask"``: batch tasks on a Dask cluster (the ``dask``
+            extra; a cluster given by ``options=DaskOptions(client=...)`` or
+            ``DaskOptions(address=...)``, or a local cluster of `num_workers`
             processes), retried there when a worker is lost.
         timeout: seconds to wait for one batch from a worker before raising a
             `WorkerError` naming it (a stalled process worker is stopped and replaced
@@ -49,12 +57,8 @@ class Workers:
         window: the most batch tasks in flight (being made or waiting to be handed
             out); None: the kind's default (2 per worker for threads and processes,
             2 per thread of the cluster for Dask).
-        client: kind ``"dask"``: a ``distributed.Client`` of the cluster that makes the
-            batches (the loader neither starts nor closes it).
-        address: kind ``"dask"``: the address of a Dask scheduler to connect to (e.g.
-            ``"tcp://10.0.0.5:8786"``); the loader's client closes with the loader.
-            Without ``client`` and ``address``, ``Workers(n, kind="dask")`` starts a
-            local cluster of `n` worker processes that the loader owns and closes.
+        options: the kind's own options value (``"dask"``: a `DaskOptions`); None: its
+            defaults. A kind without options refuses one.
 
     Raises:
         TypeError, ValueError: a field is invalid, or does not fit the kind.
@@ -70,15 +74,40 @@ class Workers:
     kind: str = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
     timeout: float | None = dataclasses.field(default=None, kw_only=True)
     window: int | None = dataclasses.field(default=None, kw_only=True)
-    client: Any = dataclasses.field(default=None, kw_only=True, repr=False)
-    address: str | None = dataclasses.field(default=None, kw_only=True, repr=False)
+    options: Any = dataclasses.field(default=None, kw_only=True)
+
+    def __init__(
+        self,
+        num_workers: int = 0,
+        *,
+        kind: str | None = None,
+        timeout: float | None = None,
+        window: int | None = None,
+        options: Any = None,
+        **removed: Any,
+    ) -> None:
+        for name, value in removed.items():
+            if name not in _REMOVED:
+                msg = f"Workers() got an unexpected keyword argument {name!r}"
+                raise TypeError(msg)
+            msg = (
+                f"`Workers({name}=...)` was removed in 0.4: a backend's own options are one "
+                f"value, `options=`. Received: {name}={value!r:.80}. Expected: "
+                f"{_REMOVED[name]}."
+            )
+            raise TypeError(msg)
+        fields = {"num_workers": num_workers, "kind": kind, "timeout": timeout,
+                  "window": window, "options": options}
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
 
     def __repr__(self) -> str:
-        # A backend's own fields are shown when set (the repr of the common ones is 0.2's).
+        # The options are shown when given (the repr of the other fields is 0.2's).
         shown = [
             f"{field.name}={getattr(self, field.name)!r}"
             for field in dataclasses.fields(self)
-            if field.repr or getattr(self, field.name) is not None
+            if field.name != "options" or self.options != _default_options(self.kind)
         ]
         return f"Workers({', '.join(shown)})"
 
@@ -94,6 +123,7 @@ class Workers:
             window = validate.integer("window", self.window, low=1, high=validate.MAX_COUNT)
             object.__setattr__(self, "window", window)
         backend_class = registry.backend_class(kind)
+        object.__setattr__(self, "options", _options(kind, backend_class, self.options))
         backend_class.check(self)
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
@@ -117,6 +147,26 @@ class Workers:
         return registry.backend_class(self.kind)(self, producer)  # type: ignore[call-arg]
 
 
+def _default_options(kind: str) -> Any:
+    wanted = registry.backend_class(kind).options_type
+    return None if wanted is None else wanted()
+
+
+def _options(kind: str, backend_class: Any, value: Any) -> Any:
+    """The options value of a `Workers` of `kind`: `value`, or the kind's default."""
+    wanted = backend_class.options_type
+    if value is None:
+        return None if wanted is None else wanted()
+    if wanted is None or not isinstance(value, wanted):
+        expected = "None (it has no options)" if wanted is None else f"a {wanted.__name__} or None"
+        msg = (
+            f"`options` of kind={kind!r} must be {expected}. Received: options={value!r:.80} "
+            f"of type {type(value).__name__}."
+        )
+        raise TypeError(msg)
+    return value
+
+
 def _timeout(value: Any) -> float | None:
     if value is None:
         return None
@@ -128,19 +178,3 @@ def _timeout(value: Any) -> float | None:
         )
         raise (ValueError if ok else TypeError)(msg)
     return float(value)
-
-
-def legacy(
-    num_workers: Any = 0, worker_type: Any = "thread", worker_timeout: Any = None
-) -> Workers:
-    """The `Workers` of the keywords of 0.2 (``num_workers``, ``worker_type``,
-    ``worker_timeout``); ``num_workers=0`` makes batches in the calling thread."""
-    if worker_type not in ("thread", "process"):
-        msg = (
-            "`worker_type` must be 'thread' or 'process'. "
-            f"Received: worker_type={worker_type!r}."
-        )
-        raise ValueError(msg)
-    inline = validate.is_integer(num_workers) and num_workers == 0
-    return Workers(num_workers, kind="inline" if inline else worker_type, timeout=worker_timeout)
-

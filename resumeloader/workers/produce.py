@@ -11,21 +11,23 @@ the batch wire format (`resumeloader.core.wire`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import optree
 
 from resumeloader import errors
+from resumeloader.core import buffers, handoff, wire
 from resumeloader.core import spec as spec_lib
-from resumeloader.core import wire
+from resumeloader.sources import base as sources_base
 from resumeloader.stages import base as stages_base
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import checks, skips
+from resumeloader.workers import checks, records, skips
 
 __all__ = ["BatchProducer", "Produced"]
 
@@ -77,18 +79,31 @@ class BatchProducer:
             pipeline's (`Pipeline.record_spec`), else the source's own
             (`Source.record_spec`) if there is no record stage, else that of record 0
             (epoch 0) read and run through the record stages.
+        hand_over: the batches go to TensorFlow in this process: a large numeric leaf
+            made by user code or NumPy (a ``map_batch`` result, stacked records) is
+            copied into recycled aligned memory that TensorFlow takes over
+            (`core/handoff.py`). Converting it as it is costs TensorFlow a fresh
+            allocation, whose pages fault in once its malloc patch is on: 0.79 ms
+            against 0.05 ms for a 1.5 MB batch, measured. False in worker processes,
+            whose batches are copied out anyway.
     """
 
     def __init__(
-        self, pipeline: pipeline_lib.Pipeline, spec: spec_lib.RecordSpec | None = None
+        self, pipeline: pipeline_lib.Pipeline, spec: spec_lib.RecordSpec | None = None,
+        *, hand_over: bool = True,
     ) -> None:
         self.pipeline = pipeline.python_part()
+        self._hand_over = hand_over
+        #: The pipeline's seed: the one every stage receives with the epoch.
+        self._seed = pipeline.seed
         self._source = pipeline.source
         self._stages = pipeline.record_stages
         assert pipeline.batch_stage is not None
         self._batch_stage = pipeline.batch_stage
-        # Without record stages a batched source returns whole batches in one call.
-        self.reads_batches = not self._stages and self._source.batched
+        # Without record stages a source with `read_batch` returns whole batches in one call.
+        self._read_batch_of = sources_base.optional(self._source, "read_batch")
+        self.reads_batches = not self._stages and self._read_batch_of is not None
+        self._records = records.Records(self._source, self._stages, seed=self._seed)
         policy = pipeline.error_policy
         self._policy = policy if policy.replaces else None
         #: The replacements in the batches made here, until the consumer side takes them.
@@ -113,26 +128,7 @@ class BatchProducer:
 
     def record(self, index: int, *, epoch: int, position: int) -> Any:
         """Reads record `index` and runs the record stages; user errors become `RecordError`."""
-        try:
-            record = self._source.read(index)
-        except Exception as err:
-            raise checks.record_error("The source", err, index, epoch, position) from err
-        return self._transform(record, index=index, epoch=epoch, position=position)
-
-    def _transform(self, record: Any, *, index: int, epoch: int, position: int) -> Any:
-        if not self._stages:
-            return record
-        if type(record) is np.ndarray:
-            record = _read_only(record)
-        else:
-            record = optree.tree_map(_read_only, record, none_is_leaf=True)
-        for stage in self._stages:
-            try:
-                record = stage.apply(record, epoch=epoch, index=index)
-            except Exception as err:
-                what = "`map_fn`" if stage.name == "map" else f"Stage `{stage.name}`"
-                raise checks.record_error(what, err, index, epoch, position) from err
-        return record
+        return self._records.read(index, epoch=epoch, position=position)
 
     def batch(self, task: plan_lib.Task) -> Produced:
         """The batches of `task`'s records, whose first record sits at ``task.position``;
@@ -147,59 +143,41 @@ class BatchProducer:
     def _batch(self, task: plan_lib.Task) -> Produced:
         return self._grouped(self._columns(task), task)
 
-    def groups(self, task: plan_lib.Task) -> list[stages_base.Group]:
-        """The batches of a windowed stage's window `task` as groups of its slots (what
-        lineage needs: which records each batch holds), without assembling them."""
+    def groups(self, task: plan_lib.Task, *, replacing: bool = False) -> list[stages_base.Group]:
+        """The batches of a windowed stage's window `task` as groups of its slots (which
+        records each batch holds: what lineage and a restore's check need), without
+        assembling them; `replacing`, a failing record is replaced as the error policy
+        says (the groups are then the stream's; which records replaced which is not
+        returned)."""
         stage = self._batch_stage
         assert isinstance(stage, stages_base.WindowedBatchStage)
-        return stage.group(
-            self._columns(task), self.spec, seed=self.pipeline.seed, epoch=task.epoch,
-            window=task.window,
-        )
+        try:
+            columns = self._columns(task)
+        except errors.RecordError:
+            if self._policy is None or not replacing:
+                raise
+            columns = self._columns_replacing(task)[0]
+        with self._naming_group_errors(task):
+            return stage.group(
+                columns, self.spec, seed=self._seed, epoch=task.epoch,
+                window=task.window,
+            )
 
     def _columns(self, task: plan_lib.Task) -> list[Any]:
         """The checked leaves of `task`'s records, column by column."""
         indices, epoch, position = task.indices, task.epoch, task.position
         if self.reads_batches:
             return self._read_batch(indices, epoch=epoch, position=position)
-        # A source that reads many records at once is read once per batch.
-        read = None
-        if self._source.reads_many:
-            read = self._read_many(indices, epoch=epoch, position=position)
-        columns: list[list[np.ndarray]] = [[] for _ in self.spec.leaves]
-        single = columns[0] if len(columns) == 1 else None
-        for offset, index in enumerate(indices.tolist()):
-            at = position + offset
-            if read is None:
-                record = self.record(index, epoch=epoch, position=at)
-            else:
-                record = self._transform(read[offset], index=index, epoch=epoch, position=at)
-            leaves = self._check(record, index=index, epoch=epoch, position=at)
-            if single is not None:
-                single.append(leaves[0])
-            else:
-                for column, leaf in zip(columns, leaves, strict=True):
-                    column.append(leaf)
-        return columns
+        return self._records.columns(self.spec, indices, epoch=epoch, position=position)
 
     # -- the batch stage's part ------------------------------------------------------
     def _grouped(self, columns: list[Any], task: plan_lib.Task) -> Produced:
         """The task's batches from its records' checked `columns`."""
-        stage = self._batch_stage
-        try:
-            made = stage.batches(
-                columns, self.spec, seed=self.pipeline.seed, epoch=task.epoch,
+        with self._naming_group_errors(task):
+            made = self._batch_stage.batches(
+                columns, self.spec, seed=self._seed, epoch=task.epoch,
                 window=task.window,
             )
-        except stages_base.GroupError as err:
-            index, position = int(task.indices[err.slot]), task.position + err.slot
-            msg = (
-                f"Record index {index} (epoch {task.epoch}, position {position}) does not fit "
-                f"the batch stage `{stage.name}`: {err}"
-            )
-            raise errors.RecordSpecError(
-                msg, record_index=index, epoch=task.epoch, position=position
-            ) from err
         batches = made.leaves
         if self._maps:
             starts = np.cumsum([0, *made.counts[:-1]]).tolist()
@@ -209,6 +187,21 @@ class BatchProducer:
             ]
         return Produced([self._encoded(leaves) for leaves in batches], made.counts, made.rows)
 
+    @contextlib.contextmanager
+    def _naming_group_errors(self, task: plan_lib.Task) -> Iterator[None]:
+        """A record that does not fit the batch stage raises `RecordSpecError` naming it."""
+        try:
+            yield
+        except stages_base.GroupError as err:
+            index, position = int(task.indices[err.slot]), task.position + err.slot
+            msg = (
+                f"Record index {index} (epoch {task.epoch}, position {position}) does not fit "
+                f"the batch stage `{self._batch_stage.name}`: {err}"
+            )
+            raise errors.RecordSpecError(
+                msg, record_index=index, epoch=task.epoch, position=position
+            ) from err
+
     def _mapped(self, leaves: list[Any], task: plan_lib.Task, start: int, count: int) -> list[Any]:
         """A batch's leaves run through the batch map stages (a plain stage's batch: its
         rows are the task's records from `start` on), each result checked."""
@@ -216,7 +209,9 @@ class BatchProducer:
         batch = optree.tree_unflatten(self._map_specs[0].treespec, leaves)
         for stage, spec in zip(self._maps, self._map_specs[1:], strict=True):
             try:
-                batch = stage.apply_batch(batch, epoch=task.epoch, indices=indices)
+                batch = stage.apply_batch(
+                    batch, seed=self._seed, epoch=task.epoch, indices=indices
+                )
             except Exception as err:
                 who = f"The `{stage.name}` function"
                 raise checks.batch_error(stage.name, err, indices, task.epoch, position,
@@ -230,6 +225,14 @@ class BatchProducer:
     def _batch_replacing(self, task: plan_lib.Task) -> Produced:
         """`task`'s batches made again record by record, each failing record replaced as
         the error policy says; the replacements are left in `skips`."""
+        columns, skips = self._columns_replacing(task)
+        produced = self._grouped(columns, task)
+        self.skips.put(task, skips)
+        return produced
+
+    def _columns_replacing(self, task: plan_lib.Task) -> tuple[list[Any], list[dict[str, Any]]]:
+        """The checked leaves of `task`'s records read one by one, each failing record
+        replaced, and the replacements."""
         epoch = task.epoch
         columns: list[list[np.ndarray]] = [[] for _ in self.spec.leaves]
         skips = []
@@ -243,9 +246,7 @@ class BatchProducer:
                 skips.append(skip)
             for column, leaf in zip(columns, leaves, strict=True):
                 column.append(leaf)
-        produced = self._grouped(columns, task)
-        self.skips.put(task, skips)
-        return produced
+        return columns, skips
 
     def _checked(self, index: int, *, epoch: int, position: int) -> list[np.ndarray]:
         record = self.record(index, epoch=epoch, position=position)
@@ -256,7 +257,7 @@ class BatchProducer:
     ) -> tuple[Any, dict[str, Any]]:
         assert self._policy is not None
         order = self.pipeline.index_stage
-        return self._policy.replace(err, read, check, order=order, seed=self.pipeline.seed)
+        return self._policy.replace(err, read, check, order=order, seed=self._seed)
 
     def _probe(self) -> Any:
         """Record 0 of epoch 0, whose spec is the batches' (replaced if it fails)."""
@@ -270,44 +271,28 @@ class BatchProducer:
 
     def _encoded(self, leaves: list[Any]) -> Any:
         encoded = [
-            wire.encode(leaf, spec) if spec.variable else leaf
+            wire.encode(leaf, spec) if spec.variable else self._handed(leaf)
             for leaf, spec in zip(leaves, self.output_spec.leaves, strict=True)
         ]
         return optree.tree_unflatten(self.output_spec.treespec, encoded)
 
-    def _read_many(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
-        try:
-            records = list(self._source.read_many(indices))
-        except Exception as err:
-            raise checks.batch_error("read", err, indices, epoch, position) from err
-        if len(records) != len(indices):
-            msg = (
-                f"The source's read_many returned {len(records)} records for the "
-                f"{len(indices)} records starting at record index {int(indices[0])} "
-                f"(epoch {epoch}, position {position}). Expected: one per index."
-            )
-            raise errors.RecordError(
-                msg, record_index=int(indices[0]), epoch=epoch, position=position
-            )
-        return records
+    def _handed(self, leaf: Any) -> Any:
+        """`leaf`, or its copy in memory TensorFlow takes over (see `hand_over`)."""
+        if (self._hand_over and type(leaf) is np.ndarray and leaf.dtype.kind in "iuf"
+                and leaf.nbytes >= buffers.MIN_BYTES and not handoff.fresh(leaf)):
+            return handoff.copy(leaf)
+        return leaf
 
     def _check(self, record: Any, *, index: int, epoch: int, position: int) -> list[np.ndarray]:
         return checks.record(self.spec, record, index=index, epoch=epoch, position=position)
 
     def _read_batch(self, indices: np.ndarray, *, epoch: int, position: int) -> list[Any]:
         try:
-            batch = self._source.read_batch(indices)
+            assert self._read_batch_of is not None
+            batch = self._read_batch_of(indices)
         except Exception as err:
             raise checks.batch_error("read_batch", err, indices, epoch, position) from err
         if self._exact:
             return self.spec.treespec.flatten_up_to(batch)
         return checks.batch(self.spec, batch, indices, epoch=epoch, position=position)
-
-
-def _read_only(value: Any) -> Any:
-    if isinstance(value, np.ndarray) and value.flags.writeable:
-        value = value.view()
-        value.flags.writeable = False
-    return value
-
 

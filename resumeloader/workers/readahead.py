@@ -15,7 +15,8 @@ worker threads). Worker processes read their own tasks, several at once.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from resumeloader.sources import base as sources_base
 from resumeloader.stages import plan as plan_lib
@@ -29,7 +30,17 @@ DEPTH = 32
 def hinted(
     tasks: Iterator[plan_lib.Task], source: sources_base.Source, *, depth: int = DEPTH
 ) -> Iterator[plan_lib.Task]:
-    """`tasks`, each announced to ``source.prefetch`` before the consumer reaches it."""
+    """`tasks`, each announced to ``source.prefetch`` before the consumer reaches it
+    (`tasks` themselves for a source without ``prefetch``)."""
+    prefetch = sources_base.optional(source, "prefetch")
+    if prefetch is None:
+        return tasks
+    return _hinted(tasks, prefetch, depth)
+
+
+def _hinted(
+    tasks: Iterator[plan_lib.Task], prefetch: Callable[[Any], bool], depth: int
+) -> Iterator[plan_lib.Task]:
     pending: collections.deque[list[object]] = collections.deque()  # [task, announced]
     exhausted = False
     while True:
@@ -44,7 +55,7 @@ def hinted(
                 pending.append([task, False])
             entry = pending[at]
             if not entry[1]:
-                if not source.prefetch(entry[0].indices):  # type: ignore[attr-defined]
+                if not prefetch(entry[0].indices):  # type: ignore[attr-defined]
                     break  # the budget is full: announce more after the next task
                 entry[1] = True
         if not pending:

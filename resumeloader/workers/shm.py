@@ -48,7 +48,7 @@ def check_space(directory: str, size: int) -> None:
         "64 MiB /dev/shm by default: start the container with a larger one "
         "(`docker run --shm-size=2g ...`, or `shm_size` in compose / Kubernetes' "
         "`emptyDir: {medium: Memory}`), use smaller batches, or use "
-        "worker_type='thread'."
+        "Workers(kind='thread')."
     )
     raise OSError(errno.ENOSPC, msg)
 

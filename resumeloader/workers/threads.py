@@ -40,6 +40,9 @@ class ThreadBackend:
 
     kind: ClassVar[str] = "thread"
     option_fields: ClassVar[tuple[str, ...]] = ("timeout", "window")
+    options_type: ClassVar[type | None] = None
+    reads_in_this_process: ClassVar[bool] = True
+    parallel: ClassVar[bool] = True
 
     def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
         self._workers = workers

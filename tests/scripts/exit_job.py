@@ -33,10 +33,7 @@ def augment(record, rng):
     return record + rng.normal(scale=0.1, size=record.shape).astype(np.float32)
 
 
-if workers == "dask":  # a local cluster of 2 worker processes
-    options = {"workers": resumeloader.Workers(2, kind="dask")}
-else:
-    options = {} if workers == "0" else {"num_workers": 2, "worker_type": workers}
+options = {} if workers == "0" else {"workers": resumeloader.Workers(2, kind=workers)}
 records = 48 if consume == "fit" else 4096
 features = np.random.default_rng(0).normal(size=(records, 4)).astype(np.float32)
 loader = resumeloader.ResumableLoader(features, batch_size=8, seed=0, map_fn=augment, **options)

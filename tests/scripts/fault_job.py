@@ -75,14 +75,12 @@ class Source:
         return np.int64(index)
 
 
-if args.worker_type == "dask":  # a local cluster of --workers processes
-    workers = {"workers": resumeloader.Workers(args.workers, kind="dask", timeout=args.timeout)}
-else:
-    workers = {"num_workers": args.workers, "worker_type": args.worker_type,
-               "worker_timeout": args.timeout}
 loader = resumeloader.ResumableLoader(
-    Source(), batch_size=BATCH, seed=1, num_epochs=2, map_fn=map_fn, prefetch=args.prefetch,
-    **workers,
+    Source(), batch_size=BATCH, seed=1, num_epochs=2, map_fn=map_fn,
+    workers=resumeloader.Workers(
+        args.workers, kind=args.worker_type if args.workers else None, timeout=args.timeout
+    ),
+    prefetch=args.prefetch,
 )
 path = args.workdir / "state.json"
 saved = json.loads(path.read_text()) if path.exists() else {"loader": None, "records": []}

@@ -68,8 +68,10 @@ def main() -> None:
     keras.utils.set_random_seed(0)
     recorder = TraceRecorder.from_env()
     address = os.environ.get("RESUMELOADER_TEST_DASK_ADDRESS")
-    workers = resumeloader.Workers(kind="dask", address=address) if address else (
-        resumeloader.Workers(2, kind="dask")
+    where = resumeloader.DaskOptions(address=address)
+    workers = (
+        resumeloader.Workers(kind="dask", options=where) if address
+        else resumeloader.Workers(2, kind="dask")
     )
     pipeline = resumeloader.Pipeline(source(), seed=5).shuffle().map(augment).batch(6)
     loader = resumeloader.ResumableLoader.from_pipeline(pipeline, workers=workers)

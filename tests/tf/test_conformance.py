@@ -5,16 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import _conformance as conformance
-import _legacy
 import numpy as np
 import pytest
 
 from resumeloader import Pipeline, ResumableLoader, ResumeMismatchError, testing
 from resumeloader.core import sampler
+from resumeloader.handout import engine as engine_lib
 from resumeloader.stages import IndexStage, RecordStage
+from resumeloader.tfdata import paths
 from resumeloader.workers import registry
-
-pytestmark = _legacy.KEYWORDS_OF_0_2
 
 
 @pytest.mark.parametrize("name", sorted(conformance.REGISTRY))
@@ -28,26 +27,32 @@ def test_registered_pipeline_resumes_identically(name, request):
     )
 
 
+def _path(loader: ResumableLoader) -> str:
+    """The name of the delivery path `loader` takes (chosen as the loader chooses it)."""
+    engine = engine_lib.Engine(loader.plan, loader.workers, with_metadata=loader.with_metadata)
+    return paths.path_class(engine).name
+
+
 def test_registry_covers_every_delivery_path_and_feature(request):
-    """The registry holds gather, read_batch and per-record paths, workers, shards, metadata."""
+    """The registry holds every delivery path of `PATHS`, workers, shards, metadata."""
     for fixture in {f for case in conformance.REGISTRY.values() for f in case.needs}:
         request.getfixturevalue(fixture)
     loaders = {name: case.make() for name, case in conformance.REGISTRY.items()}
-    plans = [loader.describe() for loader in loaders.values()]
-    assert any("as constant tensors" in plan for plan in plans)
-    assert any("read_batch(indices)" in plan for plan in plans)
-    assert any("source[index]" in plan for plan in plans)
-    assert {loader.worker_type for loader in loaders.values() if loader.num_workers} == {
+    taken = {_path(loader) for loader in loaders.values()}
+    assert taken >= {path.name for path in paths.PATHS}
+    assert {loader.workers.kind for loader in loaders.values() if loader.workers.num_workers} == {
         "thread",
         "process",
     }
-    assert any(loader.plan.shard_count > 1 for loader in loaders.values())
+    assert any(loader.shard.count > 1 for loader in loaders.values())
     assert any(loader.with_metadata for loader in loaders.values())
     assert any(loader.num_epochs is None for loader in loaders.values())
 
 
-def test_registry_covers_every_worker_backend():
+def test_registry_covers_every_worker_backend(request):
     """Every kind of worker backend in the registry has an entry (and the 0.3 values do)."""
+    for fixture in {f for case in conformance.REGISTRY.values() for f in case.needs}:
+        request.getfixturevalue(fixture)  # e.g. a storage server, whatever ran before
     loaders = [case.make() for case in conformance.REGISTRY.values()]
     kinds = {loader.workers.kind for loader in loaders}
     assert kinds >= set(registry.BACKENDS)
@@ -69,10 +74,10 @@ class _EpochCachingOrder(IndexStage):
     def num_records(self) -> int:
         return self._num_records
 
-    def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
+    def indices(self, epoch: int, offsets: np.ndarray, *, seed: int) -> np.ndarray:
         if self._first_epoch is None:
             self._first_epoch = epoch
-        return sampler.permute(self._num_records, 0, self._first_epoch, offsets)
+        return sampler.permute(self._num_records, seed, self._first_epoch, offsets)
 
 
 class _CallCountingMap(RecordStage):
@@ -83,7 +88,7 @@ class _CallCountingMap(RecordStage):
     def __init__(self) -> None:
         self._calls = 0
 
-    def apply(self, record: Any, *, epoch: int, index: int) -> Any:
+    def apply(self, record: Any, *, seed: int, epoch: int, index: int) -> Any:
         self._calls += 1
         return record + np.float32(self._calls)
 

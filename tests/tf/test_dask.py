@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 import resumeloader
-from resumeloader import RecordError, WorkerError, Workers
+from resumeloader import DaskOptions, RecordError, WorkerError, Workers
 
 NUM_RECORDS, BATCH, EPOCHS = 40, 4, 2
 NUM_BATCHES = NUM_RECORDS // BATCH * EPOCHS
@@ -57,7 +57,7 @@ class _Local:
         self.client = _dask.local()
 
     def workers(self) -> Workers:
-        return Workers(kind="dask", client=self.client)
+        return Workers(kind="dask", options=DaskOptions(client=self.client))
 
     def add_worker(self) -> None:
         self.client.cluster.scale(3)
@@ -77,7 +77,7 @@ class _Cli:
         self.client = cluster.client()
 
     def workers(self) -> Workers:
-        return Workers(kind="dask", address=self.cluster.address)
+        return Workers(kind="dask", options=DaskOptions(address=self.cluster.address))
 
     def add_worker(self) -> None:
         self.cluster.add_worker()
@@ -200,7 +200,7 @@ def test_dask_scheduler_killed_mid_epoch_raises_worker_error_then_resumes(
         doomed = _LocalClusterProcess(tmp_path)
         address, kill = doomed.address, doomed.kill
     try:
-        loader = _loader(Workers(kind="dask", address=address))
+        loader = _loader(Workers(kind="dask", options=DaskOptions(address=address)))
         batches = iter(loader)
         head = [_bytes(next(batches)) for _ in range(5)]
         kill()
@@ -217,7 +217,7 @@ def test_dask_scheduler_killed_mid_epoch_raises_worker_error_then_resumes(
     assert f"Lost the Dask scheduler at {address}" in str(info.value)
     assert 5 <= len(head) < NUM_BATCHES
     assert info.value.position == len(head) * BATCH == state["offset"]
-    fresh = _loader(Workers(kind="dask", client=_dask.local()))
+    fresh = _loader(Workers(kind="dask", options=DaskOptions(client=_dask.local())))
     fresh.set_state(state)
     assert head + [_bytes(batch) for batch in fresh] == reference
     fresh.close()

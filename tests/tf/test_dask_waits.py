@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import resumeloader
-from resumeloader import WorkerError, Workers
+from resumeloader import DaskOptions, WorkerError, Workers
 
 NUM_RECORDS, BATCH, EPOCHS = 40, 4, 1
 TIMEOUT = 15.0  # far above a batch's time on a loaded machine (80 ms idle)
@@ -73,7 +73,7 @@ def test_dask_every_worker_killed_raises_worker_error_naming_no_worker(
     the timeout saying the cluster has no worker; a worker that joins then continues the
     stream exactly."""
     address = bare_cluster.address
-    loader = _loader(Workers(kind="dask", address=address, timeout=TIMEOUT))
+    loader = _loader(Workers(kind="dask", options=DaskOptions(address=address), timeout=TIMEOUT))
 
     def kill_every_worker() -> None:
         for worker in bare_cluster.workers:
@@ -96,7 +96,7 @@ def test_dask_local_cluster_scaled_to_zero_raises_worker_error_naming_no_worker(
     """A LocalCluster scaled to 0 workers mid-epoch: a WorkerError of the timeout saying
     the cluster has no worker; scaled back up, the stream continues exactly."""
     client = _dask.local()
-    loader = _loader(Workers(kind="dask", client=client, timeout=TIMEOUT))
+    loader = _loader(Workers(kind="dask", options=DaskOptions(client=client), timeout=TIMEOUT))
 
     def scale_to_zero() -> None:
         client.cluster.scale(0)
@@ -122,7 +122,8 @@ def test_dask_worker_stalled_holding_result_raises_worker_error_naming_the_trans
     """The workers stopped (SIGSTOP) once they made the batches in flight: the transfer
     of the next batch's result never ends, and the timeout bounds it (a WorkerError
     naming the task as made, in memory, on a running worker)."""
-    loader = _loader(Workers(kind="dask", address=bare_cluster.address, timeout=TIMEOUT))
+    where = DaskOptions(address=bare_cluster.address)
+    loader = _loader(Workers(kind="dask", options=where, timeout=TIMEOUT))
     client = bare_cluster.client()
 
     def stop_workers_holding_results() -> None:

@@ -303,3 +303,22 @@ def test_curriculum_job_killed_before_and_after_the_change_resumes_exactly(tmp_p
     assert report.identical, "\n".join(report.details())
     assert report.weights_identical
     assert report.resumed_steps == report.reference_steps
+
+
+def test_records_at_and_batch_at_take_numpy_integers_and_refuse_other_types():
+    """Steps and positions of any integer type (NumPy's included) look up the same batch;
+    a float or a str is a TypeError naming the argument and what it accepts."""
+    loader = _loader(_curriculum(), num_epochs=None)
+    assert loader.records_at(np.int64(3)) == loader.records_at(3)
+    assert loader.records_at(positions=np.array([8, 12])) == loader.records_at(positions=[8, 12])
+    by_numpy, by_int = loader.batch_at(np.int64(3)), loader.batch_at(3)
+    assert by_numpy.numpy().tolist() == by_int.numpy().tolist()
+    for call, name in [
+        (lambda: loader.records_at(1.5), "steps"),
+        (lambda: loader.records_at(positions="12"), "positions"),
+        (lambda: loader.batch_at(1.5), "step"),
+        (lambda: loader.batch_at(position=np.float32(8)), "position"),
+    ]:
+        with pytest.raises(TypeError, match=rf"^`{name}` must be a non-negative integer "
+                                            r"\(Python or NumPy\)"):
+            call()

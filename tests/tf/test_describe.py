@@ -26,17 +26,17 @@ def _stages(text: str) -> list[str]:
 @pytest.mark.parametrize(
     ("kwargs", "stages"),
     [
-        ({}, ["position", "sampler", "source", "from_generator", "map", "prefetch"]),
+        ({}, ["position", "sampler", "source", "order", "map", "prefetch"]),
         (
-            {"num_workers": 1, "prefetch": 2},
+            {"workers": resumeloader.Workers(1), "prefetch": 2},
             ["position", "sampler", "source", "workers", "from_generator", "prefetch"],
         ),
         (
-            {"map_fn": fns.augment, "prefetch": None, "num_workers": 2},
+            {"map_fn": fns.augment, "prefetch": None, "workers": resumeloader.Workers(2)},
             ["position", "sampler", "source", "map_fn", "workers", "from_generator"],
         ),
     ],
-    ids=["arrays-gathered", "arrays-1-worker", "map_fn-workers-no-prefetch"],
+    ids=["arrays-graph", "arrays-1-worker", "map_fn-workers-no-prefetch"],
 )
 def test_describe_configuration_lists_stages_in_order(kwargs, stages):
     """describe() has one row per pipeline stage, from the position to prefetch."""
@@ -61,7 +61,7 @@ def test_describe_after_consuming_shows_position_and_epoch():
 
 def test_describe_shows_signature_and_workers():
     """describe() shows the batch signature and the worker plan."""
-    text = " ".join(_loader(num_workers=2, worker_type="process").describe().split())
+    text = " ".join(_loader(workers=resumeloader.Workers(2, kind="process")).describe().split())
     assert "uint8[None,2,3]" in text
     assert "2 process workers" in text
     assert "shared memory" in text
@@ -77,6 +77,28 @@ def test_describe_console_prints_same_plan():
 
 def test_repr_is_one_line():
     """repr(loader) is a single line naming the configuration and position."""
-    text = repr(_loader(num_workers=1))
+    text = repr(_loader(workers=resumeloader.Workers(1)))
     assert "\n" not in text
     assert text.startswith("ResumableLoader(num_records=10, batch_size=4, seed=5")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "path"),
+    [
+        ({}, "graph"),
+        ({"workers": resumeloader.Workers(1)}, "read_batch"),
+        ({"map_fn": fns.augment}, "records"),
+    ],
+    ids=["arrays", "arrays-1-worker", "map_fn"],
+)
+def test_describe_names_the_delivery_path(kwargs, path):
+    """The hand-over row names the delivery path the loader took."""
+    text = _loader(**kwargs).describe()
+    assert f"{path} path:" in text
+
+
+def test_describe_names_the_gather_path_for_arrays_with_skips():
+    """Arrays whose layout has no graph form (a skipped range) take the gather path."""
+    pipeline = resumeloader.Pipeline(np.zeros((10, 3), np.float32), seed=0).skip(2, 4)
+    loader = resumeloader.ResumableLoader.from_pipeline(pipeline.batch(4), num_epochs=2)
+    assert "gather path:" in loader.describe()

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import resumeloader
+from resumeloader import Shard
 
 pytestmark = pytest.mark.usefixtures("clean_keras")
 
@@ -165,7 +166,7 @@ def test_dataset_input_pipelines_together_equal_single_process_batches(
     num_pipelines, num_replicas, shard_index, shard_count
 ):
     """The union over input pipelines of each step's per-replica batches is the loader's batch."""
-    layout = dict(shard_index=shard_index, shard_count=shard_count)
+    layout = dict(shard=Shard(shard_index, shard_count))
     loader = make_loader(prefetch=None, **layout)
     replicas_per_pipeline = num_replicas // num_pipelines
     streams = []
@@ -275,8 +276,7 @@ def test_dataset_input_pipelines_any_layout_continue_single_process_batches(data
         seed=data.draw(st.integers(0, 2**64 - 1), label="seed"),
         num_epochs=2,
         drop_remainder=True,
-        shard_index=shard_index,
-        shard_count=shard_count,
+        shard=resumeloader.Shard(shard_index, shard_count),
         prefetch=None,
         with_metadata=True,
     )

@@ -24,8 +24,7 @@ def make_shards(shard_count: int, global_batch: int, **overrides):
             batch_size=global_batch // shard_count,
             seed=SEED,
             num_epochs=NUM_EPOCHS,
-            shard_index=index,
-            shard_count=shard_count,
+            shard=resumeloader.Shard(index, shard_count),
             prefetch=None,
             **overrides,
         )

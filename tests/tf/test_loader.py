@@ -613,8 +613,7 @@ def test_set_state_other_shard_count_resumes_at_same_global_record(shard_count):
             batch_size=2,
             seed=7,
             num_epochs=1,
-            shard_index=s,
-            shard_count=shard_count,
+            shard=resumeloader.Shard(s, shard_count),
         )
         for s in range(shard_count)
     ]
@@ -630,7 +629,7 @@ def test_set_state_offset_not_divisible_by_shard_count_raises_elastic_error():
     """A global offset the new shard count cannot split exactly is refused, unchanged."""
     saved = ResumableLoader(np.arange(60), batch_size=5, seed=7)
     saved.advance(1)
-    shard = ResumableLoader(np.arange(60), batch_size=2, seed=7, shard_count=2)
+    shard = ResumableLoader(np.arange(60), batch_size=2, seed=7, shard=resumeloader.Shard(0, 2))
 
     with pytest.raises(resumeloader.ElasticResumeError) as info:
         shard.set_state(saved.get_state())
@@ -757,8 +756,9 @@ _BAD_ARGUMENTS = [
     ("map-fn-not-callable", dict(map_fn=3), TypeError, "map_fn"),
     ("shuffle-int", dict(shuffle=1), TypeError, "shuffle"),
     ("num-epochs-zero", dict(num_epochs=0), ValueError, "num_epochs"),
-    ("shard-index-out-of-range", dict(shard_index=2, shard_count=2), ValueError, "shard_index"),
-    ("shard-count-zero", dict(shard_count=0), ValueError, "shard_count"),
+    ("shard-not-a-shard", dict(shard=(1, 2)), TypeError, "shard"),
+    ("shard-count-above-records", dict(shard=resumeloader.Shard(0, 11)), ValueError, "shard_count"),
+    ("workers-not-workers", dict(workers=2), TypeError, "workers"),
     ("prefetch-negative", dict(prefetch=-5), ValueError, "prefetch"),
     ("drop-remainder-int", dict(drop_remainder=1), TypeError, "drop_remainder"),
     ("with-metadata-str", dict(with_metadata="yes"), TypeError, "with_metadata"),

@@ -1,5 +1,5 @@
 """The loader's options as values: Workers, Shard and the record spec where the stream is
-defined; the keywords of 0.2 keep working (on from_pipeline with a DeprecationWarning)."""
+defined; the keywords of 0.2 (never released) are refused, naming their spelling now."""
 
 from __future__ import annotations
 
@@ -22,35 +22,57 @@ def _pipeline() -> Pipeline:
     return Pipeline(_DATA, seed=3).shuffle().map(fns.augment).batch(4)
 
 
-def test_from_pipeline_new_form_streams_as_the_keywords_of_0_2():
-    """Shard and Workers values give the stream the 0.2 keywords gave, without a warning."""
-    with pytest.warns(DeprecationWarning):
-        old = ResumableLoader.from_pipeline(
-            _pipeline(), num_epochs=2, shard_index=1, shard_count=2, num_workers=2,
-            worker_type="process",
-        )
-    new = ResumableLoader.from_pipeline(
+def test_from_pipeline_takes_shard_and_workers_values():
+    """`Shard` and `Workers` values define the shard read and the workers that make it."""
+    loader = ResumableLoader.from_pipeline(
         _pipeline(), num_epochs=2, shard=Shard(1, 2), workers=Workers(2, kind="process")
     )
-    with old, new:
-        assert _drain(new) == _drain(old)
-    assert (new.workers, new.shard) == (Workers(2, kind="process"), Shard(1, 2))
-    assert (new.num_workers, new.worker_type) == (2, "process")
+    reference = ResumableLoader.from_pipeline(_pipeline(), num_epochs=2, shard=Shard(1, 2))
+    with loader:
+        assert _drain(loader) == _drain(reference)
+    assert (loader.workers, loader.shard) == (Workers(2, kind="process"), Shard(1, 2))
+    default = ResumableLoader.from_pipeline(_pipeline())
+    assert (reference.workers, default.workers, default.shard) == (Workers(), Workers(), Shard())
+
+
+_REMOVED = [
+    ({"shard_index": 1}, "`shard_index`", "shard=Shard(index, count)"),
+    ({"shard_count": 2}, "`shard_count`", "shard=Shard(index, count)"),
+    ({"num_workers": 2}, "`num_workers`", "workers=Workers(num_workers, kind=..., timeout=...)"),
+    ({"worker_type": "process"}, "`worker_type`", "workers=Workers("),
+    ({"worker_timeout": 5.0}, "`worker_timeout`", "workers=Workers("),
+    ({"shard_index": 1, "shard_count": 2}, "`shard_index`, `shard_count`",
+     "shard=Shard(index, count). Received: shard_index=1, shard_count=2."),
+]
+_REMOVED_IDS = ["shard_index", "shard_count", "num_workers", "worker_type", "worker_timeout",
+                "shard-both"]
+
+
+@pytest.mark.parametrize(("keywords", "names", "instead"), _REMOVED, ids=_REMOVED_IDS)
+def test_loader_keyword_of_0_2_raises_type_error_naming_the_new_spelling(
+    keywords, names, instead
+):
+    """The keywords of 0.2 (never released) are gone: each names its spelling now."""
+    with pytest.raises(TypeError) as info:
+        ResumableLoader(_DATA, batch_size=4, seed=0, **keywords)
+    assert f"ResumableLoader() takes no {names} any more: use " in str(info.value)
+    assert instead in str(info.value)
 
 
 @pytest.mark.parametrize(
-    ("keywords", "named"),
-    [({"shard_index": 1, "shard_count": 2}, "shard=Shard(index, count)"),
-     ({"num_workers": 2}, "workers=Workers(num_workers, kind=..., timeout=...)"),
-     ({"output_signature": tf.TensorSpec((3,), tf.float32)}, "output_signature=...)")],
+    ("keywords", "instead"),
+    [({"shard_count": 2}, "shard=Shard(index, count)"),
+     ({"num_workers": 2}, "workers=Workers("),
+     ({"output_signature": tf.TensorSpec((3,), tf.float32)}, ".map(fn, output_signature=...)")],
     ids=["shard", "workers", "output_signature"],
 )
-def test_from_pipeline_keyword_of_0_2_warns_naming_the_new_form(keywords, named):
-    """Each deprecated keyword still works and its warning names what replaces it."""
-    with pytest.warns(DeprecationWarning, match="from_pipeline") as caught:
-        loader = ResumableLoader.from_pipeline(_pipeline(), num_epochs=1, **keywords)
-    assert named in str(caught[0].message)
-    assert len(_drain(loader)) > 0
+def test_from_pipeline_keyword_of_0_2_raises_type_error_naming_the_new_spelling(
+    keywords, instead
+):
+    """`from_pipeline` refuses them too, `output_signature` among them."""
+    with pytest.raises(TypeError, match=r"from_pipeline\(\) takes no") as info:
+        ResumableLoader.from_pipeline(_pipeline(), num_epochs=1, **keywords)
+    assert instead in str(info.value)
 
 
 def test_from_pipeline_unknown_keyword_raises_type_error():
@@ -60,25 +82,27 @@ def test_from_pipeline_unknown_keyword_raises_type_error():
 
 
 @pytest.mark.parametrize(
-    "keywords",
-    [{"workers": Workers(2), "num_workers": 2}, {"shard": Shard(0, 2), "shard_count": 2},
-     {"workers": 2}, {"shard": (0, 2)}],
-    ids=["workers-twice", "shard-twice", "workers-int", "shard-tuple"],
+    ("keywords", "named"),
+    [({"workers": 2}, "`workers` must be a resumeloader.Workers"),
+     ({"shard": (0, 2)}, "`shard` must be a resumeloader.Shard")],
+    ids=["workers-int", "shard-tuple"],
 )
-def test_loader_option_given_twice_or_of_the_wrong_type_raises(keywords):
-    """A value and its 0.2 keywords together, or a value that is not one, is refused."""
-    with pytest.raises(TypeError) as info:
+def test_loader_option_of_the_wrong_type_raises(keywords, named):
+    """A value that is not the option's type is refused, naming it."""
+    with pytest.raises(TypeError, match=named) as info:
         ResumableLoader(_DATA, batch_size=4, seed=0, **keywords)
     assert "Received:" in str(info.value)
 
 
-def test_short_constructor_takes_the_values_too():
-    """`ResumableLoader(source, ...)` takes `workers` and `shard` beside its 0.2 keywords."""
+def test_short_constructor_takes_the_values():
+    """`ResumableLoader(source, ...)` takes `workers` and `shard` as `from_pipeline` does."""
     options = dict(batch_size=4, seed=3, num_epochs=2, map_fn=fns.augment)
-    old = ResumableLoader(_DATA, shard_index=1, shard_count=2, num_workers=2, **options)
-    new = ResumableLoader(_DATA, shard=Shard(1, 2), workers=Workers(2), **options)
-    assert _drain(new) == _drain(old)
-    assert new.workers == old.workers == Workers(2, kind="thread")
+    short = ResumableLoader(_DATA, shard=Shard(1, 2), workers=Workers(2), **options)
+    pipeline = Pipeline(_DATA, seed=3).shuffle().map(fns.augment).batch(4)
+    long = ResumableLoader.from_pipeline(pipeline, num_epochs=2, shard=Shard(1, 2))
+    with short:
+        assert _drain(short) == _drain(long)
+    assert short.workers == Workers(2, kind="thread")
 
 
 def test_output_signature_given_where_the_stream_is_defined():
@@ -86,15 +110,11 @@ def test_output_signature_given_where_the_stream_is_defined():
     spec = tf.TensorSpec((None,), tf.int64)
     plain = Pipeline(_TOKENS, seed=0, output_signature=spec).batch(4)
     mapped = Pipeline(_TOKENS, seed=0).map(fns.augment, output_signature=spec).batch(4)
-    for pipeline in (plain, mapped):
+    described = Pipeline(_TOKENS, seed=0).map(fns.augment).with_output_signature(spec).batch(4)
+    for pipeline in (plain, mapped, described):
         loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
         assert isinstance(next(iter(loader)), tf.RaggedTensor)
-    with pytest.warns(DeprecationWarning):
-        old = ResumableLoader.from_pipeline(
-            Pipeline(_TOKENS, seed=0).map(fns.augment).batch(4), num_epochs=1,
-            output_signature=spec,
-        )
-    assert old.element_spec == ResumableLoader.from_pipeline(mapped, num_epochs=1).element_spec
+    assert described.record_spec == mapped.record_spec
 
 
 def test_record_stage_after_the_spec_resets_it():

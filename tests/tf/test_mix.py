@@ -7,19 +7,17 @@ import json
 import sys
 from pathlib import Path
 
-import _legacy
 import _worker_fns
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resumeloader import Pipeline, ResumableLoader, StateMismatchError, cli
+from resumeloader import Pipeline, ResumableLoader, Shard, StateMismatchError, Workers, cli
 from resumeloader.sources import ArraySource, ConcatSource
-from resumeloader.stages import MixStage, Plan
+from resumeloader.stages import MixStage
+from resumeloader.stages.plan import Plan
 from resumeloader.tools import inspect
-
-pytestmark = _legacy.KEYWORDS_OF_0_2
 
 F = fractions.Fraction
 SCRIPT = Path(__file__).parents[1] / "scripts" / "train_mix.py"
@@ -60,7 +58,7 @@ def test_mix_every_prefix_count_within_one_of_weight(parts, seed, num_positions)
     """The keys of any prefix of n positions hold weight x n records of each source, +-1."""
     pipeline = build(parts, seed, num_positions)
     stage = pipeline.index_stage
-    part, _, _ = decode(pipeline.source, stage.indices(0, np.arange(num_positions)))
+    part, _, _ = decode(pipeline.source, stage.indices(0, np.arange(num_positions), seed=seed))
     onehot = np.zeros((num_positions + 1, len(parts)), np.int64)
     onehot[np.arange(1, num_positions + 1), part] = 1
     counts = np.cumsum(onehot, axis=0)
@@ -76,7 +74,7 @@ def test_mix_each_source_walks_consecutive_permutations(parts, seed, epoch):
     """Per source, in stream order: lap j is a permutation of its records, laps in order."""
     pipeline = build(parts, seed, 300)
     stage = pipeline.index_stage
-    keys = np.concatenate([stage.indices(e, np.arange(300)) for e in range(epoch + 1)])
+    keys = np.concatenate([stage.indices(e, np.arange(300), seed=seed) for e in range(epoch + 1)])
     part, lap, record = decode(pipeline.source, keys)
     for k, (length, _) in enumerate(parts):
         walk_laps, walk = lap[part == k], record[part == k]
@@ -92,7 +90,7 @@ def test_mix_shard_union_is_global_order(parts, seed, shard_count):
     pipeline = build(parts, seed, 120).batch(4)
     whole = Plan(pipeline, num_epochs=2)
     shards = [
-        Plan(pipeline, num_epochs=2, shard_index=s, shard_count=shard_count)
+        Plan(pipeline, num_epochs=2, shard=Shard(s, shard_count))
         for s in range(shard_count)
     ]
     for epoch in range(2):
@@ -105,17 +103,20 @@ def test_mix_shard_union_is_global_order(parts, seed, shard_count):
 
 def test_mix_key_depends_only_on_position_not_on_calls():
     """Offsets asked in any order, alone or together, give the same keys (no history)."""
-    stage = mixed().index_stage
+    pipeline = mixed()
+    stage, seed = pipeline.index_stage, pipeline.seed
     offsets = np.arange(stage.num_records)
-    together = stage.indices(3, offsets)
+    together = stage.indices(3, offsets, seed=seed)
     shuffled = np.random.default_rng(0).permutation(offsets)
-    assert (stage.indices(3, shuffled) == together[shuffled]).all()
-    assert [int(stage.indices(3, np.array([o]))[0]) for o in offsets] == together.tolist()
+    assert (stage.indices(3, shuffled, seed=seed) == together[shuffled]).all()
+    assert [int(stage.indices(3, np.array([o]), seed=seed)[0]) for o in offsets] == (
+        together.tolist())
 
 
 def test_mix_golden_keys_pinned():
     """The first keys of the 70/30 mixture for seed 5 (changing them is a breaking change)."""
-    keys = mixed().index_stage.indices(0, np.arange(12)).tolist()
+    pipeline = mixed()
+    keys = pipeline.index_stage.indices(0, np.arange(12), seed=pipeline.seed).tolist()
     assert keys == GOLDEN_KEYS
 
 
@@ -203,7 +204,8 @@ def test_mix_process_workers_stream_equals_calling_thread():
         [
             b.numpy().tolist()
             for b in ResumableLoader.from_pipeline(
-                pipeline, num_epochs=2, prefetch=None, num_workers=workers, worker_type="process"
+                pipeline, num_epochs=2, prefetch=None,
+                workers=Workers(workers, kind="process" if workers else None),
             )
         ]
         for workers in (0, 2)
@@ -224,7 +226,7 @@ def test_mix_restore_at_epoch_50_of_a_million_continues_exactly():
     fresh = ResumableLoader.from_pipeline(pipeline, prefetch=None, with_metadata=True)
     fresh.set_state(state)
     _, meta = next(iter(fresh))
-    expected = pipeline.index_stage.indices(50, np.arange(654_336, 654_400))
+    expected = pipeline.index_stage.indices(50, np.arange(654_336, 654_400), seed=pipeline.seed)
     assert meta["index"].numpy().tolist() == expected.tolist()
     assert (meta["epoch"].numpy() == 50).all()
 
@@ -290,8 +292,7 @@ def test_mix_elastic_resume_continues_global_stream(before, after):
                 pipeline.batch(global_batch // count),
                 num_epochs=2,
                 prefetch=None,
-                shard_index=s,
-                shard_count=count,
+                shard=Shard(s, count),
             )
             for s in range(count)
         ]
@@ -386,7 +387,7 @@ def test_mix_bad_argument_raises_naming_it(kwargs, error, message):
 def test_mix_stage_mismatched_entries_raise():
     """A MixStage built by hand needs one name, length and weight per source."""
     with pytest.raises(ValueError, match="one entry per source") as info:
-        MixStage(["a", "b"], [3], [F(1), F(1)], seed=0, shuffle=True)
+        MixStage(["a", "b"], [3], [F(1), F(1)], shuffle=True)
     assert "2 names, 1 lengths, 2 weights" in str(info.value)
 
 

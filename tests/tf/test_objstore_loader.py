@@ -15,7 +15,8 @@ import pytest
 from _objstore_fixtures import put_tfrecords, records, source
 
 from resumeloader import Pipeline, RecordError, ResumableLoader, StateMismatchError, cli
-from resumeloader.sources import fetch
+from resumeloader.sources import ObjectReads
+from resumeloader.sources.storage import fetch
 
 
 def test_block_order_reads_each_chunk_with_one_get(s3_store, tmp_path):
@@ -70,13 +71,13 @@ def test_read_ahead_changes_no_batch(s3_store, tmp_path):
 
     def batches(reads: fetch.ObjectReads) -> list[list[bytes]]:
         fetch.clear()
-        src = source(s3_store, url, tmp_path, object_reads=reads)
+        src = source(s3_store, url, tmp_path, reads=reads)
         pipeline = Pipeline(src, seed=9).shuffle(chunk_records=10).batch(8)
         return [b.numpy().tolist() for b in ResumableLoader.from_pipeline(pipeline, num_epochs=1)]
 
-    without = batches(fetch.ObjectReads(readahead_bytes=0))
+    without = batches(ObjectReads(readahead_bytes=0))
     s3_store.proxy.clear()
-    with_readahead = batches(fetch.ObjectReads())
+    with_readahead = batches(ObjectReads())
     assert with_readahead == without
     assert fetch.stats()["gets"] > 0
 
@@ -121,7 +122,7 @@ def test_file_source_reads_an_image_folder_in_a_bucket_with_tf_map(store, tmp_pa
     for i in range(6):
         image = tf.io.encode_jpeg(tf.fill((4, 4, 3), tf.constant(i * 40, tf.uint8))).numpy()
         store.put(f"{folder}/class-{i % 2}/{i}.jpg", image)
-    src = FileSource(store.url(f"{folder}/*/*.jpg"), storage_options=store.options)
+    src = FileSource(store.url(f"{folder}/*/*.jpg"), storage=store.storage())
 
     def decode(batch, seeds):
         images = tf.map_fn(
@@ -144,8 +145,8 @@ def test_failing_object_goes_through_on_error_skip(s3_store, tmp_path):
     """An object whose GETs keep failing: its records are replaced by on_error("skip")
     and logged to the quarantine, the other object's records all arrive."""
     url, every = put_tfrecords(s3_store, files=2, count=10)
-    reads = fetch.ObjectReads(attempts=2, backoff=0.01, timeout=5.0, deadline=10.0)
-    src = source(s3_store, url, tmp_path, object_reads=reads)  # each failing read: 2 GETs
+    reads = ObjectReads(attempts=2, backoff=0.01, timeout=5.0, deadline=10.0)
+    src = source(s3_store, url, tmp_path, reads=reads)  # each failing read: 2 GETs
     log = tmp_path / "quarantine.jsonl"
     pipeline = Pipeline(src, seed=0).batch(5).on_error("skip", max_fraction=1.0, quarantine=log)
     loader = ResumableLoader.from_pipeline(pipeline, num_epochs=1)
@@ -160,3 +161,34 @@ def test_failing_object_goes_through_on_error_skip(s3_store, tmp_path):
     assert set(every[:10]) <= set(got)
     lines = log.read_text().splitlines()
     assert len(lines) == 10 and all("part-1.tfrecord" in line for line in lines)
+
+
+def test_fetch_clear_between_batches_of_a_live_loader_changes_nothing(s3_store, tmp_path):
+    """`fetch.clear()` after every batch, read-ahead in flight: the same batches."""
+    url, _ = put_tfrecords(s3_store, files=3, count=20)
+    pipeline = Pipeline(source(s3_store, url, tmp_path), seed=4).shuffle(chunk_records=5).batch(6)
+    expected = [b.numpy().tolist() for b in ResumableLoader.from_pipeline(pipeline, num_epochs=1)]
+    got = []
+    for batch in ResumableLoader.from_pipeline(pipeline, num_epochs=1):
+        got.append(batch.numpy().tolist())
+        fetch.clear()
+    assert got == expected
+
+
+def test_object_deleted_under_a_live_loader_names_that_object(s3_store, tmp_path):
+    """An object deleted mid-epoch (read-ahead on, the cache cleared): the batch that needs
+    it fails naming that object as gone, never a bare CancelledError."""
+    url, _ = put_tfrecords(s3_store, files=3, count=20)
+    loader = ResumableLoader.from_pipeline(
+        Pipeline(source(s3_store, url, tmp_path), seed=0).batch(10), num_epochs=1
+    )
+    batches = iter(loader)
+    next(batches)
+    s3_store.direct.rm(url.split("://", 1)[1].replace("*", "2"))
+    fetch.clear()
+    with pytest.raises(RecordError) as info:
+        for _ in range(5):
+            next(batches)
+    message = str(info.value)
+    assert "part-2.tfrecord changed since the source was built" in message
+    assert "it no longer exists" in message and info.value.record_index >= 40

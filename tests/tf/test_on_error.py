@@ -7,7 +7,6 @@ import json
 import os
 import tempfile
 
-import _legacy
 import _worker_fns as fns
 import numpy as np
 import pytest
@@ -21,12 +20,12 @@ from resumeloader import (
     RecordError,
     RecordSpecError,
     ResumableLoader,
+    Shard,
     StateMismatchError,
     StreamIntegrityError,
+    Workers,
 )
 from resumeloader.stages import on_error
-
-pytestmark = _legacy.KEYWORDS_OF_0_2
 
 _NUM = 30
 
@@ -230,7 +229,7 @@ def test_skip_stream_after_restore_equals_uninterrupted_run(bad, seed, batch_siz
 def test_skip_with_workers_streams_and_logs_as_the_calling_thread(worker_type, tmp_path):
     """Thread and process workers: the same batches, and the same quarantine lines."""
     serial = _drain(_loader(tmp_path / "serial.jsonl", {2, 7, 11}))
-    loader = _loader(tmp_path / "workers.jsonl", {2, 7, 11}, num_workers=2, worker_type=worker_type)
+    loader = _loader(tmp_path / "workers.jsonl", {2, 7, 11}, workers=Workers(2, kind=worker_type))
 
     with loader:
         stream = _drain(loader)
@@ -299,7 +298,7 @@ def test_skip_variable_length_records_replaced_in_ragged_batches(tmp_path):
     pipeline = Pipeline(tokens, seed=0).shuffle().map(_fail_on_seven)
     pipeline = pipeline.on_error("skip", max_fraction=1.0, quarantine=tmp_path / "q.jsonl")
     loader = ResumableLoader.from_pipeline(
-        pipeline.batch(4), num_epochs=1, output_signature=tf.TensorSpec((None,), tf.int64)
+        pipeline.with_output_signature(tf.TensorSpec((None,), tf.int64)).batch(4), num_epochs=1
     )
 
     lengths = [n for b in loader for n in b.row_lengths().numpy().tolist()]
@@ -338,7 +337,7 @@ def test_skip_no_candidate_left_raises_record_error_naming_them(tmp_path):
     bad = set(range(_NUM))
     pipeline = _pipeline(bad).on_error("skip", quarantine=tmp_path / "q.jsonl").batch(4)
     loader = ResumableLoader.from_pipeline(
-        pipeline, num_epochs=1, output_signature=tf.TensorSpec((2,), tf.int64)
+        pipeline.with_output_signature(tf.TensorSpec((2,), tf.int64)), num_epochs=1
     )
 
     with pytest.raises(RecordError, match="found no replacement: the 16 candidate") as info:
@@ -377,7 +376,7 @@ def test_skip_replacement_does_not_depend_on_the_shard_layout(tmp_path):
 
     for shard in range(2):
         log = tmp_path / f"two-{shard}.jsonl"
-        loader = _loader(log, bad, batch_size=3, shard_index=shard, shard_count=2)
+        loader = _loader(log, bad, batch_size=3, shard=Shard(shard, 2))
         got = _records(loader).reshape(2, _NUM // 2)
         np.testing.assert_array_equal(got, single[:, shard::2])
         assert {line["shard_index"] for line in _lines(log)} == {shard}
@@ -395,8 +394,7 @@ def test_skip_checkpoint_of_one_shard_resumes_on_two(tmp_path):
     assert (state["epoch"], state["offset"]) == (0, 12)
 
     for shard in range(2):
-        loader = _loader(tmp_path / f"two-{shard}.jsonl", bad, batch_size=2, shard_index=shard,
-                         shard_count=2)
+        loader = _loader(tmp_path / f"two-{shard}.jsonl", bad, batch_size=2, shard=Shard(shard, 2))
         loader.set_state(state)
         got = _records(loader)
         want = np.concatenate([rest[0, 12 + shard :: 2], rest[1, shard::2]])
@@ -409,7 +407,7 @@ def test_skip_checkpoint_of_one_shard_resumes_on_two(tmp_path):
 @pytest.mark.parametrize("worker_type", [None, "process"], ids=["calling-thread", "process"])
 def test_callable_policy_record_replaces_failing_record(worker_type, tmp_path):
     """The callable's record takes the failing one's place; the log names the policy."""
-    workers = {} if worker_type is None else {"num_workers": 1, "worker_type": worker_type}
+    workers = {} if worker_type is None else {"workers": Workers(1, kind=worker_type)}
     loader = _loader(tmp_path / "q.jsonl", {7}, fns.placeholder, num_epochs=1, **workers)
 
     with loader:

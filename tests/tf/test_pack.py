@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import _legacy
 import _windowed as w
 import numpy as np
 import pytest
@@ -15,11 +14,13 @@ from resumeloader import (
     Pipeline,
     RecordSpecError,
     ResumableLoader,
+    Shard,
     StreamIntegrityError,
+    Workers,
 )
 from resumeloader.stages.batching import pack
 
-pytestmark = [pytest.mark.usefixtures("clean_keras"), _legacy.KEYWORDS_OF_0_2]
+pytestmark = pytest.mark.usefixtures("clean_keras")
 
 LENGTHS = w.lengths(90, seed=1)
 
@@ -135,8 +136,8 @@ def test_pack_position_counts_records_of_each_batch():
 
 
 @pytest.mark.parametrize("workers", [
-    {"num_workers": 2, "worker_type": "thread"},
-    {"num_workers": 2, "worker_type": "process"},
+    {"workers": Workers(2, kind="thread")},
+    {"workers": Workers(2, kind="process")},
 ], ids=["threads", "processes"])
 def test_pack_workers_give_the_same_stream(workers):
     """Thread and process workers deliver the same bytes and positions as none."""
@@ -262,7 +263,7 @@ def test_pack_other_shard_count_inside_window_raises():
     next(iterator)
     state = loader.get_state()
     iterator.close()
-    sharded = ResumableLoader.from_pipeline(_pipeline(), num_epochs=1, shard_count=2)
+    sharded = ResumableLoader.from_pipeline(_pipeline(), num_epochs=1, shard=Shard(0, 2))
     with pytest.raises(ElasticResumeError, match="inside a window with another shard count"):
         sharded.set_state(dict(state, offset=state["offset"] + state["offset"] % 2))
     assert sharded.position == 0
@@ -278,9 +279,7 @@ def test_pack_other_shard_count_at_window_boundary_continues_without_loss():
     assert state["offset"] == 60  # 30 into each shard's stream: a window boundary
     records = []
     for shard in range(2):
-        loader = ResumableLoader.from_pipeline(
-            _pipeline(), num_epochs=1, shard_index=shard, shard_count=2
-        )
+        loader = ResumableLoader.from_pipeline(_pipeline(), num_epochs=1, shard=Shard(shard, 2))
         loader.set_state(state)
         records += [w.record_of(r[0]) for b in loader for r in _segments(b)]
     order = single.plan.indices(0, 0, len(LENGTHS)).tolist()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import _legacy
 import _windowed as w
 import numpy as np
 import pytest
@@ -10,10 +9,10 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resumeloader import Pipeline, RecordSpecError, ResumableLoader
+from resumeloader import Pipeline, RecordSpecError, ResumableLoader, Shard, Workers
 from resumeloader.stages.batching import padded
 
-pytestmark = [pytest.mark.usefixtures("clean_keras"), _legacy.KEYWORDS_OF_0_2]
+pytestmark = pytest.mark.usefixtures("clean_keras")
 
 LENGTHS = w.lengths(23, seed=4)
 DATA = {"tokens": w.tokens(LENGTHS), "label": np.arange(23), "text": [f"t{i}" for i in range(23)]}
@@ -22,7 +21,7 @@ DATA = {"tokens": w.tokens(LENGTHS), "label": np.arange(23), "text": [f"t{i}" fo
 def _loader(batch_size: int = 5, **kwargs) -> ResumableLoader:
     options = {"mask": True}
     options.update(kwargs)
-    workers = {k: options.pop(k) for k in ("num_workers", "worker_type") if k in options}
+    workers = {k: options.pop(k) for k in ("workers",) if k in options}
     pipeline = Pipeline(DATA, seed=5).shuffle().padded_batch(batch_size, **options)
     return ResumableLoader.from_pipeline(pipeline, num_epochs=1, **workers)
 
@@ -60,7 +59,7 @@ def test_padded_batch_pads_tokens_keeps_other_leaves():
     assert batch["tokens"].shape[1] == max(len(r) for r in rows)
 
 
-@pytest.mark.parametrize("workers", [{}, {"num_workers": 2, "worker_type": "process"}],
+@pytest.mark.parametrize("workers", [{}, {"workers": Workers(2, kind="process")}],
                          ids=["no-workers", "processes"])
 def test_padded_batch_epoch_holds_every_record_once(workers):
     """An epoch's batches hold every record once, as batch() holds them, with any workers."""
@@ -179,7 +178,7 @@ def test_padded_batch_other_shard_count_continues_without_loss():
     for shard in range(3):
         loader = ResumableLoader.from_pipeline(
             Pipeline(DATA, seed=5).shuffle().padded_batch(2, mask=True), num_epochs=1,
-            shard_index=shard, shard_count=3,
+            shard=Shard(shard, 3),
         )
         loader.set_state(state)
         labels += [label for b in loader for label in b["label"].numpy().tolist()]

@@ -93,7 +93,7 @@ def test_custom_index_stage_enters_the_state_under_its_name():
         def num_records(self):
             return 6
 
-        def indices(self, epoch, offsets):
+        def indices(self, epoch, offsets, *, seed):
             return 5 - offsets
 
         def order_fields(self):
@@ -171,7 +171,8 @@ def test_version_1_tf_checkpoint_restores_same_position_and_stream():
 
 def test_sampler_stage_is_the_index_sampler_order():
     """The sampler stage and IndexSampler agree offset for offset (one permutation)."""
-    stage = SamplerStage(1000, seed=3, shuffle=True)
+    stage = SamplerStage(1000, shuffle=True)
     sampler = resumeloader.IndexSampler(1000, seed=3)
+    offsets = np.arange(1000)
 
-    assert stage.indices(4, np.arange(1000)).tolist() == sampler.epoch_indices(4, 0, 1000).tolist()
+    assert stage.indices(4, offsets, seed=3).tolist() == sampler.epoch_indices(4, 0, 1000).tolist()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -106,3 +108,39 @@ def test_restore_wrong_argument_types_raise_type_error(tmp_path, arguments, frag
         resumeloader.restore(*given)
 
     assert fragment in str(info.value)
+
+
+class _SavedValue(tf.train.experimental.PythonState):
+    """Another object saved under the loader's key (what a wrong checkpoint holds there)."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def serialize(self):
+        return self.value
+
+    def deserialize(self, string_value):
+        del string_value
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        (pickle.dumps({"epoch": 3, "offset": 12}), "a Python pickle (protocol"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "bytes of binary data"),
+        ('{"version": 2, "fingerprint": "ab', "truncated JSON"),
+    ],
+    ids=["pickle", "binary", "truncated-json"],
+)
+def test_checkpoint_value_not_a_loader_state_raises_state_error_naming_it(value, named, tmp_path):
+    """A checkpoint whose loader value is not the loader's JSON is a StateError saying what
+    it holds (never a UnicodeDecodeError), and the loader is unchanged."""
+    path = tf.train.Checkpoint(loader=_SavedValue(value)).save(str(tmp_path / "ckpt"))
+    loader = _loader()
+    loader.advance(2)
+
+    with pytest.raises(resumeloader.StateError) as info:
+        tf.train.Checkpoint(loader=loader).read(path)
+
+    assert named in str(info.value)
+    assert loader.position == 8

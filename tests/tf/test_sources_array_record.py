@@ -13,6 +13,7 @@ from resumeloader import (  # noqa: E402
     RecordError,
     ResumableLoader,
     StateMismatchError,
+    Workers,
 )
 from resumeloader.sources import ArrayRecordSource, CorruptRecordError  # noqa: E402
 
@@ -46,7 +47,7 @@ def test_array_record_source_reads_records_across_files_in_order(files):
 
 @pytest.mark.parametrize(
     "workers",
-    [{}, {"num_workers": 2, "worker_type": "process"}],
+    [{}, {"workers": Workers(2, kind="process")}],
     ids=["no-workers", "processes"],
 )
 @pytest.mark.parametrize("way", ["for-loop", "dataset"])

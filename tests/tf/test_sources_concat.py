@@ -47,7 +47,8 @@ def _file_sources(folder) -> dict:
 def _expected(loader: ResumableLoader, parts: dict, num_batches: int) -> list:
     """The records at the loader's keys, read one by one from the parts."""
     source = loader.pipeline.source
-    keys = loader.pipeline.index_stage.indices(0, np.arange(num_batches * loader.batch_size))
+    offsets = np.arange(num_batches * loader.batch_size)
+    keys = loader.pipeline.index_stage.indices(0, offsets, seed=loader.pipeline.seed)
     return [parts[name][record] for name, _, record in map(source.locate, keys.tolist())]
 
 

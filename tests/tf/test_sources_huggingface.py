@@ -9,7 +9,12 @@ import tensorflow as tf
 
 datasets = pytest.importorskip("datasets")
 
-from resumeloader import RecordError, ResumableLoader, StateMismatchError  # noqa: E402
+from resumeloader import (  # noqa: E402
+    Pipeline,
+    RecordError,
+    ResumableLoader,
+    StateMismatchError,
+)
 from resumeloader.sources import HuggingFaceSource, MissingValueError, adapt  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("clean_keras")
@@ -119,6 +124,47 @@ def test_hugging_face_undecoded_image_is_bytes_and_path():
     assert batch["image"]["path"].numpy().tolist() == [b"x.png"]
 
 
+def test_hugging_face_images_stored_as_bytes_read_as_bytes():
+    """Images stored as bytes (path None, as `datasets` keeps in-memory images) read as
+    their bytes with path "", decoded in tf_map; the state is the one of any dataset (no
+    fill value recorded), and a restore resumes at the same image."""
+    pngs = [tf.io.encode_png(np.full((2, 2, 3), i, np.uint8)).numpy() for i in range(6)]
+    ds = datasets.Dataset.from_dict(
+        {"image": [{"bytes": png, "path": None} for png in pngs], "label": list(range(6))},
+        features=datasets.Features(
+            {"image": datasets.Image(decode=False), "label": datasets.Value("int64")}
+        ),
+    )
+    assert ds.with_format("arrow")[0:1].column("image").to_pylist()[0]["path"] is None
+
+    def pipeline():
+        return (
+            Pipeline(ds, seed=0)
+            .batch(2)
+            .tf_map(
+                lambda b, seed: tf.map_fn(
+                    lambda x: tf.io.decode_png(x)[0, 0, 0],
+                    b["image"]["bytes"],
+                    fn_output_signature=tf.uint8,
+                )
+            )
+        )
+
+    loader = ResumableLoader.from_pipeline(pipeline(), num_epochs=1)
+    batches = iter(loader)
+    first = next(batches).numpy().tolist()
+    state = loader.get_state()
+    rest = [b.numpy().tolist() for b in batches]
+    assert sorted(first + [x for batch in rest for x in batch]) == list(range(6))
+    assert not any("fill_values" in key for key in state)
+    assert state["source.fingerprint"] == ds._fingerprint
+    again = ResumableLoader.from_pipeline(pipeline(), num_epochs=1)
+    again.set_state(state)
+    assert [b.numpy().tolist() for b in again] == rest
+    raw = HuggingFaceSource(ds).read(3)
+    assert raw["image"] == {"bytes": pngs[3], "path": ""}
+
+
 def test_hugging_face_dataset_dict_refused_naming_splits():
     """A DatasetDict needs a split chosen."""
     with pytest.raises(TypeError) as info:
@@ -164,14 +210,21 @@ def test_loader_hugging_face_null_int_raises_record_error_naming_column_and_row(
         (
             "image",
             datasets.Image(decode=False),
-            [{"bytes": b"a", "path": "a.png"}, {"bytes": b"b", "path": None}, {"bytes": b"c"}],
-            "['image']['path']",
+            [{"bytes": b"a", "path": "a.png"}, {"bytes": None, "path": "b.png"}, {"bytes": b"c"}],
+            "['image']['bytes']",
+        ),
+        (
+            "image",
+            datasets.Image(decode=False),
+            [{"bytes": b"a"}, None, {"bytes": b"c"}],
+            "['image']['bytes']",
         ),
     ],
-    ids=["string", "list-element", "image-path"],
+    ids=["string", "list-element", "image-bytes", "image-missing"],
 )
 def test_loader_hugging_face_null_value_names_record_and_column(column, feature, rows, named):
-    """A null string, list element or image path: RecordError naming record and column."""
+    """A null string, list element, image bytes (an image stored by path only) or image:
+    RecordError naming record and column."""
     ds = datasets.Dataset.from_dict({column: rows}, features=datasets.Features({column: feature}))
     loader = ResumableLoader(ds, batch_size=3, seed=0, shuffle=False)
 

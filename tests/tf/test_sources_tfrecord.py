@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resumeloader import Pipeline, RecordError, ResumableLoader, StateMismatchError
+from resumeloader import Pipeline, RecordError, ResumableLoader, StateMismatchError, Workers
 from resumeloader.sources import CorruptRecordError, TFRecordSource, tfrecord_index
 
 
@@ -75,7 +75,7 @@ def test_tfrecord_source_read_batch_returns_requested_order(shards):
 
 @pytest.mark.parametrize(
     "workers",
-    [{}, {"num_workers": 2, "worker_type": "thread"}, {"num_workers": 2, "worker_type": "process"}],
+    [{}, {"workers": Workers(2, kind="thread")}, {"workers": Workers(2, kind="process")}],
     ids=["no-workers", "threads", "processes"],
 )
 @pytest.mark.parametrize("way", ["for-loop", "dataset"])

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import resumeloader
-from resumeloader import testing
+from resumeloader import Shard, testing
 from resumeloader.tools.report import RunOutcome, build
 from resumeloader.tools.trace import Trace
 
@@ -34,7 +34,7 @@ def _noisy(record, rng):
         {},
         {"map_fn": _noisy, "with_metadata": True},
         {"drop_remainder": True, "num_epochs": None},
-        {"shard_index": 1, "shard_count": 2, "prefetch": None},
+        {"shard": Shard(1, 2), "prefetch": None},
     ],
     ids=["plain", "map-metadata", "drop-remainder-endless", "shard"],
 )

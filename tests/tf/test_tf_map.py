@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import itertools
 
-import _legacy
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import resumeloader.keras
-from resumeloader import Pipeline, ResumableLoader, testing
+from resumeloader import Pipeline, ResumableLoader, Workers, testing
 from resumeloader.tfdata import graph
 
-pytestmark = [pytest.mark.usefixtures("clean_keras"), _legacy.KEYWORDS_OF_0_2]
+pytestmark = pytest.mark.usefixtures("clean_keras")
 
 IMAGES = np.arange(23 * 4 * 4 * 3, dtype=np.uint8).reshape(23, 4, 4, 3)
 
@@ -55,7 +54,7 @@ def test_tf_map_for_loop_and_dataset_give_same_bytes():
 
 @pytest.mark.parametrize(
     "workers",
-    [{"num_workers": 2, "worker_type": "thread"}, {"num_workers": 2, "worker_type": "process"}],
+    [{"workers": Workers(2, kind="thread")}, {"workers": Workers(2, kind="process")}],
     ids=["threads", "processes"],
 )
 def test_tf_map_with_workers_gives_same_bytes(workers):

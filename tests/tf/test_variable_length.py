@@ -23,8 +23,8 @@ TOKENS = [np.arange(n, dtype=np.int64) * 10 + n for n in (3, 1, 4, 0, 5, 2, 6)]
 
 WORKERS = [
     pytest.param({}, id="no-workers"),
-    pytest.param({"num_workers": 2, "worker_type": "thread"}, id="threads"),
-    pytest.param({"num_workers": 2, "worker_type": "process"}, id="processes"),
+    pytest.param({"workers": resumeloader.Workers(2, kind="thread")}, id="threads"),
+    pytest.param({"workers": resumeloader.Workers(2, kind="process")}, id="processes"),
 ]
 WAYS = ["for-loop", "dataset"]
 

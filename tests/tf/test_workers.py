@@ -70,11 +70,11 @@ def _loader(
     options = {"batch_size": 6, "seed": 3, "num_epochs": 2, "map_fn": fns.augment}
     options.update(kwargs)
     source = options.pop("source", None)
+    workers = options.pop("workers", None) or resumeloader.Workers(
+        num_workers, kind=worker_type if num_workers else None, timeout=options.pop("timeout", None)
+    )
     return resumeloader.ResumableLoader(
-        _records() if source is None else source,
-        num_workers=num_workers,
-        worker_type=worker_type,
-        **options,
+        _records() if source is None else source, workers=workers, **options
     )
 
 
@@ -171,7 +171,7 @@ def _closure_over_lock():
     ids=["map_fn-closing-over-a-lock", "source-holding-a-lock"],
 )
 def test_process_workers_unpicklable_raises_at_construction(kwargs, name):
-    """worker_type='process' with an unpicklable map_fn or source raises TypeError naming it."""
+    """Process workers with an unpicklable map_fn or source raise a TypeError naming it."""
     if name is None:
         source = kwargs["source"]
         source.lock = threading.Lock()
@@ -191,19 +191,19 @@ def test_process_workers_lambda_map_fn_streams_exactly(reference):
 
 @pytest.mark.parametrize(
     ("kwargs", "error"),
-    [({"worker_type": "fork"}, ValueError), ({"num_workers": -1}, ValueError),
-     ({"num_workers": 1.5}, TypeError), ({"worker_timeout": float("nan")}, ValueError),
-     ({"worker_timeout": float("inf")}, ValueError), ({"worker_timeout": 0}, ValueError),
-     ({"worker_timeout": "1"}, TypeError), ({"worker_timeout": True}, TypeError),
-     ({"worker_timeout": 1.0, "num_workers": 0}, ValueError)],
+    [({"kind": "fork"}, ValueError), ({"num_workers": -1}, ValueError),
+     ({"num_workers": 1.5}, TypeError), ({"timeout": float("nan")}, ValueError),
+     ({"timeout": float("inf")}, ValueError), ({"timeout": 0}, ValueError),
+     ({"timeout": "1"}, TypeError), ({"timeout": True}, TypeError),
+     ({"timeout": 1.0, "num_workers": 0}, ValueError)],
     ids=["bad-type", "negative", "float", "timeout-nan", "timeout-inf", "timeout-zero",
          "timeout-str", "timeout-bool", "timeout-without-workers"],
 )
 def test_worker_arguments_invalid_raise(kwargs, error):
-    """Invalid num_workers or worker_type are rejected at construction."""
-    options = {"num_workers": 1, "worker_type": "thread", **kwargs}
+    """Invalid `Workers` fields are rejected when the value is made."""
+    options = {"num_workers": 1, "kind": "thread", **kwargs}
     with pytest.raises(error) as excinfo:
-        _loader(**options)
+        resumeloader.Workers(**options)
     assert "Received:" in str(excinfo.value)
 
 
@@ -230,10 +230,13 @@ def test_worker_killing_itself_raises_worker_error():
 
 def test_worker_killed_from_outside_raises_worker_error():
     """SIGKILL sent to a busy worker process surfaces as a WorkerError, not a hang."""
+    before = set(_children())  # a session's Dask workers are children too: not ours
     loader = _loader(2, "process", map_fn=fns.slow, num_epochs=None)
     batches = iter(loader)
     next(batches)
-    os.kill(_children()[0], signal.SIGKILL)
+    started = [pid for pid in _children() if pid not in before]
+    assert started, "the loader started no worker process"
+    os.kill(started[0], signal.SIGKILL)
     with pytest.raises(WorkerError) as excinfo:
         for _ in range(50):
             next(batches)
@@ -261,24 +264,24 @@ def test_worker_killed_next_iteration_replaces_it_and_streams_exactly():
 
 
 def test_worker_timeout_stalled_process_raises_worker_error_naming_batch():
-    """A worker process stalled on a batch past worker_timeout is stopped; WorkerError names it."""
+    """A worker process stalled on a batch past its timeout is stopped; WorkerError names it."""
     loader = _loader(
-        2, "process", map_fn=fns.stall_at_index, shuffle=False, num_epochs=1, worker_timeout=1.0
+        2, "process", map_fn=fns.stall_at_index, shuffle=False, num_epochs=1, timeout=1.0
     )
     with pytest.raises(WorkerError) as excinfo:
         _drain(loader)
     error = excinfo.value
     assert (error.record_index, error.epoch, error.position) == (6, 0, 6)
-    assert "within worker_timeout=1.0 s" in str(error)
+    assert "within timeout=1.0 s (Workers.timeout)" in str(error)
     assert loader.position == 6
     assert len(_children()) == 1  # the stalled one was stopped
 
 
 def test_worker_timeout_stalled_thread_raises_worker_error_naming_batch():
-    """A worker thread stalled on a batch past worker_timeout raises a WorkerError naming it."""
+    """A worker thread stalled on a batch past its timeout raises a WorkerError naming it."""
     fns.RELEASE.clear()
     loader = _loader(
-        2, "thread", map_fn=fns.wait_at_index, shuffle=False, num_epochs=1, worker_timeout=0.5
+        2, "thread", map_fn=fns.wait_at_index, shuffle=False, num_epochs=1, timeout=0.5
     )
     try:
         with pytest.raises(WorkerError) as excinfo:
@@ -290,7 +293,7 @@ def test_worker_timeout_stalled_thread_raises_worker_error_naming_batch():
                 thread.join(10)
     error = excinfo.value
     assert (error.record_index, error.epoch, error.position) == (6, 0, 6)
-    assert "within worker_timeout=0.5 s" in str(error)
+    assert "within timeout=0.5 s (Workers.timeout)" in str(error)
     assert loader.position == 6
 
 
@@ -497,7 +500,8 @@ def test_metadata_seed_stateless_tf_augmentation_resumes_exactly():
 
     def make():
         return resumeloader.ResumableLoader(
-            images, batch_size=4, seed=11, num_epochs=2, with_metadata=True, num_workers=1
+            images, batch_size=4, seed=11, num_epochs=2, with_metadata=True,
+            workers=resumeloader.Workers(1),
         )
 
     def run(loader, num_batches=-1):

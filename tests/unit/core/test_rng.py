@@ -70,3 +70,48 @@ def test_record_rng_seed_seq_other_size_raises_value_error():
     with pytest.raises(ValueError) as excinfo:
         seed_seq.generate_state(3, np.uint64)
     assert "holds 128 bits" in str(excinfo.value)
+
+
+def _lent(seed, epoch, index, fn):
+    """What a map_fn stage does with a record's generator: lend, call, give back."""
+    generator = rng.lend(seed, epoch, index)
+    result = fn(generator)
+    rng.give_back(generator)
+    return result
+
+
+@settings(max_examples=100, deadline=None)
+@given(keys=st.lists(st.tuples(_U64, st.integers(0, 100), _U64), min_size=1, max_size=8))
+def test_lend_any_records_each_get_record_rngs_stream(keys):
+    """Generators lent one after another (recycled or not) are each record's own stream."""
+    for seed, epoch, index in keys:
+        got = _lent(seed, epoch, index, lambda g: (g.integers(0, 9, 3), g.random(2)))
+        want = resumeloader.record_rng(seed, epoch, index)
+        assert got[0].tolist() == want.integers(0, 9, 3).tolist()
+        assert got[1].tolist() == want.random(2).tolist()
+
+
+def test_lend_generator_kept_by_user_code_is_never_reused():
+    """A generator the user code kept goes on with its own stream after later lends."""
+    kept = []
+    _lent(1, 0, 10, lambda g: (kept.append(g), g.random())[1])
+    _lent(1, 0, 11, lambda g: g.random(5))
+    want = resumeloader.record_rng(1, 0, 10)
+    want.random()
+    assert kept[0].random(3).tolist() == want.random(3).tolist()
+
+
+def test_lend_generator_whose_bit_generator_was_kept_is_never_reused():
+    """Keeping only `rng.bit_generator` also keeps the generator out of reuse."""
+    kept = []
+    _lent(2, 0, 10, lambda g: kept.append(g.bit_generator))
+    _lent(2, 0, 11, lambda g: g.random(5))
+    assert kept[0].random_raw(2).tolist() == (
+        resumeloader.record_rng(2, 0, 10).bit_generator.random_raw(2).tolist())
+
+
+def test_lend_recycled_generator_seed_seq_names_its_record():
+    """A recycled generator's seed sequence spells the new record's key."""
+    _lent(4, 1, 3, lambda g: g.random())
+    words = _lent(4, 1, 8, lambda g: g.bit_generator.seed_seq.generate_state(2, np.uint64))
+    assert words.tolist() == [8, sampler.epoch_hash(4 ^ rng._RNG_TAG, 1)]

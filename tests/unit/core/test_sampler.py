@@ -8,57 +8,15 @@ import subprocess
 import sys
 import tracemalloc
 
+import _golden
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resumeloader import IndexSampler
+from resumeloader import IndexSampler, Shard
 
-# The first 16 records of epochs 0 and 7. Changing these is a breaking change: every
-# user's shuffled order (and every saved position) would mean other records.
-GOLDEN = {
-    (1000, 0, 0): [807, 694, 682, 639, 763, 719, 403, 2, 614, 416, 538, 350, 924, 585, 985, 480],
-    (1000, 0, 7): [966, 245, 634, 780, 559, 302, 210, 852, 216, 989, 307, 798, 875, 675, 43, 241],
-    (1000, 1, 0): [478, 99, 934, 987, 837, 637, 43, 888, 423, 613, 465, 413, 593, 342, 933, 592],
-    (1000, 1, 7): [728, 781, 437, 554, 297, 247, 630, 790, 400, 394, 511, 738, 777, 555, 168, 935],
-    (1000, 2**64 - 1, 0): [
-        212, 796, 107, 713, 753, 14, 278, 576, 529, 109, 497, 174, 231, 685, 693, 835,
-    ],
-    (1000, 2**64 - 1, 7): [
-        603, 858, 529, 584, 412, 489, 388, 579, 106, 446, 243, 815, 373, 104, 36, 714,
-    ],
-    (10**10, 0, 0): [
-        5920017056, 7189939087, 3806927757, 8213344338, 8488445328, 6053583583, 9297468934,
-        9473598210, 1729655919, 6638724341, 7682936283, 8115958551, 64628953, 517224011,
-        6613396920, 2650865519,
-    ],
-    (10**10, 0, 7): [
-        3903350175, 174505240, 4933529572, 9341910741, 4186526630, 7967529618, 6363518129,
-        4293284596, 5795054020, 2645218332, 2882541339, 8916701116, 41793510, 6898128025,
-        3457147081, 6466821935,
-    ],
-    (10**10, 1, 0): [
-        8136263767, 1938261403, 2463575335, 4698731127, 6517719052, 2988832873, 8750951845,
-        4761432215, 1895381471, 409729292, 9727126041, 5599291501, 8052282212, 7805880254,
-        4532021638, 1247614408,
-    ],
-    (10**10, 1, 7): [
-        1727185728, 3087170113, 1070963460, 2105830146, 3610024678, 5077243940, 2886827714,
-        8911163294, 7975614154, 3291273357, 2634445488, 3160587448, 7412358209, 6252086389,
-        7003664148, 8284485570,
-    ],
-    (10**10, 2**64 - 1, 0): [
-        2596038064, 4698251969, 5239497502, 5591879491, 2527210563, 8582162159, 274537159,
-        9176540992, 8075928373, 2842587442, 4274943190, 3545353321, 1095984192, 6711075276,
-        2240053588, 8184613216,
-    ],
-    (10**10, 2**64 - 1, 7): [
-        6214467753, 8012418106, 2538895633, 4326402559, 9441194994, 1611904137, 7154554792,
-        3655483064, 9574170967, 6544224948, 9628834875, 807679459, 7838786346, 4061128231,
-        3538705378, 2146510608,
-    ],
-}
+GOLDEN = _golden.SAMPLER
 
 BIJECTION_SIZES = sorted(
     {1, 2, 3, 4, 5, 255, 256, 257, 65_537, 262_145, 1_048_577}
@@ -68,12 +26,12 @@ BIJECTION_SIZES = sorted(
 
 @pytest.mark.parametrize(("key", "expected"), GOLDEN.items(), ids=[str(k) for k in GOLDEN])
 def test_indices_golden_vectors_unchanged(key, expected):
-    """The first 16 records of an epoch are pinned for three seeds and two sizes."""
+    """The first records of an epoch are pinned for three seeds and seven sizes."""
     num_records, seed, epoch = key
     sampler = IndexSampler(num_records, seed=seed)
     start = epoch * num_records
-    assert sampler.indices(start, start + 16).tolist() == expected
-    assert [sampler[start + i] for i in range(16)] == expected
+    assert sampler.indices(start, start + len(expected)).tolist() == expected
+    assert [sampler[start + i] for i in range(len(expected))] == expected
 
 
 def test_indices_other_process_and_hash_seed_identical():
@@ -152,7 +110,7 @@ def test_shards_disjoint_and_union_is_kept_prefix(shard_count):
     global_order = IndexSampler(num_records, seed=4).epoch_indices(2, 0, num_records)
     kept = num_records - num_records % shard_count
     shards = [
-        IndexSampler(num_records, seed=4, shard_index=s, shard_count=shard_count)
+        IndexSampler(num_records, seed=4, shard=Shard(s, shard_count))
         for s in range(shard_count)
     ]
     parts = [shard.epoch_indices(2, 0, shard.records_per_epoch) for shard in shards]
@@ -165,14 +123,14 @@ def test_shards_disjoint_and_union_is_kept_prefix(shard_count):
 def test_shards_first_k_positions_are_first_k_times_s_global():
     """The shards' first k positions together are the first k*S records of the global order."""
     global_order = IndexSampler(500, seed=8).indices(0, 500)
-    shards = [IndexSampler(500, seed=8, shard_index=s, shard_count=4) for s in range(4)]
+    shards = [IndexSampler(500, seed=8, shard=Shard(s, 4)) for s in range(4)]
     interleaved = np.stack([shard.indices(0, 30) for shard in shards], axis=1).reshape(-1)
     assert np.array_equal(interleaved, global_order[:120])
 
 
 def test_len_finite_and_index_past_end_raises():
     """A finite sampler has a length; the position at the end raises IndexError."""
-    sampler = IndexSampler(10, seed=0, num_epochs=3, shard_count=3)
+    sampler = IndexSampler(10, seed=0, num_epochs=3, shard=Shard(0, 3))
     assert len(sampler) == 9
     assert sampler[8] >= 0
     with pytest.raises(IndexError, match="past the end") as info:
@@ -188,7 +146,7 @@ def test_len_endless_raises_type_error():
 
 def test_locate_returns_epoch_and_offset():
     """locate splits a position into its epoch and its offset within the epoch."""
-    assert IndexSampler(10, seed=0, shard_count=3).locate(7) == (2, 1)
+    assert IndexSampler(10, seed=0, shard=Shard(0, 3)).locate(7) == (2, 1)
 
 
 def test_repr_one_line():
@@ -286,7 +244,7 @@ def test_property_shards_partition_kept_records(num_records, shard_count, seed, 
     kept = num_records - num_records % shard_count
     parts = []
     for index in range(shard_count):
-        shard = IndexSampler(num_records, seed=seed, shard_index=index, shard_count=shard_count)
+        shard = IndexSampler(num_records, seed=seed, shard=Shard(index, shard_count))
         part = shard.epoch_indices(epoch, 0, shard.records_per_epoch)
         assert np.array_equal(part, global_order[index:kept:shard_count])
         parts.append(part)
@@ -308,15 +266,13 @@ def test_property_shards_partition_kept_records(num_records, shard_count, seed, 
         ({"seed": 2**64}, ValueError, "seed"),
         ({"shuffle": 1}, TypeError, "shuffle"),
         ({"num_epochs": 0}, ValueError, "num_epochs"),
-        ({"shard_index": 2, "shard_count": 2}, ValueError, "shard_index.*shard_count=2"),
-        ({"shard_index": -1, "shard_count": 2}, ValueError, "shard_index"),
-        ({"shard_count": 0}, ValueError, "shard_count"),
-        ({"num_records": 3, "shard_count": 4}, ValueError, "shard_count.*exceed"),
+        ({"shard": (1, 2)}, TypeError, r"`shard` must be a resumeloader.Shard.*tuple"),
+        ({"num_records": 3, "shard": Shard(0, 4)}, ValueError, "shard_count.*exceed"),
     ],
     ids=[
         "zero-records", "negative-records", "float-records", "bool-records", "bool-seed",
         "float-seed", "negative-seed", "huge-seed", "int-shuffle", "zero-epochs",
-        "shard-index-too-big", "negative-shard-index", "zero-shards", "more-shards-than-records",
+        "shard-not-a-Shard", "more-shards-than-records",
     ],
 )
 def test_init_bad_argument_raises_clear_error(kwargs, error, match):

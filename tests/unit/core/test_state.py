@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,54 @@ def test_check_order_identity_differs_refused_naming_it():
 
     with pytest.raises(StateMismatchError, match=r"source\.identity: checkpoint has 'sampled-v1"):
         _state.check_order(saved, {**_ORDER, "source.identity": "sampled-v1:cd"})
+
+
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        (pickle.dumps({"version": 2, "epoch": 0}), "a Python pickle (protocol"),
+        (b"\x00\xff\xfe binary \x81", "bytes of binary data"),
+        (json.dumps(_state_for())[:40], "truncated JSON"),
+        (json.dumps(_state_for())[:40].encode(), "truncated JSON"),
+        ("version=2, epoch=0", "text that is not JSON"),
+    ],
+    ids=["pickle", "binary", "truncated-json", "truncated-json-bytes", "not-json"],
+)
+def test_parse_value_that_is_no_loader_json_raises_state_error_naming_it(value, found):
+    """A checkpoint value that is not a loader's JSON is a StateError saying what it is."""
+    with pytest.raises(StateError) as info:
+        _state.parse(value)
+    assert found in str(info.value)
+    assert "Received" in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["source.versions", "source.web.versions"])
+def test_check_order_versions_against_digests_compares_the_rest_with_a_warning(key):
+    """A checkpoint naming objects by versions restores into a loader naming them by
+    content digests (data moved) and the reverse, after the other fields match."""
+    digests = key.replace("versions", "digests")
+    saved = _state.make(dict(_ORDER, **{key: "v1"}), epoch=2, offset=40, shard_count=2,
+                        batch_size=8)
+    with pytest.warns(UserWarning, match="only the files' names, sizes and record layouts"):
+        _state.check_order(saved, dict(_ORDER, **{digests: "d1"}))
+    back = _state.make(dict(_ORDER, **{digests: "d1"}), epoch=2, offset=40, shard_count=2,
+                       batch_size=8)
+    with pytest.warns(UserWarning, match="identifies the data by content"):
+        _state.check_order(back, dict(_ORDER, **{key: "v1"}))
+    with pytest.raises(StateMismatchError) as info:  # other digests, or no identity at all
+        _state.check_order(back, dict(_ORDER, **{digests: "d2"}))
+    assert f"{digests}: checkpoint has 'd1', this loader has 'd2'" in str(info.value)
+
+
+def test_check_order_explains_a_field_only_the_checkpoint_has():
+    """`explain` is asked about a field the loader lacks too (e.g. the versions of objects
+    now read from a local copy), and its words follow the field's line."""
+    saved = _state.make(dict(_ORDER, **{"source.versions": "v1"}), epoch=2, offset=40,
+                        shard_count=2, batch_size=8)
+    with pytest.raises(StateMismatchError) as info:
+        _state.check_order(saved, dict(_ORDER), explain=lambda key, value: f"why {key}={value}")
+    lines = str(info.value).splitlines()
+    assert lines[-2:] == [
+        "  source.versions: checkpoint has 'v1', this loader has none",
+        "    (why source.versions=v1)",
+    ]

@@ -11,7 +11,7 @@ import pytest
 
 from resumeloader import ErrorBudgetError, Pipeline, StreamIntegrityError
 from resumeloader.handout import consumption, loop, quarantine, stream
-from resumeloader.stages import Plan
+from resumeloader.stages.plan import Plan
 from resumeloader.workers import produce
 
 
@@ -24,10 +24,17 @@ def _produced(plan: Plan, position: int = 0):
     return ((task, producer.batch(task)) for task in plan.tasks(position, plan.layout))
 
 
+def _stream(plan: Plan, position: int):
+    return stream.batches(
+        _produced(plan, position), plan.layout, position, seed=plan.pipeline.seed,
+        with_metadata=False,
+    )
+
+
 def test_stream_gives_each_batch_with_the_position_after_it():
     """Plain batches: the position after each is the next batch's start (normalised)."""
     plan = _plan(Pipeline(np.arange(10), seed=0).batch(4))
-    ends = [end for _, end in stream.batches(_produced(plan), plan.layout, 0, seed=None)]
+    ends = [end for _, end in _stream(plan, 0)]
     assert ends == [4, 8, 10, 14, 18, 20]
 
 
@@ -35,9 +42,9 @@ def test_stream_restored_inside_a_window_skips_the_batches_before_the_position()
     """A window's batches before the position restored are recomputed, not handed out."""
     data = [np.arange(n) for n in (5, 1, 4, 2, 3, 6, 1, 2)]
     plan = _plan(Pipeline(data, seed=0).batch_by_tokens(8, window=8))
-    full = list(stream.batches(_produced(plan), plan.layout, 0, seed=None))
+    full = list(_stream(plan, 0))
     start = full[1][1]
-    resumed = list(stream.batches(_produced(plan, start), plan.layout, start, seed=None))
+    resumed = list(_stream(plan, start))
     assert [end for _, end in resumed] == [end for _, end in full[2:]]
 
 
@@ -46,7 +53,7 @@ def test_stream_refuses_a_position_inside_a_batch():
     data = [np.arange(n) for n in (5, 1, 4, 2, 3, 6, 1, 2)]
     plan = _plan(Pipeline(data, seed=0).batch_by_tokens(8, window=8))
     with pytest.raises(Exception, match="inside a batch"):
-        list(stream.batches(_produced(plan, 1), plan.layout, 1, seed=None))
+        list(_stream(plan, 1))
 
 
 class _Loop:

@@ -19,11 +19,12 @@ from resumeloader import cli
 from resumeloader.sources import (
     ArrayRecordSource,
     CorruptRecordError,
+    ObjectReads,
     RecordReadError,
+    Storage,
     TFRecordSource,
-    fetch,
-    storage,
 )
+from resumeloader.sources.storage import fetch, filesystems
 
 
 def test_tfrecord_source_reads_every_record_of_objects(store, tmp_path):
@@ -38,12 +39,12 @@ def test_tfrecord_source_reads_every_record_of_objects(store, tmp_path):
 
 
 def test_endpoint_and_credentials_come_from_the_standard_environment(store, tmp_path, monkeypatch):
-    """No `storage_options`: AWS_ENDPOINT_URL / AWS_* or STORAGE_EMULATOR_HOST find the
+    """No filesystem options: AWS_ENDPOINT_URL / AWS_* or STORAGE_EMULATOR_HOST find the
     server (through the proxy, which sees the GETs)."""
     url, every = put_tfrecords(store, files=2, count=10)
     for key, value in store.environment.items():
         monkeypatch.setenv(key, value)
-    src = TFRecordSource(url, index_dir=tmp_path / "index", object_reads=FAST)
+    src = TFRecordSource(url, index_dir=tmp_path / "index", storage=Storage(reads=FAST))
     fetch.clear()
     store.proxy.clear()
     assert src.read_batch(np.arange(20)) == every
@@ -71,8 +72,8 @@ def test_every_fault_is_retried_and_no_record_is_partial(store, tmp_path, kind):
     url, every = put_tfrecords(store, files=2, count=30)
     src = source(store, url, tmp_path)
     indices = np.random.default_rng(1).permutation(len(every))[:25]
-    reads = fetch.ObjectReads(attempts=4, backoff=0.01, timeout=0.5, deadline=10.0)
-    src = source(store, url, tmp_path, object_reads=reads)
+    reads = ObjectReads(attempts=4, backoff=0.01, timeout=0.5, deadline=10.0)
+    src = source(store, url, tmp_path, reads=reads)
     fetch.clear()
     retries = fetch.stats()["retries"]
     with store.faults(kind, 2) as proxy:
@@ -104,8 +105,8 @@ def test_corrupt_record_in_an_object_fails_its_crc32c_check(s3_store, tmp_path):
 def test_gets_in_flight_stay_within_the_concurrency_option(s3_store, tmp_path):
     """A batch touching 8 objects, 2 GETs at a time: never more reach the server."""
     url, every = put_tfrecords(s3_store, files=8, count=5)
-    reads = fetch.ObjectReads(concurrency=2, attempts=4, backoff=0.01, timeout=5.0)
-    src = source(s3_store, url, tmp_path, object_reads=reads)
+    reads = ObjectReads(concurrency=2, attempts=4, backoff=0.01, timeout=5.0)
+    src = source(s3_store, url, tmp_path, reads=reads)
     fetch.clear()
     s3_store.proxy.clear()
     s3_store.proxy.latency = 0.05  # GETs that overlap, were they let
@@ -121,8 +122,8 @@ def test_read_ahead_stays_within_its_byte_budget_and_serves_the_reads(s3_store, 
     """`prefetch` starts GETs up to `readahead_bytes` waiting unread (False past it); a
     later read of those records costs no GET."""
     url, every = put_tfrecords(s3_store, files=4, count=40)  # about 12.9 KB per object
-    reads = fetch.ObjectReads(readahead_bytes=20_000, attempts=4, backoff=0.01, timeout=5.0)
-    src = source(s3_store, url, tmp_path, object_reads=reads)
+    reads = ObjectReads(readahead_bytes=20_000, attempts=4, backoff=0.01, timeout=5.0)
+    src = source(s3_store, url, tmp_path, reads=reads)
     fetch.clear()
     s3_store.proxy.clear()
     assert src.prefetch(np.arange(160)) is False  # one object's GET fits, two do not
@@ -138,8 +139,8 @@ def test_exhausted_retries_name_the_object_range_and_last_error(s3_store, tmp_pa
     """A GET that keeps failing: RecordReadError naming object, byte range and the 503."""
     url, _ = put_tfrecords(s3_store, files=1, count=10)
     # a long timeout per try: on a loaded machine a 1 s one could end a try before its 503
-    reads = fetch.ObjectReads(attempts=4, backoff=0.01, timeout=20.0, deadline=60.0)
-    src = source(s3_store, url, tmp_path, object_reads=reads)
+    reads = ObjectReads(attempts=4, backoff=0.01, timeout=20.0, deadline=60.0)
+    src = source(s3_store, url, tmp_path, reads=reads)
     with s3_store.faults("503", 100), pytest.raises(RecordReadError) as info:
         src.read_batch(np.array([3]))
     message = str(info.value)
@@ -213,16 +214,17 @@ def test_array_record_source_reads_objects_through_a_local_copy(store, tmp_path)
     with open(path, "rb") as f:
         url = store.put(f"{folder}/a.array_record", f.read())
     src = ArrayRecordSource(
-        url, storage_options=store.options, object_reads=FAST, cache_dir=tmp_path / "copies"
+        url, storage=store.storage(cache_dir=tmp_path / "cache")
     )
     assert src.read_batch(np.array([29, 0, 7])) == [written[29], written[0], written[7]]
     assert "versions" in src.order_fields()
-    assert len([p for p in (tmp_path / "copies").iterdir() if p.is_file()]) == 1  # one copy
+    copies = tmp_path / "cache" / "objects"
+    assert len([p for p in copies.iterdir() if p.is_file()]) == 1  # one copy
 
 
 def test_memory_and_file_urls_read_like_local_files(tmp_path):
     """``memory://`` objects and ``file://`` paths are sources too."""
-    fs = storage.filesystem("memory")
+    fs = filesystems.filesystem("memory")
     written = records(0, 12)
     fs.pipe_file("/rl-test/m.tfrecord", _objstore.tfrecord_bytes(written))
     mem = TFRecordSource("memory://rl-test/m.tfrecord", index_dir=tmp_path / "ix")
@@ -250,7 +252,7 @@ def test_import_stays_light_and_a_missing_extra_names_it():
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     ).stdout
-    assert "pip install 'resumeloader[s3]'" in out
+    assert 'pip install s3fs (the `s3` extra: pip install -e ".[s3]"' in out
 
 
 def test_http_urls_are_read_by_range_and_pinned_by_etag(s3_store, tmp_path):
@@ -260,7 +262,7 @@ def test_http_urls_are_read_by_range_and_pinned_by_etag(s3_store, tmp_path):
     public = {"ACL": "public-read"}  # plain HTTP GETs carry no credentials
     s3_store.put(f"{folder}/h.tfrecord", _objstore.tfrecord_bytes(written), **public)
     url = f"{s3_store.proxy.url}/{s3_store.bucket}/{folder}/h.tfrecord"
-    src = TFRecordSource(url, index_dir=tmp_path / "index", object_reads=FAST)
+    src = TFRecordSource(url, index_dir=tmp_path / "index", storage=Storage(reads=FAST))
     assert src.read_batch(np.array([29, 3])) == [written[29], written[3]]
     assert src.order_fields()["versions"]
     s3_store.put(f"{folder}/h.tfrecord", _objstore.tfrecord_bytes(records(1, 30)), **public)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resumeloader import Pipeline
+from resumeloader import Pipeline, Shard
 from resumeloader.core import history
 from resumeloader.handout import lineage
 from resumeloader.stages import plan as plan_lib
@@ -35,7 +35,8 @@ def _keys(pipeline: Pipeline, stop: int) -> np.ndarray:
     positions = np.arange(stop, dtype=np.int64)
     epochs, offsets = np.divmod(positions, stage.num_records)
     return np.concatenate(
-        [stage.indices(int(e), offsets[epochs == e]) for e in np.unique(epochs).tolist()]
+        [stage.indices(int(e), offsets[epochs == e], seed=pipeline.seed)
+         for e in np.unique(epochs).tolist()]
     )
 
 
@@ -165,9 +166,9 @@ def _positions(plan: plan_lib.Plan, start: int) -> list[list[int]]:
 def test_plan_skip_never_hands_out_the_skipped_positions_of_the_global_order(shard):
     """Shards of a skipped stream hand out exactly the unskipped global positions."""
     pipeline = Pipeline(np.arange(40), seed=1).shuffle().skip(12, 30).batch(3)
-    plans = [plan_lib.Plan(pipeline, num_epochs=2, shard_index=s, shard_count=2) for s in (0, 1)]
+    plans = [plan_lib.Plan(pipeline, num_epochs=2, shard=Shard(s, 2)) for s in (0, 1)]
     plain = plan_lib.Plan(Pipeline(np.arange(40), seed=1).shuffle().batch(3), num_epochs=2,
-                          shard_index=shard, shard_count=2)
+                          shard=Shard(shard, 2))
     handed = [p for batch in _positions(plans[shard], 0) for p in batch]
     global_positions = [plans[shard].global_position(p) + shard for p in handed]
     assert not [g for g in global_positions if 12 <= g < 30]
@@ -182,7 +183,7 @@ def test_plan_skip_bounds_must_suit_the_shards_and_windows():
     """A skip bound between two shards' records, or inside a window, is refused."""
     with pytest.raises(ValueError, match="multiple of the shard count"):
         plan_lib.Plan(Pipeline(np.arange(40), seed=1).skip(3, 10).batch(2), num_epochs=1,
-                      shard_index=0, shard_count=2)
+                      shard=Shard(0, 2))
     bucketed = Pipeline([np.zeros(n % 5 + 1) for n in range(40)], seed=1).skip(4, 16)
     with pytest.raises(ValueError, match="window boundaries"):
         plan_lib.Plan(bucketed.bucket_by_length(2, window=8), num_epochs=1)

@@ -19,8 +19,8 @@ def _identity(batch, rngs):
 @pytest.mark.parametrize(
     ("make", "build"),
     [
-        (lambda: MapBatchStage(3, seed=0), lambda p: p.map_batch(3)),
-        (lambda: MapBatchStage(_identity, seed=0, rowwise="no"),
+        (lambda: MapBatchStage(3), lambda p: p.map_batch(3)),
+        (lambda: MapBatchStage(_identity, rowwise="no"),
          lambda p: p.map_batch(_identity, rowwise="no")),
     ],
     ids=["not-callable", "rowwise-str"],
@@ -35,7 +35,7 @@ def test_map_batch_stage_refuses_what_its_builder_refuses(make, build):
 
 
 def test_rowwise_stage_has_no_order_field_and_ignores_the_batch_size():
-    stage = MapBatchStage(_identity, seed=1)
+    stage = MapBatchStage(_identity)
     assert isinstance(stage, BatchMapStage) and stage.rowwise
     assert stage.order_fields() == {}
     assert stage.resized(7) is stage
@@ -52,11 +52,11 @@ def test_not_rowwise_stage_records_its_batch_size_as_an_order_field():
 
 def test_not_rowwise_stage_without_a_batch_size_is_refused():
     with pytest.raises(ValueError, match="rowwise=False, batch_size=None"):
-        MapBatchStage(_identity, seed=0, rowwise=False)
+        MapBatchStage(_identity, rowwise=False)
 
 
 def test_map_batch_stage_pickles_and_compares_by_value():
-    stage = MapBatchStage(_identity, seed=2, rowwise=False, batch_size=3)
+    stage = MapBatchStage(_identity, rowwise=False, batch_size=3)
     assert pickle.loads(pickle.dumps(stage)) == stage
 
 

@@ -50,7 +50,7 @@ def test_shuffle_block_order_fields_and_permutation():
     assert fields["blocks.chunk_records"] == 10 and fields["blocks.window_chunks"] == 3
     assert fields["blocks.algorithm"] == core_blocks.ALGORITHM
     assert "sampler.shuffle" not in fields
-    order = pipeline.index_stage.indices(1, np.arange(100))
+    order = pipeline.index_stage.indices(1, np.arange(100), seed=pipeline.seed)
     assert sorted(order.tolist()) == list(range(100))
     # the first window (30 positions) holds exactly three chunks of consecutive records
     assert len(set((order[:30] // 10).tolist())) == 3

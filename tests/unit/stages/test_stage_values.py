@@ -46,7 +46,7 @@ CASES = [
      lambda p: p.batch_by_tokens(8, window=4, boundaries=5)),
     (lambda: TokenBudgetStage(8, window=4, max_batch_size=0),
      lambda p: p.batch_by_tokens(8, window=4, max_batch_size=0)),
-    (lambda: MapStage(3, seed=0), lambda p: p.map(3)),
+    (lambda: MapStage(3), lambda p: p.map(3)),
     (lambda: TFMapStage(None), lambda p: p.tf_map(None)),
 ]
 IDS = ["batch-zero", "batch-negative", "batch-str", "batch-bool", "drop-int", "pad_to-zero",
@@ -81,7 +81,7 @@ def test_stage_is_a_frozen_value_that_pickles():
     ("stage", "fields"),
     [
         (FixedBatchStage(4), {}),
-        (SamplerStage(10, seed=1, shuffle=True),
+        (SamplerStage(10, shuffle=True),
          {"algorithm": "feistel-radix-mul-r4-v1", "shuffle": 1}),
         (PaddedBatchStage(3, pad_to=5, mask=True),
          {"pad_to": "5", "pad_value": "0", "mask": 1, "truncate": 0}),

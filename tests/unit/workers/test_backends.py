@@ -11,8 +11,8 @@ import _worker_fns as fns
 import numpy as np
 import pytest
 
-from resumeloader import Pipeline, RecordError, Workers
-from resumeloader.stages import Plan
+from resumeloader import DaskOptions, Pipeline, RecordError, Workers
+from resumeloader.stages.plan import Plan
 from resumeloader.workers import backend, produce, registry
 
 # One `Workers` per registered kind: a new backend adds its example here.
@@ -27,7 +27,7 @@ KINDS = sorted(registry.BACKENDS)
 
 def _workers(kind: str) -> Workers:
     if kind == "dask":
-        return Workers(kind="dask", client=_dask.local())
+        return Workers(kind="dask", options=DaskOptions(client=_dask.local()))
     return EXAMPLES[kind]
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from distributed import Client
 
-from resumeloader import Pipeline, Workers
-from resumeloader.stages import Plan
+from resumeloader import DaskOptions, Pipeline, Shard, Workers
+from resumeloader.stages.plan import Plan
 from resumeloader.workers import dask_backend, produce
 
 
@@ -36,7 +36,7 @@ def test_dask_task_keys_are_a_pure_function_of_pipeline_and_task():
 @pytest.mark.parametrize(
     ("other", "plan"),
     [(_pipeline(seed=6), {}), (_pipeline(map_fn=fns.slow_augment), {}),
-     (_pipeline(), {"shard_index": 1, "shard_count": 2})],
+     (_pipeline(), {"shard": Shard(1, 2)})],
     ids=["seed", "map_fn-only", "shard"],
 )
 def test_dask_task_keys_differ_when_the_bytes_may_differ(other, plan):
@@ -49,44 +49,57 @@ def test_dask_task_key_names_the_batch_size():
     assert not set(_keys(_pipeline(), 4)) & set(_keys(_pipeline(), 2))
 
 
+_ADDRESS = "tcp://127.0.0.1:8786"
+
+
 @pytest.mark.parametrize(
-    ("kwargs", "error", "fragment"),
-    [({"kind": "dask"}, ValueError, "needs a `client`, a scheduler `address`"),
-     ({"kind": "dask", "address": "tcp://127.0.0.1:1", "client": "x"}, ValueError, "not both"),
-     ({"kind": "dask", "client": "tcp://127.0.0.1:1"}, TypeError, "distributed.Client"),
-     ({"kind": "dask", "address": 8786}, TypeError, "`address`"),
-     ({"kind": "dask", "address": " "}, ValueError, "`address`"),
-     ({"num_workers": 2, "kind": "dask", "address": "tcp://127.0.0.1:1"}, ValueError,
+    ("make", "error", "fragment"),
+    [(lambda: Workers(kind="dask"), ValueError, "needs a `client`, a scheduler `address`"),
+     (lambda: DaskOptions(address=_ADDRESS, client="x"), ValueError, "not both"),
+     (lambda: DaskOptions(client=_ADDRESS), TypeError, "distributed.Client"),
+     (lambda: DaskOptions(address=8786), TypeError, "`address`"),
+     (lambda: DaskOptions(address=" "), ValueError, "`address`"),
+     (lambda: Workers(2, kind="dask", options=DaskOptions(address=_ADDRESS)), ValueError,
       "a running cluster has its own workers"),
-     ({"num_workers": 2, "kind": "thread", "address": "tcp://127.0.0.1:1"}, ValueError,
-      "`address` is not an option of kind='thread'"),
-     ({"num_workers": 2, "kind": "process", "client": object()}, ValueError,
-      "`client` is not an option of kind='process'")],
+     (lambda: Workers(kind="dask", options={"address": _ADDRESS}), TypeError,
+      "`options` of kind='dask' must be a DaskOptions or None"),
+     (lambda: Workers(2, kind="thread", options=DaskOptions(address=_ADDRESS)), TypeError,
+      "`options` of kind='thread' must be None (it has no options)"),
+     (lambda: Workers(kind="dask", address=_ADDRESS), TypeError,
+      "Expected: Workers(kind='dask', options=DaskOptions(address=...))"),
+     (lambda: Workers(kind="dask", client=object()), TypeError,
+      "Expected: Workers(kind='dask', options=DaskOptions(client=...))")],
     ids=["nothing", "both", "client-not-a-client", "address-int", "address-blank",
-         "address-and-num_workers", "address-for-threads", "client-for-processes"],
+         "address-and-num_workers", "options-not-dask-options", "options-for-threads",
+         "removed-address-keyword", "removed-client-keyword"],
 )
-def test_dask_workers_invalid_raises_naming_field(kwargs, error, fragment):
-    """What kind='dask' cannot take, and its fields given to another kind, are refused."""
+def test_dask_workers_invalid_raises_naming_field(make, error, fragment):
+    """What kind='dask' cannot take, its options given to another kind, and the keywords
+    of 0.3 are refused, naming the field (and the new spelling)."""
     with pytest.raises(error) as info:
-        Workers(**kwargs)
+        make()
     assert fragment in str(info.value) and "Received:" in str(info.value)
 
 
-def test_dask_workers_repr_shows_its_own_fields_only_when_set():
+def test_dask_workers_repr_shows_its_options_only_when_given():
     """The repr of the other kinds is 0.2's; a Dask one names its address."""
     assert repr(Workers(2)) == "Workers(num_workers=2, kind='thread', timeout=None, window=None)"
-    text = repr(Workers(kind="dask", address="tcp://127.0.0.1:8786", timeout=5))
+    assert repr(Workers(2, kind="dask")) == (
+        "Workers(num_workers=2, kind='dask', timeout=None, window=None)"
+    )
+    text = repr(Workers(kind="dask", options=DaskOptions(address=_ADDRESS), timeout=5))
     assert text == (
         "Workers(num_workers=0, kind='dask', timeout=5.0, window=None, "
-        "address='tcp://127.0.0.1:8786')"
+        "options=DaskOptions(address='tcp://127.0.0.1:8786'))"
     )
 
 
 def test_dask_workers_of_a_client_are_values():
     """A Workers of a client compares by value (the same client) and keeps it."""
     client = Client.__new__(Client)  # a Client object, never connected
-    assert Workers(kind="dask", client=client) == Workers(kind="dask", client=client)
-    assert Workers(kind="dask", client=client).client is client
+    workers = Workers(kind="dask", options=DaskOptions(client=client))
+    assert workers == Workers(kind="dask", options=DaskOptions(client=client))
+    assert workers.options.client is client
 
 
 def test_import_resumeloader_does_not_import_dask():
@@ -106,7 +119,7 @@ def test_dask_describe_names_the_cluster():
     """describe() says where: an address, or the local cluster and its size."""
     plan = Plan(_pipeline().batch(4), num_epochs=1)
     producer = produce.BatchProducer(plan.pipeline)
-    remote = Workers(kind="dask", address="tcp://127.0.0.1:8786", window=6).backend(producer)
+    remote = Workers(kind="dask", options=DaskOptions(address=_ADDRESS), window=6).backend(producer)
     local = Workers(3, kind="dask").backend(producer)
     assert remote.describe() == (
         "dask: the Dask cluster at tcp://127.0.0.1:8786, <= 6 in flight, in order"

@@ -58,14 +58,11 @@ def test_registry_maps_every_kind_to_a_backend_class_of_that_kind(kind):
     assert registry.backend_class(kind).kind == kind
 
 
-def test_legacy_keywords_give_the_same_workers():
-    """The keywords of 0.2 map to the values: 0 workers is the calling thread."""
-    from resumeloader.workers import options
+@dataclasses.dataclass(frozen=True)
+class FakeOptions:
+    """The options value of the fake kind."""
 
-    assert options.legacy(0, "process") == Workers()
-    assert options.legacy(2, "process", 1.5) == Workers(2, kind="process", timeout=1.5)
-    with pytest.raises(ValueError, match="`worker_type` must be 'thread' or 'process'"):
-        options.legacy(1, "fork")
+    label: str = "default"
 
 
 class FakeBackend:
@@ -73,6 +70,7 @@ class FakeBackend:
 
     kind = "fake"
     option_fields = ("window",)
+    options_type = FakeOptions
 
     def __init__(self, workers, producer):
         self.producer = producer
@@ -83,11 +81,14 @@ class FakeBackend:
 
 
 def test_registered_backend_is_chosen_by_its_kind_and_refuses_other_kinds_fields(monkeypatch):
-    """A kind added to the registry is what `Workers(kind=...)` builds; a field that its
-    backend does not take is refused, naming the fields it takes."""
+    """A kind added to the registry is what `Workers(kind=...)` builds, with its own options
+    value (its default when none is given); a field that its backend does not take is
+    refused, naming the fields it takes."""
     monkeypatch.setitem(registry.BACKENDS, "fake", f"{__name__}:FakeBackend")
-    workers = Workers(3, kind="fake", window=4)
+    workers = Workers(3, kind="fake", window=4, options=FakeOptions("mine"))
     assert isinstance(workers.backend(producer="p"), FakeBackend)
+    assert workers.options == FakeOptions("mine")
+    assert Workers(3, kind="fake").options == FakeOptions()
     with pytest.raises(ValueError, match=r"`timeout` is not an option of kind='fake' \(its "
                                          r"options: window\)") as info:
         Workers(3, kind="fake", timeout=2.0)

@@ -69,7 +69,7 @@ def test_check_space_beyond_free_raises_naming_directory_size_and_remedies():
     assert f"{directory} has {free / (1 << 20):.1f} MiB free of {total / (1 << 20):.1f} MiB" in (
         message
     )
-    for remedy in ("--shm-size", "smaller batches", "worker_type='thread'"):
+    for remedy in ("--shm-size", "smaller batches", "Workers(kind='thread')"):
         assert remedy in message
 
 

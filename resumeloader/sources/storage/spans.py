@@ -4,7 +4,7 @@ A `Span` is one GET's byte range of one object version and its future (its bytes
 its error). `Cache` finds a span that holds a wanted range (any span containing it,
 not only one of the same bounds), counts the bytes read ahead and not used yet, and
 drops finished spans least recently used first; a failed span is dropped when found,
-so that a later read tries again. `resumeloader.sources.fetch` holds one per process
+so that a later read tries again. `resumeloader.sources.storage.fetch` holds one per process
 (under its lock).
 """
 

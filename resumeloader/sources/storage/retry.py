@@ -1,20 +1,49 @@
 """Which failures of storage calls are worth another try, and trying again.
 
-The libraries' own retry loops are turned off (`resumeloader.sources.storage`), so
+The libraries' own retry loops are turned off (`resumeloader.sources.storage.filesystems`), so
 that retries are bounded in count and time and alike for every protocol: ranged GETs
-are retried by `resumeloader.sources.fetch` with `ObjectReads`; listings and stats by
+are retried by `resumeloader.sources.storage.fetch` with `ObjectReads`; listings and stats by
 `retried` here. `transient` decides: a 5xx, 408 or 429 answer, a reset or refused
-connection, a timeout or a short body is; a 4xx, a missing object or a permission is
-not. `http_status` finds the status in the errors of s3fs, gcsfs and aiohttp.
+connection, a timeout or a short body is; a 4xx, a missing object, a permission, a
+redirect to another origin or an ignored ``Range`` is not. `http_status` finds the
+status in the errors of s3fs, gcsfs and aiohttp.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["ATTEMPTS", "http_status", "retried", "transient"]
+from resumeloader.sources.storage import answers
+
+E = TypeVar("E", bound=BaseException)
+
+__all__ = ["ATTEMPTS", "forbidden", "found", "http_status", "retried", "transient"]
+
+
+def _causes(err: BaseException | None) -> list[BaseException]:
+    """`err` and what it was raised from (botocore's wrapping errors keep theirs in
+    ``kwargs["error"]``), at most 8 deep."""
+    chain: list[BaseException] = []
+    while err is not None and len(chain) < 8 and err not in chain:
+        chain.append(err)
+        wrapped = getattr(err, "kwargs", None)
+        inner = wrapped.get("error") if isinstance(wrapped, dict) else None
+        err = inner if isinstance(inner, BaseException) else (err.__cause__ or err.__context__)
+    return chain
+
+
+def found(err: BaseException, kind: type[E]) -> E | None:
+    """The first error of `kind` in `err`'s chain, if any."""
+    return next((e for e in _causes(err) if isinstance(e, kind)), None)
+
+
+def forbidden(err: BaseException) -> bool:
+    """Whether `err` is a refusal (401/403): a PermissionError, or gcsfs's "Forbidden"."""
+    return any(
+        isinstance(e, PermissionError) or str(e).startswith("Forbidden") for e in _causes(err)
+    )
 
 
 def http_status(err: BaseException | None) -> int | None:
@@ -43,8 +72,12 @@ def transient(err: BaseException) -> bool:
     """Whether a failed storage call is worth another try: a 5xx, 408 or 429 answer, a
     reset or refused connection, a timeout, a short body; not a 4xx, a missing object
     (fsspec's HTTP filesystem says FileNotFoundError for any failed request: one caused
-    by a connection error is transient) or a permission."""
+    by a connection error is transient), a permission, a redirect to another origin or
+    an ignored ``Range``."""
     if isinstance(err, (PermissionError, ImportError, NotImplementedError, TypeError)):
+        return False
+    final = (answers.RedirectError, answers.RangeIgnoredError)
+    if forbidden(err) or any(found(err, kind) for kind in final):
         return False
     code = http_status(err)
     if code is not None:

@@ -24,8 +24,8 @@ known in advance) and returns at once; at most `ObjectReads.readahead_bytes` of
 prefetched bytes wait unread at any time. What is fetched only fills the cache: a
 read returns the same bytes with or without it. The cache holds at most
 `ObjectReads.cache_bytes` of finished spans (least recently used dropped first).
-One GET per protocol is `resumeloader.sources.protocols`; the cache,
-`resumeloader.sources.spans`.
+One GET per protocol is `resumeloader.sources.storage.protocols`; the cache,
+`resumeloader.sources.storage.spans`.
 """
 
 from __future__ import annotations
@@ -40,56 +40,18 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from resumeloader.core import validate
-from resumeloader.sources import protocols, spans, storage
-from resumeloader.sources.protocols import ObjectChangedError
+from resumeloader.sources.storage import answers, objects, protocols, spans
+from resumeloader.sources.storage.options import ObjectReads
+from resumeloader.sources.storage.protocols import ObjectChangedError
 
 __all__ = [
-    "ObjectChangedError", "ObjectReadError", "ObjectReads", "clear", "prefetch", "read", "stats",
+    "DryReads", "DryRun", "ObjectChangedError", "ObjectReadError", "ObjectReads", "clear", "merged",
+    "prefetch", "read", "stats",
 ]
 
-Range = tuple[storage.Object, int, int]
+Range = tuple[objects.Object, int, int]
 #: (object, start, stop) -> the block (start, stop) that holds it, for aligned reads.
-Blocks = Callable[[storage.Object, int, int], tuple[int, int]]
-
-
-@dataclasses.dataclass(frozen=True)
-class ObjectReads:
-    """How objects are read (not what is read: none of it changes the stream).
-
-    Attributes:
-        concurrency: GETs in flight at once in a process, >= 1.
-        attempts: tries of one GET before it fails, >= 1.
-        timeout: seconds one try may take (connecting, waiting, reading the body).
-        deadline: seconds all tries of one GET may take, waits included.
-        backoff: the first wait between tries (s); doubled per try, at most 5 s,
-            jittered by up to half.
-        gap_bytes: ranges of one object closer than this are read with one GET.
-        max_get_bytes: the most bytes one GET reads (merging stops there).
-        cache_bytes: the most bytes of finished GETs the process keeps.
-        readahead_bytes: the most prefetched bytes that wait unread.
-    """
-
-    concurrency: int = 16
-    attempts: int = 5
-    timeout: float = 30.0
-    deadline: float = 120.0
-    backoff: float = 0.1
-    gap_bytes: int = 1 << 20
-    max_get_bytes: int = 32 << 20
-    cache_bytes: int = 256 << 20
-    readahead_bytes: int = 64 << 20
-
-    def __post_init__(self) -> None:
-        for name in ("concurrency", "attempts", "max_get_bytes"):
-            validate.integer(name, getattr(self, name), low=1, high=validate.MAX_COUNT)
-        for name in ("gap_bytes", "cache_bytes", "readahead_bytes"):
-            validate.integer(name, getattr(self, name), low=0, high=validate.MAX_COUNT)
-        for name in ("timeout", "deadline", "backoff"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                msg = f"`{name}` must be a number of seconds >= 0. Received: {name}={value!r}."
-                raise ValueError(msg)
+Blocks = Callable[[objects.Object, int, int], tuple[int, int]]
 
 
 class ObjectReadError(OSError):
@@ -114,7 +76,7 @@ _semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
 _counts: collections.Counter[str] = collections.Counter()
 
 
-async def _get(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -> bytes:
+async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> bytes:
     loop = asyncio.get_running_loop()
     key = (os.getpid(), reads.concurrency)
     gate = _semaphores.setdefault(key, asyncio.Semaphore(reads.concurrency))
@@ -135,8 +97,8 @@ async def _get(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -
             raise
         except Exception as err:
             if not protocols.retryable(err):
-                if isinstance(err, ObjectChangedError):
-                    raise
+                if isinstance(err, (ObjectChangedError, answers.Refusal)):
+                    raise  # a verdict on the object, not a failed read: named as it is
                 last = err
                 break
             last = err if not isinstance(err, asyncio.TimeoutError) else TimeoutError(
@@ -155,7 +117,7 @@ async def _get(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -
     raise ObjectReadError(msg, url=obj.url, start=start, stop=stop) from last
 
 
-def _submit(obj: storage.Object, start: int, stop: int, reads: ObjectReads) -> Any:
+def _submit(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> Any:
     import fsspec.asyn
 
     loop = fsspec.asyn.get_loop()
@@ -167,13 +129,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _CACHE.__init__())  # type: ignore[misc]
 
 
-def _key(obj: storage.Object) -> tuple[str, str, int]:
+def _key(obj: objects.Object) -> tuple[str, str, int]:
     return obj.url, obj.version, obj.size
 
 
-def _plan(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None) -> list[Range]:
-    """The GETs that cover `ranges` (none cached): widened to blocks, neighbours merged."""
-    wanted: dict[tuple[str, str, int], tuple[storage.Object, list[tuple[int, int]]]] = {}
+def merged(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None) -> list[Range]:
+    """The GETs that read `ranges` (none cached): each widened to its block (`blocks`),
+    neighbours of one object closer than ``reads.gap_bytes`` merged into one GET of at
+    most ``reads.max_get_bytes``; objects in the order they first appear."""
+    wanted: dict[tuple[str, str, int], tuple[objects.Object, list[tuple[int, int]]]] = {}
     for obj, start, stop in ranges:
         if blocks is not None:
             start, stop = blocks(obj, start, stop)
@@ -193,26 +157,34 @@ def _plan(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None) ->
 
 
 def _spans(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None, *, ahead: bool,
-           budget: int | None = None) -> list[spans.Span | None]:
+           budget: int | None = None, cache: spans.Cache = _CACHE,
+           submit: Callable[[objects.Object, int, int, ObjectReads], Any] = _submit,
+           ) -> list[spans.Span | None]:
     """The cached span of each range, the missing ones submitted (None where the
     read-ahead `budget` would be exceeded)."""
-    with _CACHE.lock:
-        found = [_CACHE.find(_key(o), a, b, reads.max_get_bytes) for o, a, b in ranges]
+    with cache.lock:
+        found = [cache.find(_key(o), a, b, reads.max_get_bytes) for o, a, b in ranges]
         missing = [r for r, span in zip(ranges, found, strict=True) if span is None]
-        for obj, start, stop in _plan(missing, reads, blocks) if missing else []:
-            if budget is not None and _CACHE.ahead + (stop - start) > budget:
+        made: dict[tuple[str, str, int], list[spans.Span]] = {}
+        for obj, start, stop in merged(missing, reads, blocks) if missing else []:
+            if budget is not None and cache.ahead + (stop - start) > budget:
                 break
-            span = spans.Span(start, stop, _submit(obj, start, stop, reads), ahead)
-            _CACHE.add(_key(obj), span)
+            span = spans.Span(start, stop, submit(obj, start, stop, reads), ahead)
+            cache.add(_key(obj), span)
+            made.setdefault(_key(obj), []).append(span)
+        # A range is served by its cached span or by one submitted here (taken from `made`,
+        # not found again: a GET may already have failed, and the cache drops failed spans).
         out = [
-            span or _CACHE.find(_key(o), a, b, reads.max_get_bytes)
+            span or next(
+                (m for m in made.get(_key(o), []) if m.start <= a and b <= m.stop), None
+            )
             for (o, a, b), span in zip(ranges, found, strict=True)
         ]
         if not ahead:
             for used in out:
                 if used is not None:
-                    _CACHE.used(used)
-        _CACHE.shrink(reads.cache_bytes)
+                    cache.used(used)
+        cache.shrink(reads.cache_bytes)
     return out
 
 
@@ -251,14 +223,112 @@ def prefetch(ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | No
     return all(span is not None for span in spans)
 
 
+class DryRun:
+    """The requests that reads would send, found without sending any.
+
+    Objects' ranges (`read` and `prefetch`, called as `resumeloader.sources.storage.fetch.read`
+    and `resumeloader.sources.storage.fetch.prefetch` are) go through the same merging
+    (`merged`) and the same span cache rules (`resumeloader.sources.storage.spans`: a range
+    inside a kept span is not read again; at most ``reads.cache_bytes`` kept, least
+    recently used dropped first, read-ahead kept until read) as those functions, on a
+    cache of its own in which GETs finish by the end of the next `read` (as for a process
+    that reads its batches one after the other: a read waits for its own GETs, and a GET
+    takes longer than the code between its start and the cache's next trim). A source
+    that reads local files records each ``pread`` it would make (`pread`). `take` hands
+    over what was recorded since the last call.
+
+    Attributes:
+        reads: the settings of the last objects' read recorded (None before one).
+        get_bytes: the bytes of all GETs recorded so far (`take` leaves it).
+    """
+
+    def __init__(self) -> None:
+        self.reads: ObjectReads | None = None
+        self.get_bytes = 0
+        self._cache = spans.Cache()
+        self._taken = DryReads([], [], 0)
+        self._pending: list[concurrent.futures.Future[bytes]] = []
+
+    def read(
+        self, ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None,
+        cache: bool = True,
+    ) -> None:
+        """Records the GETs that ``read(ranges, reads, blocks=blocks, cache=cache)`` would
+        send now, in the order it would send them (the cache updated as `read` would)."""
+        self.reads = reads
+        self._taken.wanted_bytes += sum(stop - start for _, start, stop in ranges)
+        if not cache:
+            self._taken.sent.extend(ranges)
+            self.get_bytes += sum(stop - start for _, start, stop in ranges)
+            return
+        self._taken.cached.extend(ranges)
+        _spans(ranges, reads, blocks, ahead=False, cache=self._cache, submit=self._submit)
+        for future in self._pending:  # `read` waits for its GETs after the cache shrank
+            future.set_result(b"")
+        self._pending = []
+
+    def prefetch(
+        self, ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None
+    ) -> bool:
+        """Records the GETs that ``prefetch(ranges, reads, blocks=blocks)`` would start
+        now (they finish by the end of the next `read`); False when the read-ahead budget
+        is full, as there."""
+        self.reads = reads
+        found = _spans(ranges, reads, blocks, ahead=True, budget=reads.readahead_bytes,
+                       cache=self._cache, submit=self._submit)
+        return all(span is not None for span in found)
+
+    def pread(self, path: str, start: int, stop: int, *, wanted: int | None = None) -> None:
+        """Records one read of bytes ``[start, stop)`` of local file `path`, of which
+        `wanted` bytes are records (default: all)."""
+        self._taken.sent.append((path, start, stop))
+        self._taken.wanted_bytes += stop - start if wanted is None else wanted
+
+    def holds(self, obj: objects.Object, start: int, stop: int) -> bool:
+        """Whether the cache holds a span of `obj` containing ``[start, stop)`` (nothing moves)."""
+        return any(
+            span.start <= start and span.stop >= stop for span in self._cache.spans.get(
+                _key(obj), [])
+        )
+
+    def take(self) -> DryReads:
+        """What was recorded since the last call."""
+        taken, self._taken = self._taken, DryReads([], [], 0)
+        return taken
+
+    def _submit(self, obj: objects.Object, start: int, stop: int, _: ObjectReads) -> Any:
+        self._taken.sent.append((obj, start, stop))
+        self.get_bytes += stop - start
+        self._pending.append(concurrent.futures.Future())
+        return self._pending[-1]
+
+
+@dataclasses.dataclass
+class DryReads:
+    """What `DryRun` recorded.
+
+    Attributes:
+        sent: each request, in order: (object, start, stop) for a GET, (local path,
+            start, stop) for a pread.
+        cached: the objects' ranges read through the cache (what the requests were for).
+        wanted_bytes: the bytes of the records themselves (without gaps and widening).
+    """
+
+    sent: list[tuple[objects.Object | str, int, int]]
+    cached: list[Range]
+    wanted_bytes: int
+
+
 def stats() -> dict[str, int]:
     """This process's GETs (tries included), retries and bytes received so far."""
     return {key: int(_counts[key]) for key in ("gets", "retries", "bytes")}
 
 
 def clear() -> None:
-    """Forgets every cached span; GETs in flight are cancelled."""
+    """Forgets every cached span (the next read of any range asks the store again).
+
+    Safe under a live loader: GETs in flight are not cancelled — a read waiting for one
+    still gets its bytes; the span is only no longer found by later reads.
+    """
     with _CACHE.lock:
-        for _, span in _CACHE.order.values():
-            span.future.cancel()
         _CACHE.__init__()  # type: ignore[misc]

@@ -3,11 +3,12 @@
 The ``array-record`` package reads a local path only (its reader takes a ``str`` and
 opens it itself; no file-like object, and no ``s3://``), so an ArrayRecord object is
 read from a local copy. `local_copy` downloads the whole object once (ranged GETs of
-16 MiB pinned to its version, retried: `resumeloader.sources.fetch`) into the cache
-folder under a name made of its URL, version and size, and returns the copy's path;
-a copy of another version is another file, never reused. The folder holds at most
-`max_bytes` (least recently used copies removed first, never the one just made; a
-reader that has a removed copy open keeps reading it).
+16 MiB pinned to its version, retried: `resumeloader.sources.storage.fetch`) into the
+cache folder (``objects/`` of `Storage.cache_dir`) under a name made of its URL,
+version and size, and returns the copy's path; a copy of another version is another
+file, never reused. The folder holds at most `Storage.copies_bytes` (least recently
+used copies removed first, never the one just made; a reader that has a removed copy
+open keeps reading it).
 
 The trade-off: the first read of any record of an object costs the whole object, and
 the local disk needs room for the objects in use. With objects of a few hundred MB
@@ -23,44 +24,34 @@ import os
 import tempfile
 import threading
 
-from resumeloader.sources import fetch, storage
-from resumeloader.sources import files as files_lib
+from resumeloader.sources.storage import fetch, locations, objects, options
 
-__all__ = ["DEFAULT_BYTES", "default_dir", "local_copy", "prefetch"]
+__all__ = ["FOLDER", "copy_path", "local_copy", "prefetch"]
 
-#: The default bound of the cache folder.
-DEFAULT_BYTES = 8 << 30
+#: The folder of `Storage.cache_dir` that holds the copies.
+FOLDER = "objects"
 _PIECE = 16 << 20
 _lock = threading.Lock()
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _pending: dict[str, concurrent.futures.Future[str]] = {}
 
 
-def default_dir() -> str:
-    """``$RESUMELOADER_CACHE_DIR/objects`` or ``~/.cache/resumeloader/objects``."""
-    root = os.environ.get("RESUMELOADER_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "resumeloader"
-    )
-    return os.path.join(root, "objects")
-
-
-def copy_path(obj: storage.Object, folder: str) -> str:
-    """Where the copy of `obj` (this version) is kept in `folder`."""
+def copy_path(obj: objects.Object, storage: options.Storage) -> str:
+    """Where the copy of `obj` (this version) is kept."""
+    folder = storage.under(FOLDER)
     key = f"{obj.url}\n{obj.version}\n{obj.size}".encode("utf-8", "surrogateescape")
     digest = hashlib.blake2b(key, digest_size=8).hexdigest()
-    return os.path.join(folder, f"{digest}.{files_lib.display(obj.name)[:100]}")
+    return os.path.join(folder, f"{digest}.{locations.display(obj.name)[:100]}")
 
 
-def local_copy(
-    obj: storage.Object, folder: str, reads: fetch.ObjectReads, *, max_bytes: int = DEFAULT_BYTES
-) -> str:
+def local_copy(obj: objects.Object, storage: options.Storage) -> str:
     """The path of a local copy of `obj`, downloaded if the folder has none.
 
     Raises:
-        ObjectChangedError, ObjectReadError: see `resumeloader.sources.fetch`.
+        ObjectChangedError, ObjectReadError: see `resumeloader.sources.storage.fetch`.
         OSError: the copy cannot be written (e.g. the disk is full).
     """
-    path = copy_path(obj, folder)
+    path, folder = copy_path(obj, storage), storage.under(FOLDER)
     with contextlib.suppress(OSError):
         if os.stat(path).st_size == obj.size:
             os.utime(path)  # recently used
@@ -71,14 +62,14 @@ def local_copy(
         with os.fdopen(fd, "wb") as out:
             for start in range(0, obj.size, _PIECE):
                 stop = min(obj.size, start + _PIECE)
-                (view,) = fetch.read([(obj, start, stop)], reads, cache=False)
+                (view,) = fetch.read([(obj, start, stop)], storage.reads, cache=False)
                 out.write(view)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _evict(folder, max_bytes, keep=path)
+    _evict(folder, storage.copies_bytes, keep=path)
     return path
 
 
@@ -100,12 +91,10 @@ def _evict(folder: str, max_bytes: int, *, keep: str) -> None:
                     total -= size
 
 
-def prefetch(
-    obj: storage.Object, folder: str, reads: fetch.ObjectReads, *, max_bytes: int = DEFAULT_BYTES
-) -> None:
+def prefetch(obj: objects.Object, storage: options.Storage) -> None:
     """Starts downloading `obj` in the background (two at a time) if there is no copy."""
     global _pool
-    path = copy_path(obj, folder)
+    path = copy_path(obj, storage)
     if os.path.exists(path):
         return
     with _lock:
@@ -113,6 +102,6 @@ def prefetch(
             return
         if _pool is None:
             _pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="object-copy")
-        future = _pool.submit(local_copy, obj, folder, reads, max_bytes=max_bytes)
+        future = _pool.submit(local_copy, obj, storage)
         _pending[path] = future
         future.add_done_callback(lambda _: _pending.pop(path, None))

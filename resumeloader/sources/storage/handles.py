@@ -14,8 +14,7 @@ size and modification time when it was indexed): a file opened again after it wa
 replaced or rewritten raises `StaleFileError` instead of handing out other bytes.
 The cache is per process (a forked child forgets the parent's handles).
 
-Object storage (``s3://`` and the like) is meant to plug in here: a handle is
-anything with a ``close`` (a descriptor wrapper, a reader object).
+A handle is anything with a ``close`` (a descriptor, a format's reader object).
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ __all__ = [
     "budget",
     "opened",
     "pread",
+    "stats",
 ]
 
 _MAX_BUDGET = 1024
@@ -51,7 +51,15 @@ class TooManyOpenFiles(OSError):
 
 
 class StaleFileError(OSError):
-    """A file opened again is not the file that was indexed (its size or time changed)."""
+    """A file opened again is not the file that was indexed (its size or time changed).
+
+    Attributes:
+        url: the file's path (or the object's URL), when known.
+    """
+
+    def __init__(self, *args: object, url: str | None = None) -> None:
+        super().__init__(*args)
+        self.url = url
 
 
 def budget() -> int:
@@ -171,23 +179,32 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=CACHE._forget)
 
 
+def _check(fd: int, path: str, stamp: Stamp) -> None:
+    stat = os.fstat(fd)
+    if (stat.st_size, stat.st_mtime_ns) != stamp:
+        msg = (
+            f"{path} changed since it was indexed: it had {stamp[0]} bytes (modified at "
+            f"{stamp[1]} ns), it has {stat.st_size} bytes (modified at "
+            f"{stat.st_mtime_ns} ns). Build the source again to read the new file."
+        )
+        raise StaleFileError(errno.ESTALE, msg, url=path)
+
+
 def _open_fd(path: str, stamp: Stamp | None) -> int:
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     if stamp is not None:
-        stat = os.fstat(fd)
-        if (stat.st_size, stat.st_mtime_ns) != stamp:
+        try:
+            _check(fd, path, stamp)
+        except StaleFileError:
             os.close(fd)
-            msg = (
-                f"{path} changed since it was indexed: it had {stamp[0]} bytes (modified at "
-                f"{stamp[1]} ns), it has {stat.st_size} bytes (modified at "
-                f"{stat.st_mtime_ns} ns). Build the source again to read the new file."
-            )
-            raise StaleFileError(errno.ESTALE, msg)
+            raise
     return fd
 
 
 def pread(path: str, length: int, offset: int, *, stamp: Stamp | None = None) -> bytes:
-    """`length` bytes of `path` from `offset`, through a cached descriptor.
+    """`length` bytes of `path` from `offset`, through a cached descriptor; with a
+    `stamp`, the file is checked after the read (a file rewritten in place under a
+    cached descriptor is caught too: one ``fstat`` per read).
 
     Raises:
         StaleFileError: the file's size or modification time is not `stamp`.
@@ -195,7 +212,23 @@ def pread(path: str, length: int, offset: int, *, stamp: Stamp | None = None) ->
     """
     key = ("fd", path, stamp)
     with CACHE.use(key, lambda: _open_fd(path, stamp), os.close, repr(path)) as fd:
-        return os.pread(fd, length, offset)
+        data = os.pread(fd, length, offset)
+        if stamp is not None:
+            _check(fd, path, stamp)
+    with _counts_lock:
+        _counts["reads"] += 1
+        _counts["bytes"] += len(data)
+    return data
+
+
+_counts: collections.Counter[str] = collections.Counter()
+_counts_lock = threading.Lock()
+
+
+def stats() -> dict[str, int]:
+    """This process's `pread` calls and bytes read so far."""
+    with _counts_lock:
+        return {key: int(_counts[key]) for key in ("reads", "bytes")}
 
 
 class File:

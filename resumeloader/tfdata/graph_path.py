@@ -1,0 +1,200 @@
+"""The ``graph`` path: in-memory columns whose order and gather both run in TensorFlow.
+
+When nothing between the source and the batch needs Python — in-memory numeric
+columns, a batch stage that only stacks fixed-size batches, the sampler's or the block
+order, no workers — the whole stream is a function of the start position that
+TensorFlow can compute: the record indices of each chunk of batches with the order's
+integer ops (`resumeloader.tfdata.graph_batches`, bit-identical to the plan's tasks),
+each batch gathered from the columns (`resumeloader.tfdata.columns`: ``tf.gather`` of
+the array in place) in a parallel, ordered ``map`` (AUTOTUNE). No ``from_generator``,
+no Python per batch: Python runs once per iteration, when it begins, to read the
+position and tell the loader's ledger (a ``py_function``, as the generator of the
+other paths does). A column TensorFlow cannot address in place (``np.load``'s arrays
+sit 16 bytes off alignment) is gathered by NumPy in the same map, as on the gather path.
+
+The ledger's checks (`resumeloader.handout.consumption`) see such an iteration through
+its count (`stream.Counter`): once per chunk the graph checks that the iteration was not
+superseded (a newer iteration, a restore, a ``for batch in loader``) — failing the
+step with the ledger's message otherwise — and adds the chunk's batches to the count an
+eager ``advance()`` is checked against. ``for batch in loader`` reads the same batches
+through the engine (a NumPy gather per batch), as on the ``gather`` path; with tensor
+stages through this dataset, each batch's end from the layout's arithmetic.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import optree
+import tensorflow as tf
+
+from resumeloader.core import exiting
+from resumeloader.handout import engine as engine_lib
+from resumeloader.handout import stream
+from resumeloader.tfdata import columns as columns_lib
+from resumeloader.tfdata import delivery, gather, graph_batches
+
+__all__ = ["GraphPath"]
+
+_SUPERSEDED = (
+    "StreamIntegrityError: Two iterations of this loader's dataset() are read at once "
+    "(e.g. `zip(ds, ds)`, nested loops over one dataset, an iterator kept from before the "
+    "position was restored or from before a `for batch in loader`): each would hand out "
+    "the same batches, counted once. Read one iteration at a time; create the iterator "
+    "after restoring. Received: batches requested from an iteration after a newer one "
+    "started (checked once per chunk of batches)."
+)
+
+
+def _options() -> tf.data.Options:
+    options = tf.data.Options()
+    # A static optimisation serialises the pipeline for a graph rewrite, which copies
+    # the captured columns (the whole source) once per iterator.
+    options.experimental_optimization.apply_default_optimizations = False
+    return options
+
+
+_OPTIONS = _options()
+
+
+class GraphPath(delivery.DeliveryPath):
+    """In-memory numeric columns in a graph order: indices and gathers in TensorFlow."""
+
+    name = "graph"
+
+    @classmethod
+    def accepts(cls, engine: engine_lib.Engine) -> bool:
+        return (
+            gather.GatherPath.accepts(engine)
+            and engine.quarantine is None
+            and graph_batches.GraphBatches.supports(engine.plan)
+        )
+
+    def __init__(self, engine: engine_lib.Engine, *, prefetch: int | None) -> None:
+        super().__init__(engine, prefetch=prefetch)
+        found = engine.plan.pipeline.source.columns()
+        assert found is not None
+        self._leaves, self._treespec = found
+        self._columns: list[columns_lib.Column] | None = None
+        #: The plan's batches as TensorFlow ops.
+        self.batches = graph_batches.GraphBatches(engine.plan)
+        with tf.init_scope():
+            # The iteration whose chunks may be made (-1: none), and the batches of its
+            # chunks made so far: what the ledger's checks read (`stream.Counter`).
+            self._serial = tf.Variable(-1, dtype=tf.int64, trainable=False)
+            self._produced = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._serials = itertools.count()
+
+    # -- stream.Counter ------------------------------------------------------------------
+    def produced(self) -> int:
+        """Batches in the chunks the current iteration made so far."""
+        return int(self._produced.numpy())
+
+    def supersede(self) -> None:
+        """Makes the current iteration fail at its next chunk."""
+        self._serial.assign(-1, read_value=False)
+
+    # -- the dataset ---------------------------------------------------------------------
+    def dataset(
+        self,
+        start: Callable[[], int],
+        *,
+        rest_of_epoch: bool,
+        watch: delivery.Watch | None = None,
+    ) -> tf.data.Dataset:
+        batches, produced, current = self.batches, self._produced, self._serial
+        if self._columns is None:
+            self._columns = [columns_lib.Column(leaf) for leaf in self._leaves]
+        columns = self._columns
+        labelled = self.finisher.seeded
+        begin = _Begin(start, watch, self)
+
+        def refs(position: tf.Tensor, serial: tf.Tensor) -> tf.data.Dataset:
+            def on_chunk(count: tf.Tensor) -> list[Any]:
+                valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [_SUPERSEDED])
+                with tf.control_dependencies([valid]):
+                    return [produced.assign_add(count, read_value=False)]
+
+            return batches.refs(position, rest_of_epoch=rest_of_epoch, on_chunk=on_chunk)
+
+        def gathered(chunk: graph_batches.Chunk, k: tf.Tensor) -> Any:
+            batch = batches.batch_in(chunk, k)
+            data = optree.tree_unflatten(
+                self._treespec, [column.gather(batch.indices) for column in columns]
+            )
+            return (data, batches.metadata(batch)) if labelled else data
+
+        heads = tf.data.Dataset.range(1).map(lambda _: tf.py_function(begin, [], [tf.int64] * 2))
+        ds = heads.flat_map(lambda position, serial: refs(tf.reshape(position, ()),
+                                                          tf.reshape(serial, ())))
+        ds = ds.map(gathered, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return self.prefetched(self.finisher.map(ds, self.batch_dim)).with_options(_OPTIONS)
+
+    def begin(self, position: int, watch: delivery.Watch | None) -> int:
+        """Starts an iteration at `position` (told to `watch`); returns its serial."""
+        if watch is not None:
+            watch(position, iter(()), counter=self)  # supersedes the previous one
+        serial = next(self._serials)
+        self._produced.assign(0, read_value=False)
+        self._serial.assign(serial, read_value=False)
+        return serial
+
+    # -- for batch in loader, with tensor stages ----------------------------------------
+    def eager(self, position: int) -> stream.EagerBatches:
+        """As `DeliveryPath.eager`; with tensor stages the batches of this path's
+        dataset, each batch's end from the layout (no batch is reported to Python)."""
+        if not self.finisher.stages:
+            return super().eager(position)
+        with self._eager_lock:
+            if self._eager_dataset is None:
+                self._eager_dataset = self.dataset(lambda: self._eager_start, rest_of_epoch=False)
+            self._eager_start = position
+            iterator = iter(self._eager_dataset)
+            first = next(iterator, None)
+        ends: deque[int] = deque()
+        layout = self.engine.plan.layout
+
+        def elements() -> Iterator[Any]:
+            at = position
+            for batch in itertools.chain([] if first is None else [first], iterator):
+                at = layout.advance(at, 1)
+                ends.append(at)
+                yield batch
+
+        return stream.EagerBatches(elements(), ends)
+
+    # -- describe() ------------------------------------------------------------------
+    def source_row(self) -> delivery.Row:
+        pipeline = self.engine.plan.pipeline
+        record = self.engine.producer.spec.describe()
+        return ("source", f"{pipeline.source.description}, as constant tensors", record,
+                "constant")
+
+    def handover_rows(self) -> list[delivery.Row]:
+        chunk = self.batches.chunk_batches
+        return [
+            ("order", f"graph path: record indices in TensorFlow ops, up to {chunk} "
+             "batches at once", "int64[None]", "recomputed"),
+            ("map", "tf.gather(source, indices), map(AUTOTUNE, deterministic)",
+             self.batch_text(), "recomputed"),
+        ]
+
+
+class _Begin:
+    """What an iteration runs once, when it begins (in a ``py_function``): reads the
+    position, starts the iteration (`GraphPath.begin`), returns both as int64 tensors."""
+
+    def __init__(self, start: Callable[[], int], watch: delivery.Watch | None,
+                 path: GraphPath) -> None:
+        self.start, self.watch, self.path = start, watch, path
+        exiting.install()
+
+    def __call__(self) -> list[tf.Tensor]:
+        with exiting.busy():
+            exiting.check("dataset() batches")
+            position = self.start()
+            serial = self.path.begin(position, self.watch)
+        return [tf.constant(position, tf.int64), tf.constant(serial, tf.int64)]

@@ -1,0 +1,141 @@
+"""`CacheNeed`: the cache a sequence of object reads needs so that no byte is read twice.
+
+The process's span cache (`resumeloader.sources.spans`) keeps what GETs read, least
+recently used dropped first, within ``ObjectReads.cache_bytes``. A range read again
+later is served from it only if fewer than ``cache_bytes`` of other spans were used
+in between: its *reuse distance* (the bytes of the spans used since it was last used,
+its own included). `CacheNeed` follows the reads of a run (the ranges each step
+reads, the GETs it sends), remembers the spans read well past the cache's limit, and
+gives the largest reuse distance within an epoch (a ``cache_bytes`` that keeps every
+span until the epoch reads it again) and the bytes that GETs read a second time
+in an epoch because the cache had dropped them. Across epochs a span is read again
+unless the cache holds the whole data: that is counted in the GETs, not here.
+
+It holds no bytes: one small entry per span, at most `MAX_SPANS` of them and at most
+`limit` bytes' worth (``4 * cache_bytes``); what it forgot past that is counted as
+``forgot`` (the need may then be larger than found).
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["MAX_SPANS", "CacheNeed"]
+
+#: The most spans remembered.
+MAX_SPANS = 1 << 18
+
+
+@dataclasses.dataclass
+class _Entry:
+    key: tuple[str, str]
+    obj: Any
+    start: int
+    stop: int
+    step: int
+    epoch: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+class CacheNeed:
+    """Reuse distances and re-read bytes of object reads (see the module docstring).
+
+    Args:
+        limit: the most bytes of spans remembered.
+
+    Attributes:
+        need: the largest reuse distance within an epoch seen (bytes).
+        reread: bytes that GETs read again in an epoch of spans the cache had dropped.
+        forgot: spans forgotten past the limits (a later reuse of one is not seen).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, int(limit))
+        self.need = self.reread = self.forgot = 0
+        self._order: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
+        self._by_key: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (start, id) sorted
+        self._held = 0
+
+    def step(self, step: int, epoch: int, ranges: Sequence[tuple[Any, int, int]],
+             gets: Sequence[tuple[Any, int, int]],
+             held: Callable[[Any, int, int], bool]) -> tuple[int, int]:
+        """One step's reads (of `epoch`): the object `ranges` it read through the cache,
+        then the `gets` it sent (objects: ``url`` and ``version`` attributes); `held`
+        tells whether the cache still holds a span. Returns the step's largest reuse
+        distance and the bytes its GETs read again of spans the cache had dropped, both
+        of spans last used in the same epoch (a later epoch reads its data again unless
+        the cache holds all of it; a GET merged across a span the cache holds reads its
+        bytes again too, but not for want of room)."""
+        distance = reread = 0
+        before: dict[int, int] = {}  # the epoch a span was last used in before this step
+        for obj, start, stop in ranges:
+            found = self._find((obj.url, obj.version), start, stop)
+            if found is None:
+                continue
+            if found.step != step and found.epoch == epoch:
+                distance = max(distance, self._distance(found))
+            before.setdefault(id(found), found.epoch)
+            found.step, found.epoch = step, epoch
+            self._order.move_to_end(id(found))
+        for obj, start, stop in gets:
+            key = (obj.url, obj.version)
+            for old in self._overlapping(key, start, stop):
+                last = before.pop(id(old), old.epoch)  # (`old` is dropped below)
+                if last == epoch and not held(old.obj, old.start, old.stop):
+                    reread += min(old.stop, stop) - max(old.start, start)
+                self._drop(old)
+            self._add(_Entry(key, obj, start, stop, step, epoch))
+        while len(self._order) > MAX_SPANS or self._held > self.limit:
+            self._drop(next(iter(self._order.values())))
+            self.forgot += 1
+        self.need = max(self.need, distance)
+        self.reread += reread
+        return distance, reread
+
+    def _distance(self, entry: _Entry) -> int:
+        """The bytes of the spans used after `entry` was last used, and its own."""
+        total = 0
+        for other in reversed(self._order.values()):
+            total += other.size
+            if other is entry:
+                break
+        return total
+
+    def _find(self, key: tuple[str, str], start: int, stop: int) -> _Entry | None:
+        found = self._by_key.get(key, [])
+        at = bisect.bisect_right(found, (start, float("inf")))
+        for _, ident in reversed(found[max(0, at - 64) : at]):
+            entry = self._order[ident]
+            if entry.start <= start and entry.stop >= stop:
+                return entry
+        return None
+
+    def _overlapping(self, key: tuple[str, str], start: int, stop: int) -> list[_Entry]:
+        found = self._by_key.get(key, [])
+        at = bisect.bisect_left(found, (stop, -1))
+        out = []
+        for _, ident in reversed(found[max(0, at - 64) : at]):
+            entry = self._order[ident]
+            if entry.stop > start:
+                out.append(entry)
+        return out
+
+    def _add(self, entry: _Entry) -> None:
+        self._order[id(entry)] = entry
+        bisect.insort(self._by_key.setdefault(entry.key, []), (entry.start, id(entry)))
+        self._held += entry.size
+
+    def _drop(self, entry: _Entry) -> None:
+        del self._order[id(entry)]
+        spans = self._by_key[entry.key]
+        spans.remove((entry.start, id(entry)))
+        if not spans:
+            del self._by_key[entry.key]
+        self._held -= entry.size

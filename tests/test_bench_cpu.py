@@ -1,0 +1,143 @@
+"""The benchmarks' CPU figures (benchmarks/_common.py, _results.py): worker processes are
+counted, stand-ins for remote servers are not, and targets are judged on CPU when loaded."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _common  # noqa: E402
+import _results  # noqa: E402
+
+# A child that spends 0.3 s of its own CPU time, then waits for its stdin to close. The
+# kernel reports a live process's time in clock ticks (10 ms): counted means >= 0.25 s.
+_BURN = (
+    "import sys, time\n"
+    "while time.process_time() < 0.3: pass\n"
+    "print('done', flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+def _burning_child() -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", _BURN], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "done\n"
+    return child
+
+
+def test_cpu_seconds_live_worker_process_counted():
+    """A worker process still running at the end of the measurement is counted."""
+    before = _common.cpu_seconds()
+    child = _burning_child()
+    try:
+        spent = _common.cpu_seconds() - before
+    finally:
+        child.communicate("", timeout=60)
+    assert spent >= 0.25
+
+
+def test_cpu_seconds_ended_worker_counted_once():
+    """A worker that ends (and is reaped) during the measurement is counted once."""
+    child = _burning_child()
+    before = _common.cpu_seconds()  # the child's 0.3 s already spent: not in the figure
+    child.communicate("", timeout=60)
+    assert _common.cpu_seconds() - before < 0.15
+
+
+def test_cpu_seconds_not_counted_process_left_out():
+    """A child declared `not_counted` (a stand-in for a remote server) is left out."""
+    before = _common.cpu_seconds()
+    child = _burning_child()
+    try:
+        _common.not_counted([child.pid])
+        spent = _common.cpu_seconds() - before
+    finally:
+        child.communicate("", timeout=60)
+        _common._NOT_COUNTED.discard(child.pid)
+    assert spent < 0.15
+
+
+def test_meter_cpu_us_per_record_of_the_timed_part():
+    """`Meter.done(batches, records)` gives CPU microseconds per record of the timed part."""
+    with _common.Meter() as meter:
+        end = time.process_time() + 0.05
+        while time.process_time() < end:
+            pass
+        meter.done(10, 1000)
+    assert _common.LAST_CPU_US is not None and _common.LAST_CPU_US >= 40.0
+
+
+@pytest.mark.parametrize(
+    ("value", "cpu", "loaded", "met"),
+    [(0.7, 0.9, True, True), (0.9, 0.7, True, False), (0.7, 0.9, False, False),
+     (0.9, 0.9, False, True), (None, 0.9, False, True), (0.9, None, True, True)],
+    ids=["loaded-cpu-meets", "loaded-cpu-misses", "idle-wall-misses", "idle-both-meet",
+         "idle-wall-not-reproduced", "no-cpu-figure"],
+)
+def test_target_judged_on_cpu_when_loaded_on_both_when_idle(value, cpu, loaded, met):
+    """A loaded run's target is judged on its CPU figure alone; an idle run's on both."""
+    target = _results.Target("ours / reference", value, 0.8, cpu_value=cpu, loaded=loaded)
+    assert target.met is met
+
+
+def test_write_marks_targets_with_cpu_loaded_from_the_run(tmp_path):
+    """`write` marks a target with a CPU figure loaded when the run's load was high."""
+    targets = [_results.Target("a", 0.7, 0.8, cpu_value=0.9), _results.Target("b", 0.7, 0.8)]
+    run = _results.Run("python x.py", False, "2026-01-01 00:00 UTC", 1.0,
+                       {"machine": "x86_64", "cpus": 2, "python": "3.11"},
+                       {"start": [1.9, 1.0, 1.0], "end": [0.2, 0.2, 0.2]})
+    path = _results.write(tmp_path / "x.json", _results.Report([], targets), run)
+    read = _results.read(path)[0].targets
+    assert [(t.loaded, t.met) for t in read] == [(True, True), (False, False)]
+    assert "CPU 0.90x (judged on CPU: loaded run)" in read[0].measured()
+
+
+def test_table_with_cpu_column_caption_says_what_it_counts():
+    """A table with a CPU column explains it in its caption."""
+    table = _results.Table("t", "T", "x.py", "", [_results.Column("rate", "records/s"),
+                                                  _results.cpu_column()])
+    assert "worker processes" in table.caption()
+    assert table.columns[1].label == "CPU us / record"
+
+
+def _table_calls(path: Path) -> list[tuple[str, ast.Call]]:
+    """(key, call) of every ``Table(...)`` built in the benchmark script at `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(
+                node.func, "attr", None)) == "Table" and node.args:
+            key = node.args[0]
+            found.append((getattr(key, "value", "?"), node))
+    return found
+
+
+def _strings(node: ast.AST) -> list[str]:
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)]
+
+
+def _calls_cpu_column(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(
+        n.func, "id", None)) == "cpu_column" for n in ast.walk(node))
+
+
+@pytest.mark.parametrize(
+    "script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")), ids=str
+)
+def test_every_table_with_a_rate_has_a_cpu_column(script):
+    """A benchmark table with a records/s column has the CPU column beside it
+    (`_results.cpu_column`: its key, label and caption)."""
+    for key, call in _table_calls(ROOT / "benchmarks" / script):
+        columns = call.args[4] if len(call.args) > 4 else next(
+            (k.value for k in call.keywords if k.arg == "columns"), call)
+        if any("records/s" in text for text in _strings(columns)):
+            assert _calls_cpu_column(columns), f"{script}: table {key!r} has no CPU column"

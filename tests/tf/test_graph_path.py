@@ -1,0 +1,199 @@
+"""The ``graph`` delivery path (`tfdata/graph_path.py`): which loaders take it, the same
+stream as the other paths bit for bit (golden vectors shared with NumPy), no
+``from_generator`` and one Python call per iteration, and the ledger's checks on it."""
+
+from __future__ import annotations
+
+import collections
+
+import _golden
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+import resumeloader as rl
+from resumeloader.handout import engine as engine_lib
+from resumeloader.tfdata import graph_path, paths
+
+_IMAGES = np.arange(37 * 3, dtype=np.float32).reshape(37, 3)
+_LABELS = np.arange(37, dtype=np.int64) % 5
+
+
+def _path(loader: rl.ResumableLoader) -> str:
+    engine = engine_lib.Engine(loader.plan, loader.workers, with_metadata=loader.with_metadata)
+    return paths.path_class(engine).name
+
+
+def _double(batch, seeds):
+    return batch * 2.0
+
+
+# name -> (pipeline, from_pipeline keywords)
+GRAPH = {
+    "shuffled-array": (lambda: rl.Pipeline(_IMAGES, seed=1).shuffle().batch(5), {}),
+    "natural-order": (lambda: rl.Pipeline(_IMAGES, seed=1).batch(4, drop_remainder=True), {}),
+    "block-order-dict": (
+        lambda: rl.Pipeline({"x": _IMAGES, "y": _LABELS}, seed=2)
+        .shuffle(chunk_records=4, window_chunks=3).batch(3), {}),
+    "tuple-shard-2-of-3": (
+        lambda: rl.Pipeline((_IMAGES, _LABELS), seed=3).shuffle().batch(2),
+        {"shard": rl.Shard(2, 3)}),
+    "metadata-drop-remainder": (
+        lambda: rl.Pipeline(_IMAGES, seed=4).shuffle().batch(6, drop_remainder=True),
+        {"with_metadata": True}),
+    "tf_map": (lambda: rl.Pipeline(_IMAGES, seed=5).shuffle().batch(5).tf_map(_double), {}),
+}
+
+OTHER = {
+    "map_fn": (lambda: rl.Pipeline(_IMAGES, seed=1).map(lambda r, rng: r).batch(5), {}),
+    "thread-workers": (
+        lambda: rl.Pipeline(_IMAGES, seed=1).batch(5), {"workers": rl.Workers(2)}),
+    "skip": (lambda: rl.Pipeline(_IMAGES, seed=1).skip(3, 8).batch(5), {}),
+    "mixture": (
+        lambda: rl.Pipeline.mix({"a": _IMAGES, "b": _IMAGES[:9]},
+                                weights={"a": 0.5, "b": 0.5}, seed=1).batch(5), {}),
+    "strings": (lambda: rl.Pipeline(np.array([b"a", b"bc"] * 5), seed=1).batch(2), {}),
+}
+
+
+def _loader(case, num_epochs=3, **keywords) -> rl.ResumableLoader:
+    make, options = case
+    return rl.ResumableLoader.from_pipeline(make(), num_epochs=num_epochs,
+                                            **{**options, **keywords})
+
+
+def _numpy(batch):
+    return tf.nest.map_structure(lambda t: t.numpy().tolist(), batch)
+
+
+@pytest.mark.parametrize("name", GRAPH, ids=str)
+def test_in_memory_columns_without_python_stages_take_the_graph_path(name):
+    """In-memory numeric columns, a stacking batch stage, the sampler or the block order,
+    no workers: the graph path, named by describe()."""
+    loader = _loader(GRAPH[name])
+    assert _path(loader) == "graph"
+    assert "graph path:" in loader.describe()
+
+
+@pytest.mark.parametrize("name", OTHER, ids=str)
+def test_python_stages_workers_skips_mixtures_take_another_path(name):
+    """Python stages, workers, skipped ranges, mixtures, strings: not the graph path."""
+    assert _path(_loader(OTHER[name])) != "graph"
+
+
+@pytest.mark.parametrize("rest_of_epoch", [False, True], ids=["whole", "rest-of-epoch"])
+@pytest.mark.parametrize("start", [0, 7, 24], ids=["start-0", "mid-epoch", "next-epoch"])
+@pytest.mark.parametrize("name", GRAPH, ids=str)
+def test_graph_path_stream_equals_the_gather_paths(name, start, rest_of_epoch, monkeypatch):
+    """From any position, the graph path's batches are the gather path's, bit for bit
+    (data, metadata, tensor stages)."""
+    def stream() -> list:
+        loader = _loader(GRAPH[name])
+        loader.advance(start // loader.batch_size)
+        return [_numpy(b) for b in loader.dataset(rest_of_epoch=rest_of_epoch)]
+
+    ours = stream()
+    monkeypatch.setattr(paths, "PATHS", tuple(p for p in paths.PATHS
+                                               if p is not graph_path.GraphPath))
+    assert ours == stream()
+    assert ours  # not vacuous
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [(k, v) for k, v in _golden.SAMPLER.items() if k[0] <= 1000],
+    ids=lambda x: str(x) if isinstance(x, tuple) else "",
+)
+def test_graph_path_first_batch_of_an_epoch_is_the_golden_vector(key, expected):
+    """The first batch of epoch e over ``arange(n)`` is the pinned NumPy order."""
+    num_records, seed, epoch = key
+    loader = rl.ResumableLoader(np.arange(num_records), batch_size=len(expected), seed=seed)
+    loader.set_state(dict(loader.get_state(), epoch=epoch, offset=0))
+    assert _path(loader) == "graph"
+    assert next(iter(loader.dataset())).numpy().tolist() == expected
+
+
+def test_graph_path_block_order_first_batch_is_the_golden_vector():
+    """The block order's pinned first records, through the graph path."""
+    (num_records, chunk, window, seed, epoch), expected = next(iter(_golden.BLOCKS.items()))
+    pipeline = rl.Pipeline(np.arange(num_records), seed=seed).shuffle(
+        chunk_records=chunk, window_chunks=window)
+    loader = rl.ResumableLoader.from_pipeline(pipeline.batch(len(expected)))
+    loader.set_state(dict(loader.get_state(), epoch=epoch, offset=0))
+    assert next(iter(loader.dataset())).numpy().tolist() == expected
+
+
+def _ops(ds: tf.data.Dataset) -> collections.Counter:
+    graph = graph_pb2.GraphDef()
+    policy = tf.data.experimental.ExternalStatePolicy.WARN
+    graph.ParseFromString(ds._as_serialized_graph(external_state_policy=policy).numpy())
+    nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
+    return collections.Counter(node.op for node in nodes)
+
+
+def test_graph_path_dataset_has_no_generator_and_one_python_call():
+    """No from_generator; the only Python is the one call when an iteration begins."""
+    ops = _ops(_loader(GRAPH["tf_map"]).dataset())
+    assert ops["GeneratorDataset"] == 0
+    assert ops["EagerPyFunc"] + ops["PyFunc"] == 1
+    assert ops["ParallelMapDatasetV2"] >= 1
+
+
+def test_graph_path_advance_in_tf_function_resumes_in_a_fresh_loader():
+    """Batches pulled and advanced inside a tf.function, saved, restored into a fresh
+    loader: it continues with the next batch."""
+    make = lambda: _loader(GRAPH["block-order-dict"], num_epochs=None)  # noqa: E731
+    loader = make()
+    iterator = iter(loader.dataset())
+
+    @tf.function
+    def step():
+        batch = next(iterator)
+        loader.advance(after=batch)
+        return batch
+
+    taken = [_numpy(step()) for _ in range(9)]
+    fresh = make()
+    fresh.set_state(loader.get_state())
+    following = _numpy(next(iter(fresh.dataset())))
+    assert following == _numpy(step())
+    assert following not in taken
+
+
+def test_graph_path_two_iterations_read_at_once_fail_within_a_chunk():
+    """zip(ds, ds) fails the step with the ledger's message by the next chunk."""
+    loader = rl.ResumableLoader(np.arange(20), batch_size=4, seed=3, num_epochs=2,
+                                prefetch=None)
+    ds = loader.dataset()
+    pairs = 0
+    with pytest.raises(tf.errors.OpError, match="Two iterations of this loader") as info:
+        for _ in tf.data.Dataset.zip((ds, ds)):
+            pairs += 1
+            loader.advance()
+    assert "StreamIntegrityError" in str(info.value)
+    assert pairs <= loader.plan.layout.batches_per_epoch  # one chunk: the epoch here
+
+
+def test_graph_path_iterator_from_before_a_restore_fails():
+    """An iterator kept across set_state fails by its next chunk instead of handing out
+    the old position's batches."""
+    loader = rl.ResumableLoader(np.arange(64), batch_size=4, seed=3, prefetch=None)
+    iterator = iter(loader.dataset())
+    next(iterator)
+    loader.advance()
+    loader.set_state(loader.get_state())
+    with pytest.raises(tf.errors.OpError, match="Two iterations of this loader"):
+        for _ in range(loader.plan.layout.batches_per_epoch + 1):
+            next(iterator)
+
+
+def test_graph_path_eager_advance_past_produced_batches_raises():
+    """Advancing twice per batch outruns what the iteration's chunks hold: it raises."""
+    loader = rl.ResumableLoader(np.arange(20), batch_size=4, seed=3, prefetch=1)
+    steps = 0
+    with pytest.raises(rl.StreamIntegrityError, match="past the last batch"):
+        for _ in loader.dataset():
+            loader.advance(2)
+            steps += 1
+            assert steps < 100, "the over-count was never detected"
