@@ -86,7 +86,7 @@ def test_dask_every_worker_killed_raises_worker_error_naming_no_worker(
     rest = [_bytes(batch) for batch in loader]
     loader.close()
     text = str(error)
-    assert f"No batch arrived within worker_timeout={TIMEOUT} s" in text
+    assert f"No batch arrived within timeout={TIMEOUT} s" in text
     assert f"the Dask cluster at {address} has no running worker (every worker is gone" in text
     assert error.position == HEAD * BATCH
     assert head + rest == reference
@@ -110,7 +110,7 @@ def test_dask_local_cluster_scaled_to_zero_raises_worker_error_naming_no_worker(
     rest = [_bytes(batch) for batch in loader]
     loader.close()
     text = str(error)
-    assert f"No batch arrived within worker_timeout={TIMEOUT} s" in text
+    assert f"No batch arrived within timeout={TIMEOUT} s" in text
     assert "has no running worker (every worker is gone" in text
     assert error.position == HEAD * BATCH
     assert head + rest == reference
@@ -144,7 +144,7 @@ def test_dask_worker_stalled_holding_result_raises_worker_error_naming_the_trans
         client.close()
     loader.close()
     text = str(error)
-    assert f"No batch arrived within worker_timeout={TIMEOUT} s" in text
+    assert f"No batch arrived within timeout={TIMEOUT} s" in text
     assert "has 2 running workers (2 threads) processing 0 tasks" in text
     assert "the task is 'memory' on its scheduler: made, but its result did not" in text
     assert error.position == HEAD * BATCH
