@@ -348,3 +348,15 @@ def test_dask_verify_keras_fit_killed_twice_reports_identical(kind, request, tmp
     assert report.identical, str(report)
     assert (report.reference_steps, report.resumed_steps, report.processes) == (21, 21, 3)
     assert report.weights_identical is True
+
+
+def test_dask_workers_counts_reach_the_loaders_stats():
+    """Each Dask worker's stage counts travel back with its batches and add up exactly."""
+    loader = _loader(_Local().workers())
+    _ = [batch for batch in loader]
+    stats = loader.stats()
+    mapped = stats.stage("map_fn")
+    assert mapped is not None and (mapped.batches, mapped.records_in) == (NUM_BATCHES,
+                                                                          NUM_RECORDS * EPOCHS)
+    assert all(w.name.startswith("Dask worker tcp://127.0.0.1:") for w in stats.workers)
+    assert mapped.where.endswith("Dask workers") or mapped.where.startswith("Dask worker")
