@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "index":
             from resumeloader.tools import index as index_tool
 
-            return index_tool.main(args.paths, out, index_dir=args.index_dir)
+            return index_tool.main(args.paths, out, index_dir=args.index_dir, err=err)
         if args.action == "profile":
             from resumeloader.tools import profile as profile_tool
 

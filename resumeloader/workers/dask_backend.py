@@ -175,6 +175,8 @@ class DaskBackend(long_lived.LongLivedBackend):
         return self._started().client
 
     def _open(self) -> Any:
+        # Closed at exit: a generator thread still running must not start another cluster.
+        exiting.check("batches on the Dask cluster")
         if self._payload is None:
             self._payload, self._prefix = payload(self._producer)
         connection = _modules()[1].Connection
