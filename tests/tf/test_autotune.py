@@ -16,8 +16,8 @@ _DATA = np.arange(47 * 3, dtype=np.float32).reshape(47, 3)
 FLIPPING = Workers("auto", options=Tuning(decide=fns.flip_workers))
 
 
-def _loader(workers: Workers | None, map_fn=fns.augment) -> ResumableLoader:
-    return ResumableLoader(_DATA, batch_size=4, seed=3, num_epochs=2, map_fn=map_fn,
+def _loader(workers: Workers | None, map_fn=fns.augment, num_epochs: int = 2) -> ResumableLoader:
+    return ResumableLoader(_DATA, batch_size=4, seed=3, num_epochs=num_epochs, map_fn=map_fn,
                            workers=workers)
 
 
@@ -81,10 +81,12 @@ def test_auto_restored_through_a_tf_checkpoint_with_no_workers(reference, tmp_pa
 def test_auto_measured_decisions_show_in_stats_and_describe(caplog):
     """Measured trials decide within the run; stats() lists each decision, describe()
     names the workers now, and the stream is that of no workers."""
-    with _loader(None, fns.slow) as plain:
+    # 48 batches of >= 8 ms: trials of 20 ms each (3 batches alone, <= 10 in 4 threads
+    # after 9 start-up batches) end well before.
+    with _loader(None, fns.slow, num_epochs=4) as plain:
         reference = _eager(plain)
     auto = Workers("auto", options=Tuning(trial_batches=1, cpus=1))
-    with _loader(auto, fns.slow) as loader:
+    with _loader(auto, fns.slow, num_epochs=4) as loader:
         with caplog.at_level("INFO", logger="resumeloader.workers"):
             got = _eager(loader)
         stats, text = loader.stats(), loader.describe()
