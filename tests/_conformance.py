@@ -124,7 +124,7 @@ def _processes() -> ResumableLoader:
 def _auto() -> ResumableLoader:
     return ResumableLoader(
         _IMAGES, batch_size=3, seed=22, num_epochs=2, map_fn=_worker_fns.augment,
-        workers=Workers("auto", options=Tuning(trial_batches=1)),
+        workers=Workers("auto", options=Tuning(trial_batches=1, trial_seconds=0)),
     )
 
 

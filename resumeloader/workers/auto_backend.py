@@ -65,7 +65,7 @@ class AutoBackend:
         self._lock = threading.Lock()
         self._children: dict[Choice, Any] = {}
         self._choice = self._tuner.restart()
-        self._trial: _Trial | None = _Trial(self._choice, self._tuning.trial_batches)
+        self._trial: _Trial | None = _Trial(self._choice, self._tuning)
         self._handed = 0  # batches handed out, over every run
         self._settled_at = 0
         #: Every decision: ``{"batch", "kind", "num_workers", "why"}``.
@@ -151,7 +151,7 @@ class AutoBackend:
         if trial is None:
             if self._handed - self._settled_at >= self._tuning.every:
                 self._choice = self._tuner.restart()
-                self._trial = _Trial(self._choice, self._tuning.trial_batches)
+                self._trial = _Trial(self._choice, self._tuning)
             return
         if not trial.add(made, wait, hold, self._clock, self._producer):
             return
@@ -161,7 +161,7 @@ class AutoBackend:
             LOGGER.debug("Workers('auto') at batch %d: trying %s after %s", self._handed,
                          following, trial.measure.describe())
             self._choice = following
-            self._trial = _Trial(following, self._tuning.trial_batches)
+            self._trial = _Trial(following, self._tuning)
             return
         self._trial = None
         self._settled_at = self._handed
@@ -275,9 +275,10 @@ class _TimedProducer:
 class _Trial:
     """One candidate's trial window: start-up batches skipped, then measured."""
 
-    def __init__(self, choice: Choice, batches: int) -> None:
+    def __init__(self, choice: Choice, options: tuning.Tuning) -> None:
         self.choice = choice
-        self.batches = batches
+        self.batches = options.trial_batches
+        self.least_ns = int(options.trial_seconds * 1e9)
         self.skip = tuning.warmup(choice)
         self.measure = tuning.Measure()
         self._started = (0, 0)
@@ -298,7 +299,7 @@ class _Trial:
         if not m.batch_bytes and made.batches:
             spec = producer.output_spec.treespec
             m.batch_bytes = timing.nbytes(spec.flatten_up_to(made.batches[0]))
-        if m.batches < self.batches or _now() - self._began < 20_000_000:
+        if m.batches < self.batches or _now() - self._began < self.least_ns:
             return False
         m.elapsed_ns = _now() - self._began
         m.work_wall_ns = clock.wall - self._started[0]

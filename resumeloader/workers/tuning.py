@@ -68,6 +68,8 @@ class Tuning:
             memory and the batches in flight); None: `MEMORY_SHARE` of the memory
             available when the loader is made.
         trial_batches: batches measured per candidate (after its start-up batches).
+        trial_seconds: the least a candidate's trial lasts (so that a burst of load on
+            a shared machine weighs less against fast batches).
         every: batches between two re-checks once settled (the trials run again).
         decide: for tests and experiments: ``decide(batches) -> (kind, num_workers)``
             or None, called after each batch handed out with the count so far; it
@@ -81,6 +83,7 @@ class Tuning:
     cpus: int | None = None
     memory_bytes: int | None = None
     trial_batches: int = 8
+    trial_seconds: float = 0.25
     every: int = 2000
     decide: Callable[[int], Any] | None = None
 
@@ -91,6 +94,15 @@ class Tuning:
             validate.integer("memory_bytes", self.memory_bytes, low=1)
         validate.integer("trial_batches", self.trial_batches, low=1, high=10_000)
         validate.integer("every", self.every, low=1)
+        seconds = self.trial_seconds
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
+            0 <= seconds <= 3600
+        ):
+            msg = (
+                "`trial_seconds` must be a number of seconds in [0, 3600]. Received: "
+                f"trial_seconds={seconds!r:.80}."
+            )
+            raise (TypeError if not isinstance(seconds, (int, float)) else ValueError)(msg)
         if self.decide is not None and not callable(self.decide):
             msg = f"`decide` must be callable or None. Received: decide={self.decide!r:.80}."
             raise TypeError(msg)

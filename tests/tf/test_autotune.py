@@ -85,7 +85,7 @@ def test_auto_measured_decisions_show_in_stats_and_describe(caplog):
     # after 9 start-up batches) end well before.
     with _loader(None, fns.slow, num_epochs=4) as plain:
         reference = _eager(plain)
-    auto = Workers("auto", options=Tuning(trial_batches=1, cpus=1))
+    auto = Workers("auto", options=Tuning(trial_batches=1, trial_seconds=0.02, cpus=1))
     with _loader(auto, fns.slow, num_epochs=4) as loader:
         with caplog.at_level("INFO", logger="resumeloader.workers"):
             got = _eager(loader)

@@ -74,7 +74,7 @@ def test_auto_measured_decision_is_logged_once_and_on_the_board(caplog):
     the batches are unchanged."""
     plan = _plan(fns.slow, num_records=120)
     board = board_lib.Board()
-    made = _auto(plan, Tuning(trial_batches=2, cpus=2), board)
+    made = _auto(plan, Tuning(trial_batches=2, trial_seconds=0.02, cpus=2), board)
     try:
         with caplog.at_level(logging.INFO, logger="resumeloader.workers"):
             got = _bytes(made.run(plan.tasks(0, plan.layout)))
@@ -104,7 +104,7 @@ def test_auto_decide_returning_a_bad_choice_raises_naming_the_hook():
 def test_auto_ram_budget_too_small_for_workers_keeps_none():
     """With a RAM budget smaller than two batches in flight, no workers are kept."""
     plan = _plan(fns.slow, num_records=120)
-    made = _auto(plan, Tuning(trial_batches=2, cpus=2, memory_bytes=16))
+    made = _auto(plan, Tuning(trial_batches=2, trial_seconds=0.02, cpus=2, memory_bytes=16))
     try:
         got = _bytes(made.run(plan.tasks(0, plan.layout)))
     finally:
@@ -117,7 +117,7 @@ def test_auto_ram_budget_too_small_for_workers_keeps_none():
 def test_auto_rechecks_after_every_batches_and_decides_again():
     """Settled, it runs its trials again after `every` batches: another decision."""
     plan = _plan(fns.slow, num_records=200)
-    made = _auto(plan, Tuning(trial_batches=1, cpus=1, every=4))
+    made = _auto(plan, Tuning(trial_batches=1, trial_seconds=0.02, cpus=1, every=4))
     try:
         got = _bytes(made.run(plan.tasks(0, plan.layout)))
     finally:

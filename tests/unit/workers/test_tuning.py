@@ -111,8 +111,10 @@ def test_tuning_defaults_come_from_the_machine():
     ("kwargs", "error", "fragment"),
     [({"cpus": 0}, ValueError, "`cpus`"), ({"memory_bytes": -1}, ValueError, "`memory_bytes`"),
      ({"trial_batches": 0}, ValueError, "`trial_batches`"), ({"every": 1.5}, TypeError, "`every`"),
+     ({"trial_seconds": -1}, ValueError, "`trial_seconds`"),
+     ({"trial_seconds": "1"}, TypeError, "`trial_seconds`"),
      ({"decide": 3}, TypeError, "`decide`")],
-    ids=["cpus", "memory", "trial", "every", "decide"],
+    ids=["cpus", "memory", "trial", "every", "seconds-negative", "seconds-str", "decide"],
 )
 def test_tuning_invalid_raises_naming_field(kwargs, error, fragment):
     """Each invalid field of Tuning is refused on construction."""
