@@ -150,6 +150,14 @@ class Measure:
     rss_bytes: int = 0  # worker processes' resident memory
     elapsed_ns: int = 0  # the trial's measured batches took
 
+    def plus(self, other: Measure) -> Measure:
+        """The sums of two trials (the larger batch and resident memory)."""
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name)
+                  for f in dataclasses.fields(self)}
+        summed["batch_bytes"] = max(self.batch_bytes, other.batch_bytes)
+        summed["rss_bytes"] = max(self.rss_bytes, other.rss_bytes)
+        return Measure(**summed)
+
     def per_batch(self, value: int) -> float:
         return value / self.batches if self.batches else 0.0
 
@@ -182,13 +190,16 @@ class Tuner:
         self.cpus = cpus
         self.memory = memory
         self.processes = processes
+        #: Per candidate, what its trials measured (summed over them).
         self.measured: dict[Choice, Measure] = {}
         self.notes: list[str] = []
+        self._confirm: list[Choice] | None = None  # the confirming round's candidates left
 
     def restart(self) -> Choice:
         """Forgets what was measured; the first candidate (no workers)."""
         self.measured.clear()
         self.notes = []
+        self._confirm = None
         return Choice("inline", 0)
 
     def fits(self, choice: Choice, measure: Measure) -> bool:
@@ -198,10 +209,31 @@ class Tuner:
         return need <= self.memory
 
     def next(self, choice: Choice, measure: Measure) -> Choice | None:
-        """The candidate to try after `choice` measured `measure`; None: settled (`best`)."""
-        self.measured[choice] = measure
+        """The candidate to try after `choice` measured `measure`; None: settled (`best`).
+
+        Workers are paid for only when measured twice: once the candidates were tried, a
+        best one that has workers and no workers are tried once more, in turn (a burst of
+        load on a shared machine then weighs on both), and `best` judges the sums.
+        """
+        earlier = self.measured.get(choice)
+        self.measured[choice] = measure if earlier is None else earlier.plus(measure)
         if not self.fits(choice, measure):
             self.notes.append(f"{choice} over the RAM budget of {self.memory / 2**20:,.0f} MiB")
+        if self._confirm is not None:
+            return self._confirm.pop(0) if self._confirm else None
+        following = self._explore(choice, measure)
+        if following is not None:
+            return following
+        best = self.best()
+        if best.kind == "inline":
+            return None
+        inline = Choice("inline", 0)
+        self._confirm = [inline, best] if best == choice else [best, inline]
+        self.notes.append(f"{best} and no workers measured twice")
+        return self._confirm.pop(0)
+
+    def _explore(self, choice: Choice, measure: Measure) -> Choice | None:
+        """The next candidate of the first round; None: all tried."""
         if choice.kind == "inline":
             work = measure.per_batch(measure.work_wall_ns)
             hold = measure.per_batch(measure.hold_ns)
@@ -244,7 +276,7 @@ class Tuner:
     def summary(self) -> str:
         """What was measured, one candidate after another, and why."""
         parts = [f"{c}: {m.describe()}" for c, m in self.measured.items()]
-        return "; ".join(parts + self.notes)
+        return "; ".join(parts + list(dict.fromkeys(self.notes)))
 
 
 def warmup(choice: Choice) -> int:

@@ -81,12 +81,12 @@ def test_auto_restored_through_a_tf_checkpoint_with_no_workers(reference, tmp_pa
 def test_auto_measured_decisions_show_in_stats_and_describe(caplog):
     """Measured trials decide within the run; stats() lists each decision, describe()
     names the workers now, and the stream is that of no workers."""
-    # 48 batches of >= 8 ms: trials of 20 ms each (3 batches alone, <= 10 in 4 threads
-    # after 9 start-up batches) end well before.
-    with _loader(None, fns.slow, num_epochs=4) as plain:
+    # 96 batches of >= 8 ms: trials of 20 ms each (4 batches alone, <= 19 in 4 threads
+    # with their start-up), each twice if threads win, end well before.
+    with _loader(None, fns.slow, num_epochs=8) as plain:
         reference = _eager(plain)
     auto = Workers("auto", options=Tuning(trial_batches=1, trial_seconds=0.02, cpus=1))
-    with _loader(auto, fns.slow, num_epochs=4) as loader:
+    with _loader(auto, fns.slow, num_epochs=8) as loader:
         with caplog.at_level("INFO", logger="resumeloader.workers"):
             got = _eager(loader)
         stats, text = loader.stats(), loader.describe()

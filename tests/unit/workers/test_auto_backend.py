@@ -72,7 +72,7 @@ def test_auto_run_abandoned_mid_flip_then_resumed_in_a_fresh_backend_is_exact():
 def test_auto_measured_decision_is_logged_once_and_on_the_board(caplog):
     """Measured trials end in a decision: one INFO line, the same on the board and in Stats;
     the batches are unchanged."""
-    plan = _plan(fns.slow, num_records=120)
+    plan = _plan(fns.slow, num_records=300)
     board = board_lib.Board()
     made = _auto(plan, Tuning(trial_batches=2, trial_seconds=0.02, cpus=2), board)
     try:
@@ -116,7 +116,7 @@ def test_auto_ram_budget_too_small_for_workers_keeps_none():
 
 def test_auto_rechecks_after_every_batches_and_decides_again():
     """Settled, it runs its trials again after `every` batches: another decision."""
-    plan = _plan(fns.slow, num_records=200)
+    plan = _plan(fns.slow, num_records=300)
     made = _auto(plan, Tuning(trial_batches=1, trial_seconds=0.02, cpus=1, every=4))
     try:
         got = _bytes(made.run(plan.tasks(0, plan.layout)))

@@ -50,8 +50,10 @@ def test_tuner_threads_that_add_cpu_are_kept_without_trying_processes():
     """Code that releases the GIL: threads scale, so processes are not tried."""
     tuner = _tuner()
     assert tuner.next(INLINE, _measure(10.0)) == THREADS
+    assert tuner.next(THREADS, _measure(5.0, work_ms=10.0)) == INLINE  # confirming
+    assert tuner.next(INLINE, _measure(10.0)) == THREADS
     assert tuner.next(THREADS, _measure(5.0, work_ms=10.0)) is None
-    assert tuner.best() == THREADS
+    assert tuner.best() == THREADS and "measured twice" in tuner.summary()
 
 
 def test_tuner_threads_that_add_no_cpu_try_processes_and_keep_the_faster():
@@ -59,8 +61,21 @@ def test_tuner_threads_that_add_no_cpu_try_processes_and_keep_the_faster():
     tuner = _tuner()
     tuner.next(INLINE, _measure(10.0))
     assert tuner.next(THREADS, _measure(10.5, work_ms=20.0, cpu_ms=10.0)) == PROCESSES
+    assert tuner.next(PROCESSES, _measure(5.0)) == INLINE
+    assert tuner.next(INLINE, _measure(10.0)) == PROCESSES
     assert tuner.next(PROCESSES, _measure(5.0)) is None
     assert tuner.best() == PROCESSES and "GIL" in tuner.summary()
+
+
+def test_tuner_workers_not_faster_when_confirmed_are_not_kept():
+    """A candidate with workers that was faster once by a burst of load, and slower in the
+    confirming round, loses to no workers on the sums."""
+    tuner = _tuner()
+    tuner.next(INLINE, _measure(10.0))
+    assert tuner.next(THREADS, _measure(5.0, work_ms=10.0)) == INLINE
+    assert tuner.next(INLINE, _measure(6.0)) == THREADS
+    assert tuner.next(THREADS, _measure(12.0, work_ms=24.0)) is None
+    assert tuner.best() == INLINE
 
 
 def test_tuner_unpicklable_pipeline_never_tries_processes():
