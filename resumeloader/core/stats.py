@@ -21,6 +21,9 @@ from resumeloader.core import board as board_lib
 
 __all__ = ["Stage", "Stats", "Worker", "where"]
 
+#: Who made a window decision that does not say (``by``): ``Workers(..., window="auto")``.
+WINDOW_AUTO = "window='auto'"
+
 _ENV = "RESUMELOADER_STATS"
 _WORKER_THREAD = re.compile(r"resumeloader-worker-(\d+)")
 
@@ -139,7 +142,8 @@ class Stats:
         decisions: what ``Workers("auto")`` and ``window="auto"`` decided, oldest
             first: per decision the batch it took effect after, ``kind``,
             ``num_workers`` and ``why`` (what was measured); a window's decision also
-            has ``window`` (the most batch tasks in flight from then on) and ``where``.
+            has ``window`` (the most batch tasks in flight from then on), ``where``
+            (the workers) and, under ``Workers("auto")``, ``by``.
     """
 
     elapsed_s: float
@@ -340,8 +344,8 @@ class Stats:
                          f"{storage.get('file_bytes', 0) / 1e6:,.2f} MB")
         for d in self.decisions[-3:]:
             if "window" in d:  # window="auto"'s
-                lines.append(f"window='auto' after batch {d['batch']:,}: {d['window']} in "
-                             f"flight for {d.get('where', d['kind'])} ({d['why']})")
+                lines.append(f"{d.get('by', WINDOW_AUTO)} after batch {d['batch']:,}: window "
+                             f"{d['window']} for {d.get('where', d['kind'])} ({d['why']})")
                 continue
             lines.append(f"Workers('auto') after batch {d['batch']:,}: {d['kind']} x "
                          f"{d['num_workers']} ({d['why']})")

@@ -201,7 +201,7 @@ class AutoBackend:
     def _window_decided(self, decision: dict[str, Any]) -> None:
         """A child's window decision: counted in this backend's batches, kept and logged
         as its own."""
-        decision = {**decision, "batch": self._handed}
+        decision = {**decision, "batch": self._handed, "by": "Workers('auto')"}
         self.decisions.append(decision)
         board = self._producer.board
         if board is not None:

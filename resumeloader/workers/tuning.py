@@ -77,7 +77,8 @@ class Tuning:
         decide: for tests and experiments: ``decide(batches) -> (kind, num_workers)``
             or None, called after each batch handed out with the count so far; it
             replaces the measured decisions (kinds ``"inline"``, ``"thread"``,
-            ``"process"``).
+            ``"process"``). A ``(kind, num_workers, window)`` also sets the window
+            of those workers (the most batch tasks in flight).
 
     Raises:
         TypeError, ValueError: a field is invalid.

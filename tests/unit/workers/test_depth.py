@@ -124,7 +124,7 @@ def test_window_measured_grows_while_the_consumer_waits_and_undoes_what_did_not_
     assert (first["window"], second["window"]) == (6, 4)
     assert "the consumer waited" in first["why"] and "did not help" in second["why"]
     stats = stats_lib.Stats.of(board.snapshot())
-    assert f"window='auto' after batch {second['batch']}: 4 in flight" in str(stats)
+    assert f"window='auto' after batch {second['batch']}: window 4 for 2 thread" in str(stats)
 
 
 def test_window_measured_shrinks_when_the_consumer_never_waits():
