@@ -325,7 +325,8 @@ class Depth:
     """`window="auto"`'s policy: the most batch tasks in flight, from measured periods.
 
     It grows the window (one task more per worker) while the consumer's wait is more than
-    `GROW_SHARE` of its step (wait + its own time between batches) and the batches in
+    `GROW_SHARE` of its step (wait + its own time between batches) and 50 µs per batch
+    (less is the hand-out's own cost, which no window removes), and the batches in
     flight fit the RAM budget; a growth the next period does not show to help is undone
     (and not tried again for longer each time); it shrinks the window by one when the
     consumer never waited during a period, down to one task per worker. The window
@@ -379,7 +380,8 @@ class Depth:
             return self._set(before[0], f"{said}: the larger window did not help")
         if before is not None:
             self._grown = 0  # it helped: kept
-        if share > GROW_SHARE and not self._rest and self.window < ceiling:
+        waits = share > GROW_SHARE and per(measure.wait_ns) > _NEVER_NS  # (not the hand-off's own)
+        if waits and not self._rest and self.window < ceiling:
             self._before = (self.window, share)
             grown = min(ceiling, self.window + self.floor)
             return self._set(grown, f"{said}; {budget}")
