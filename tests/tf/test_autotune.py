@@ -116,12 +116,6 @@ def test_auto_without_python_stages_takes_the_path_of_no_workers():
 _WINDOWS = (1, 6, 2, 9)
 
 
-def _window_flips(batches: int) -> tuple[str, int, int]:
-    """Workers and their window changing every two batches (`Tuning.decide`'s triple)."""
-    kind, count = fns.FLIPS[batches // 2 % len(fns.FLIPS)]
-    return kind, count, _WINDOWS[batches // 3 % len(_WINDOWS)]
-
-
 def _windowed(loader: ResumableLoader, offset: int = 0) -> ResumableLoader:
     """`loader`'s thread workers with their window changed every two batches (the test hook
     of `AutoDepth`: the loader's own backend)."""
@@ -148,14 +142,14 @@ def test_window_auto_changing_mid_epoch_restored_equals_no_workers(reference):
 def test_auto_workers_and_windows_flipping_restored_equals_no_workers(reference):
     """Workers('auto') changing its workers and their window mid-epoch, by both ways of
     consuming and across a restore: the stream of Workers()."""
-    auto = Workers("auto", options=Tuning(decide=_window_flips))
+    auto = Workers("auto", options=Tuning(decide=fns.flip_workers_and_windows))
     with _loader(auto) as loader:
         assert _graph(loader) == reference
         assert any("window" in d for d in loader.stats().decisions)
     with _loader(auto) as first:
         head = _eager(first, steps=11)
         state = first.get_state()
-    with _loader(Workers("auto", options=Tuning(decide=lambda n: _window_flips(n + 11)))) as (
+    with _loader(Workers("auto", options=Tuning(decide=lambda n: fns.flip_workers_and_windows(n + 11)))) as (
         fresh
     ):
         fresh.set_state(state)
