@@ -149,8 +149,7 @@ def test_auto_workers_and_windows_flipping_restored_equals_no_workers(reference)
     with _loader(auto) as first:
         head = _eager(first, steps=11)
         state = first.get_state()
-    with _loader(Workers("auto", options=Tuning(decide=lambda n: fns.flip_workers_and_windows(n + 11)))) as (
-        fresh
-    ):
+    then = Workers("auto", options=Tuning(decide=lambda n: fns.flip_workers_and_windows(n + 11)))
+    with _loader(then) as fresh:
         fresh.set_state(state)
         assert head + _eager(fresh) == reference
