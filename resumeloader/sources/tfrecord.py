@@ -8,6 +8,14 @@ file's neighbours coalesced into one ``pread`` through the bounded cache of open
 files, an object's into ranged GETs), returned in the requested order, each checked
 against its CRC32C checksums. Records are the serialized bytes (typically
 ``tf.train.Example``): parse and decode them in TensorFlow with `Pipeline.tf_map`.
+
+A loader reads a batch with `read_packed` instead, without Python per record: each
+run of neighbouring records (in the file) is read by one ``preadv`` (a local file)
+or one ranged GET straight into one recycled buffer, the batch's column of strings
+in the packed wire format (`resumeloader.core.wire.packed`: the runs as they lie in
+the files, and where each record's data starts); the framing is checked with array
+operations, and each record's data by one CRC32C call. A batch that fails a check is
+read again record by record, which names the record (file, number, byte offset).
 """
 
 from __future__ import annotations
@@ -17,8 +25,11 @@ import os
 import struct
 from typing import Any
 
+import google_crc32c
 import numpy as np
 
+from resumeloader.core import spec as spec_lib
+from resumeloader.core import wire
 from resumeloader.sources import base, file_records, remote_index
 from resumeloader.sources import tfrecord_index as index_lib
 from resumeloader.sources import tfrecord_objects as objects_lib
@@ -35,8 +46,36 @@ from resumeloader.sources.storage import (
 
 __all__ = ["CorruptRecordError", "TFRecordSource"]
 
+_LEAF = spec_lib.RecordSpec.of(b"").leaves[0]
+
 _LENGTH = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
+_HEAD, _TAIL = np.arange(12), np.arange(4)
+
+
+def _crc_table() -> np.ndarray:
+    """The byte table of CRC32C (Castagnoli, reflected), for `_masked_crcs`."""
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1)
+    return table.astype(np.uint32)
+
+
+_TABLE = _crc_table()
+
+
+def _masked_crcs(rows: np.ndarray) -> np.ndarray:
+    """`tfrecord_index.masked_crc` of each row of `rows` (uint8 ``[n, k]``, k small: the
+    8-byte length fields), with array operations."""
+    crc = np.full(len(rows), 0xFFFFFFFF, dtype=np.uint32)
+    for column in rows.T:
+        crc = _TABLE[(crc ^ column) & 0xFF] ^ (crc >> 8)
+    return _masked(crc ^ np.uint32(0xFFFFFFFF))
+
+
+def _masked(crc: np.ndarray) -> np.ndarray:
+    """TFRecord's mask of CRC32C values (uint32), as `tfrecord_index.masked_crc`."""
+    return ((crc >> 15) | (crc << 17)) + np.uint32(0xA282EAD8)
 
 
 class _Corrupt(Exception):
@@ -119,6 +158,10 @@ class TFRecordSource(file_records.FileRecordSource):
         self._blocks: objects_lib.Blocks | None = None
         super().__init__(paths, storage=storage)
         self._indexes: list[index_lib.FileIndex] = [layout.data for layout in self._layouts]
+        # Where each file starts when the files are laid end to end, `ranges.GAP` apart
+        # (`read_packed` cuts the runs of all files at once).
+        sizes = np.array([ix.size for ix in self._indexes], dtype=np.int64) + ranges.GAP + 1
+        self._bases = np.cumsum(sizes) - sizes
         if not self._remote.any():
             base.without(self, "prefetch")  # nothing to read ahead
 
@@ -161,6 +204,98 @@ class TFRecordSource(file_records.FileRecordSource):
             following = np.minimum(local + 1, len(ix.offsets) - 1)
             stops[mine] = np.where(local + 1 == len(ix.offsets), ix.size, ix.offsets[following])
         return starts, stops
+
+    def read_packed(self, indices: np.ndarray) -> np.ndarray:
+        """`read_batch(indices)` as a column of strings in the packed wire format
+        (`resumeloader.core.wire.packed`), read by runs without Python per record (see
+        the module docstring); the same records, the same errors."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
+            return wire.encode(self.read_batch(indices), _LEAF)  # read_batch's IndexError
+        files = np.searchsorted(self._ends, indices, side="right")
+        numbers = indices - self._starts[files]
+        try:
+            packed = self._packed(files, numbers)
+        except (handles.StaleFileError, fetch.ObjectReadError, answers.Refusal) as err:
+            at = self._failing(err, files)
+            raise self._failed(files[at], numbers[at], err) from err
+        if packed is None:  # a check failed: read record by record, which names it
+            return wire.encode(self._records(indices), _LEAF)
+        return packed
+
+    def _packed(self, files: np.ndarray, numbers: np.ndarray) -> np.ndarray | None:
+        """The packed column of the records (see `read_packed`), or None when a record
+        fails a check."""
+        if not len(files):
+            return wire.packed(files, files, 0)[0]
+        starts, stops = self._spans(files, numbers)
+        # Runs: the records sorted by (file, start), the files laid end to end apart.
+        bases = self._bases
+        order = np.lexsort((starts, files))
+        run_starts = ranges.cut(bases[files[order]] + starts[order],
+                                bases[files[order]] + stops[order])
+        run_ends = np.append(run_starts[1:], len(order))
+        first, last = order[run_starts], order[run_ends - 1]
+        # sorted by start, a run's last record ends it (records never overlap)
+        begin, end = starts[first], stops[last]
+        sizes = end - begin
+        at = np.cumsum(sizes) - sizes  # where each run lands in the values
+        run_of = np.repeat(np.arange(len(run_starts)), run_ends - run_starts)
+        where = np.empty(len(order), dtype=np.int64)
+        where[order] = at[run_of] + starts[order] - begin[run_of]
+        lengths = stops - starts - 16
+        out, values = wire.packed(lengths, where + 12, int(sizes.sum()))
+        if not self._fill(values, files[first], begin, end, at):
+            return None
+        return out if self._checked(values, where, lengths) else None
+
+    def _fill(self, values: np.ndarray, files: np.ndarray, begin: np.ndarray,
+              end: np.ndarray, at: np.ndarray) -> bool:
+        """Reads the runs (file, [begin, end)) into `values` at `at`; False when a file
+        is shorter than indexed."""
+        memory = values.data
+        remote: list[ranges.Range] = []
+        into: list[memoryview] = []
+        local: dict[int, list[tuple[memoryview, int]]] = {}
+        for file, start, stop, put in zip(files.tolist(), begin.tolist(), end.tolist(),
+                                          at.tolist(), strict=True):
+            target = memory[put : put + stop - start]
+            if self._remote[file]:
+                remote.append((self._locations[file], start, stop))
+                into.append(target)
+            else:
+                local.setdefault(file, []).append((target, start))
+        for file, reads in local.items():
+            where = self._locations[file]
+            assert isinstance(where, locations.LocalFile)
+            done = handles.pread_into(where.path, reads, stamp=where.stamp)
+            if done != [len(target) for target, _ in reads]:
+                return False
+        if remote:
+            views = ranges.read(remote, self._storage.reads, blocks=self._blocks)
+            for target, view in zip(into, views, strict=True):
+                if len(view) != len(target):
+                    return False
+                target[:] = view
+        return True
+
+    def _checked(self, values: np.ndarray, where: np.ndarray, lengths: np.ndarray) -> bool:
+        """Whether every record framed in `values` at `where` passes its checks."""
+        heads = values[where[:, None] + _HEAD]
+        if not (heads[:, :8].copy().view("<u8")[:, 0] == lengths).all():
+            return False
+        if not self._verify:
+            return True
+        if not (_masked_crcs(heads[:, :8]) == heads[:, 8:].copy().view("<u4")[:, 0]).all():
+            return False
+        tails = values[(where + 12 + lengths)[:, None] + _TAIL].copy().view("<u4")[:, 0]
+        memory, value = values.data, google_crc32c.value
+        found = np.fromiter(
+            (value(bytes(memory[a : a + n])) for a, n in zip(
+                (where + 12).tolist(), lengths.tolist(), strict=True)),
+            dtype=np.uint32, count=len(where),
+        )
+        return bool((_masked(found) == tails).all())
 
     def _read(self, files: np.ndarray, numbers: np.ndarray) -> list[bytes]:
         starts, stops = self._spans(files, numbers)

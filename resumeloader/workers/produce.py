@@ -25,11 +25,15 @@ from resumeloader.core import buffers, handoff, wire
 from resumeloader.core import spec as spec_lib
 from resumeloader.sources import base as sources_base
 from resumeloader.stages import base as stages_base
+from resumeloader.stages.batching import fixed
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import checks, records, skips
 
 __all__ = ["BatchProducer", "Produced"]
+
+#: A record that is one string (bytes): what a source of serialized records holds.
+_STRINGS = spec_lib.RecordSpec.of(b"")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +122,13 @@ class BatchProducer:
         self._exact = (self.reads_batches and self._source.exact_batches
                        and self.spec == self._source.record_spec())
         self._maps = pipeline.batch_map_stages
+        # A source of strings that reads a batch as one packed wire column, batched by the
+        # plain batch stage and nothing else: its column goes to TensorFlow as it is read.
+        self._read_packed_of = None
+        if (self.reads_batches and not self._maps and self.spec == _STRINGS
+                and type(self._batch_stage) is fixed.FixedBatchStage
+                and self._source.record_spec() == _STRINGS):
+            self._read_packed_of = sources_base.optional(self._source, "read_packed")
         # The spec of a row as the batch stage makes it, then after each batch map stage.
         self._map_specs = [self._batch_stage.output_spec(self.spec)]
         for stage in self._maps:
@@ -141,7 +152,20 @@ class BatchProducer:
         return self._batch_replacing(task)
 
     def _batch(self, task: plan_lib.Task) -> Produced:
+        if self._read_packed_of is not None:
+            return self._packed(task)
         return self._grouped(self._columns(task), task)
+
+    def _packed(self, task: plan_lib.Task) -> Produced:
+        """The batch of `task` read as one packed column (``read_packed``)."""
+        indices = task.indices
+        try:
+            column = self._read_packed_of(indices)  # type: ignore[misc]
+        except Exception as err:
+            raise checks.batch_error("read_batch", err, indices, task.epoch,
+                                     task.position) from err
+        batch = optree.tree_unflatten(self.output_spec.treespec, [column])
+        return Produced([batch], [len(indices)], None)
 
     def groups(self, task: plan_lib.Task, *, replacing: bool = False) -> list[stages_base.Group]:
         """The batches of a windowed stage's window `task` as groups of its slots (which
