@@ -14,7 +14,7 @@ from _objstore_fixtures import put_tfrecords, records, source
 
 from resumeloader import Pipeline
 from resumeloader.core import spec as spec_lib
-from resumeloader.core import wire
+from resumeloader.core import buffers, wire
 from resumeloader.sources import CorruptRecordError, TFRecordSource
 from resumeloader.sources.storage import fetch, handles
 from resumeloader.stages.plan import Plan
@@ -83,7 +83,7 @@ def _corrupt(path: str, offset: int) -> None:
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same stamp: only the CRC sees it
 
 
-@pytest.mark.parametrize("where", ["data", "length"])
+@pytest.mark.parametrize("where", ["data", "length", "length-crc", "data-crc"])
 def test_a_corrupt_record_inside_a_run_is_named_by_file_and_offset(tmp_path, where):
     """A flipped byte of record 7 of file 1, read in a run of its neighbours: the error
     names the file, the record's number and byte offset; a batch without it reads."""
@@ -91,7 +91,8 @@ def test_a_corrupt_record_inside_a_run_is_named_by_file_and_offset(tmp_path, whe
     src = TFRecordSource(paths, index_dir=tmp_path / "index")
     first = records(1, 50, 207)
     offset = sum(16 + len(r) for r in first[:7])
-    _corrupt(paths[1], offset + (12 + 3 if where == "data" else 2))
+    at = {"data": 12 + 3, "length": 2, "length-crc": 9, "data-crc": 16 + len(first[7]) - 2}
+    _corrupt(paths[1], offset + at[where])
     with pytest.raises(CorruptRecordError) as info:
         src.read_packed(np.arange(50, 70))
     message = str(info.value)
@@ -183,3 +184,23 @@ def test_objects_are_read_by_runs_through_the_proxy(s3_store, tmp_path):
         bad.read_packed(np.arange(2, 8))
     assert "bad.tfrecord, record 4" in str(info.value)
     assert f"byte offset {record_4}" in str(info.value)
+
+
+def test_object_bodies_are_received_into_recycled_memory(s3_store, tmp_path):
+    """A GET's body lands in the buffer pool (no fresh ``bytes`` per GET): reading the
+    same 400 KB range again, its cache cleared each time, reuses the memory of the body
+    and of the packed batch, and every batch holds its records."""
+    url, every = put_tfrecords(s3_store, files=1, count=400, size=1000)
+    src = source(s3_store, url, tmp_path)
+    indices = np.arange(0, 400)[::-1]
+    got = _strings(src.read_packed(indices))  # warm: the pool holds both sizes now
+    assert got == [every[i] for i in indices]
+    fetch.clear()
+    allocated, reused = buffers.POOL.allocated, buffers.POOL.reused
+    for _ in range(5):
+        fetch.clear()
+        s3_store.proxy.clear()
+        assert _strings(src.read_packed(indices)) == got
+        assert s3_store.proxy.reads == 1
+    assert buffers.POOL.reused - reused >= 10  # the body and the batch, each time
+    assert buffers.POOL.allocated - allocated <= 2
