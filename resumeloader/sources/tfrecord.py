@@ -9,13 +9,16 @@ files, an object's into ranged GETs), returned in the requested order, each chec
 against its CRC32C checksums. Records are the serialized bytes (typically
 ``tf.train.Example``): parse and decode them in TensorFlow with `Pipeline.tf_map`.
 
-A loader reads a batch with `read_packed` instead, without Python per record: each
-run of neighbouring records (in the file) is read by one ``preadv`` (a local file)
-or one ranged GET straight into one recycled buffer, the batch's column of strings
-in the packed wire format (`resumeloader.core.wire.packed`: the runs as they lie in
-the files, and where each record's data starts); the framing is checked with array
-operations, and each record's data by one CRC32C call. A batch that fails a check is
-read again record by record, which names the record (file, number, byte offset).
+A loader reads a batch with `read_packed` instead, without Python per record for
+local files: each run of neighbouring records (in the file) is read by one ``preadv``
+straight into one recycled buffer, the batch's column of strings in the packed wire
+format (`resumeloader.core.wire.packed`: the runs as they lie in the files, and where
+each record's data starts); an object's records come through the span cache as for
+`read_batch` (the same GETs, received into recycled memory) and are copied into
+place. The framing is checked with array operations, and each record's data by one
+CRC32C call (no library computes the checksums of many ranges in one call). A batch
+that fails a check is read again record by record, which names the record (file,
+number, byte offset).
 """
 
 from __future__ import annotations
@@ -250,38 +253,39 @@ class TFRecordSource(file_records.FileRecordSource):
         where[order] = at[run_of] + starts[order] - begin[run_of]
         lengths = stops - starts - 16
         out, values = wire.packed(lengths, where + 12, int(sizes.sum()))
-        if not self._fill(values, files[first], begin, end, at):
+        if not self._fill(values, (files[first], begin, end, at), (files, starts, stops, where)):
             return None
         return out if self._checked(values, where, lengths) else None
 
-    def _fill(self, values: np.ndarray, files: np.ndarray, begin: np.ndarray,
-              end: np.ndarray, at: np.ndarray) -> bool:
-        """Reads the runs (file, [begin, end)) into `values` at `at`; False when a file
-        is shorter than indexed."""
+    def _fill(self, values: np.ndarray, runs: tuple[np.ndarray, ...],
+              records: tuple[np.ndarray, ...]) -> bool:
+        """Reads the local files' runs (file, [begin, end), at: where in `values`) by one
+        ``preadv`` each, and the objects' records (file, [start, stop), at) through the
+        span cache (its GETs merged and read ahead as for `read_batch`: a run of
+        objects' records could straddle two spans, and cost a GET of its own), each
+        copied into place; False when a file is shorter than indexed."""
         memory = values.data
-        remote: list[ranges.Range] = []
-        into: list[memoryview] = []
         local: dict[int, list[tuple[memoryview, int]]] = {}
-        for file, start, stop, put in zip(files.tolist(), begin.tolist(), end.tolist(),
-                                          at.tolist(), strict=True):
-            target = memory[put : put + stop - start]
-            if self._remote[file]:
-                remote.append((self._locations[file], start, stop))
-                into.append(target)
-            else:
-                local.setdefault(file, []).append((target, start))
+        for file, start, stop, put in zip(*(a.tolist() for a in runs), strict=True):
+            if not self._remote[file]:
+                local.setdefault(file, []).append((memory[put : put + stop - start], start))
         for file, reads in local.items():
             where = self._locations[file]
             assert isinstance(where, locations.LocalFile)
             done = handles.pread_into(where.path, reads, stamp=where.stamp)
             if done != [len(target) for target, _ in reads]:
                 return False
-        if remote:
-            views = ranges.read(remote, self._storage.reads, blocks=self._blocks)
-            for target, view in zip(into, views, strict=True):
-                if len(view) != len(target):
+        files = records[0]
+        remote = np.flatnonzero(self._remote[files])
+        if len(remote):
+            starts, stops, at = (a[remote].tolist() for a in records[1:])
+            wanted = [(self._locations[file], start, stop) for file, start, stop in zip(
+                files[remote].tolist(), starts, stops, strict=True)]
+            views = ranges.read(wanted, self._storage.reads, blocks=self._blocks)
+            for put, start, stop, view in zip(at, starts, stops, views, strict=True):
+                if len(view) != stop - start:
                     return False
-                target[:] = view
+                memory[put : put + stop - start] = view
         return True
 
     def _checked(self, values: np.ndarray, where: np.ndarray, lengths: np.ndarray) -> bool:

@@ -5,12 +5,13 @@ behind the fault proxy), no TensorFlow."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import _objstore
 import numpy as np
 import pytest
-from _objstore_fixtures import put_tfrecords, records, source
+from _objstore_fixtures import FAST, put_tfrecords, records, source
 
 from resumeloader import Pipeline
 from resumeloader.core import spec as spec_lib
@@ -204,3 +205,27 @@ def test_object_bodies_are_received_into_recycled_memory(s3_store, tmp_path):
         assert s3_store.proxy.reads == 1
     assert buffers.POOL.reused - reused >= 10  # the body and the batch, each time
     assert buffers.POOL.allocated - allocated <= 2
+
+
+@pytest.mark.parametrize("gap", [None, 4 << 10])
+def test_shuffled_objects_read_by_runs_cost_no_more_gets_than_record_by_record(
+        s3_store, tmp_path, gap):
+    """The global shuffle over objects, each batch announced (`prefetch`) before it is
+    read: runs are served by the read-ahead's GETs, as records one by one are."""
+    url, every = put_tfrecords(s3_store, files=4, count=60, size=1000)
+    reads = None if gap is None else dataclasses.replace(FAST, gap_bytes=gap)
+    src = source(s3_store, url, tmp_path, reads=reads)
+    rng = np.random.default_rng(4)
+    batches = [rng.permutation(len(every))[:40] for _ in range(4)]
+    gets = {}
+    for way in ("read_batch", "read_packed"):
+        fetch.clear()
+        s3_store.proxy.clear()
+        for indices in batches:
+            src.prefetch(indices)
+        for indices in batches:
+            got = getattr(src, way)(indices)
+            got = got if way == "read_batch" else _strings(got)
+            assert got == [every[i] for i in indices]
+        gets[way] = s3_store.proxy.reads
+    assert gets["read_packed"] <= gets["read_batch"], gets
