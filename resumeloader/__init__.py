@@ -21,6 +21,7 @@ from resumeloader._version import __version__
 from resumeloader.core.rng import record_rng
 from resumeloader.core.sampler import IndexSampler
 from resumeloader.core.shard import Shard
+from resumeloader.core.stats import Stats
 from resumeloader.errors import (
     ElasticResumeError,
     ErrorBudgetError,
@@ -72,6 +73,7 @@ __all__ = [
     "Shard",
     "StateError",
     "StateMismatchError",
+    "Stats",
     "StreamIntegrityError",
     "WorkerError",
     "Workers",

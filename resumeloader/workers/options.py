@@ -49,9 +49,11 @@ class Workers:
             processes), retried there when a worker is lost.
         timeout: seconds to wait for one batch from a worker before raising a
             `WorkerError` naming it (a stalled process worker is stopped and replaced
-            by the next iteration; a process's start-up is not counted); None (the
-            default) waits as long as the worker lives. Needs ``num_workers >= 1``
-            (or a Dask cluster).
+            by the next iteration; a process's start-up is not counted; on a Dask
+            cluster, the whole wait, the result's transfer included, and the error
+            says what the scheduler reports); None (the default) waits as long as the
+            worker lives (on Dask: until a worker makes and delivers the batch, without
+            end if every worker is gone). Needs ``num_workers >= 1`` (or a Dask cluster).
         window: the most batch tasks in flight (being made or waiting to be handed
             out); None: the kind's default (2 per worker for threads and processes,
             2 per thread of the cluster for Dask).
