@@ -116,7 +116,7 @@ async def received(readinto: Callable[[memoryview], Awaitable[int]], size: int) 
     memory: the uint8 array of what came (one byte more than `size` when the body is
     longer, so that its length tells)."""
     out = buffers.empty((size + 1,), np.uint8)
-    view = memoryview(out)
+    view = out.data
     got = 0
     while got <= size:
         n = await readinto(view[got:])

@@ -14,8 +14,8 @@ import pytest
 from _objstore_fixtures import FAST, put_tfrecords, records, source
 
 from resumeloader import Pipeline
-from resumeloader.core import spec as spec_lib
 from resumeloader.core import buffers, wire
+from resumeloader.core import spec as spec_lib
 from resumeloader.sources import CorruptRecordError, TFRecordSource
 from resumeloader.sources.storage import fetch, handles
 from resumeloader.stages.plan import Plan
@@ -112,7 +112,7 @@ def test_a_truncated_file_is_refused_naming_it(tmp_path):
     size = os.path.getsize(paths[2])
     with open(paths[2], "r+b") as out:
         out.truncate(size - 100)
-    with pytest.raises(CorruptRecordError, match="part-2.tfrecord"):
+    with pytest.raises(CorruptRecordError, match=r"part-2\.tfrecord"):
         src.read_packed(np.arange(120, 150))
 
 
@@ -150,7 +150,8 @@ def test_a_skip_policy_replaces_a_corrupt_record_read_in_a_run(tmp_path):
     _corrupt(paths[0], sum(16 + len(r) for r in records(0, 50, 200)[:3]) + 20)
     src = TFRecordSource(paths, index_dir=tmp_path / "index")
     pipeline = Pipeline(src, seed=0).batch(10)
-    plan = Plan(pipeline.on_error("skip", max_fraction=0.5, quarantine=tmp_path / "q.jsonl"), num_epochs=1)
+    skipping = pipeline.on_error("skip", max_fraction=0.5, quarantine=tmp_path / "q.jsonl")
+    plan = Plan(skipping, num_epochs=1)
     producer = produce.BatchProducer(plan.pipeline)
     task = next(iter(plan.tasks(0, plan.layout)))
     (column,) = producer.batch(task).batches
@@ -158,7 +159,7 @@ def test_a_skip_policy_replaces_a_corrupt_record_read_in_a_run(tmp_path):
     assert got[:3] == every[:3] and got[4:] == every[4:10] and got[3] != every[3]
     assert got[3] in every
     raising = produce.BatchProducer(Plan(pipeline, num_epochs=1).pipeline)
-    with pytest.raises(Exception, match="part-0.tfrecord, record 3"):
+    with pytest.raises(Exception, match=r"part-0\.tfrecord, record 3"):
         raising.batch(task)
 
 
