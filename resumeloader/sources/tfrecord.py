@@ -15,7 +15,8 @@ straight into one recycled buffer, the batch's column of strings in the packed w
 format (`resumeloader.core.wire.packed`: the runs as they lie in the files, and where
 each record's data starts); an object's records come through the span cache as for
 `read_batch` (the same GETs, received into recycled memory) and are copied into
-place. The framing is checked with array operations, and each record's data by one
+place, a run at a time when the source reads by blocks (`blocked`: runs are cut at
+block boundaries, so that each lies in its block's GET). The framing is checked with array operations, and each record's data by one
 CRC32C call (no library computes the checksums of many ranges in one call). A batch
 that fails a check is read again record by record, which names the record (file,
 number, byte offset).
@@ -242,6 +243,12 @@ class TFRecordSource(file_records.FileRecordSource):
         order = np.lexsort((starts, files))
         run_starts = ranges.cut(bases[files[order]] + starts[order],
                                 bases[files[order]] + stops[order])
+        if self._blocks is not None and self.block_records:
+            # An object read by blocks: a run stays inside one block, whose GET holds it.
+            block = (self._starts[files] + numbers)[order] // self.block_records
+            cuts = np.flatnonzero(block[1:] != block[:-1]) + 1
+            cuts = cuts[self._remote[files[order[cuts]]]]
+            run_starts = np.union1d(run_starts, cuts)
         run_ends = np.append(run_starts[1:], len(order))
         first, last = order[run_starts], order[run_ends - 1]
         # sorted by start, a run's last record ends it (records never overlap)
@@ -263,7 +270,8 @@ class TFRecordSource(file_records.FileRecordSource):
         ``preadv`` each, and the objects' records (file, [start, stop), at) through the
         span cache (its GETs merged and read ahead as for `read_batch`: a run of
         objects' records could straddle two spans, and cost a GET of its own), each
-        copied into place; False when a file is shorter than indexed."""
+        copied into place; read by blocks, an object's runs (each inside one block: its
+        block's span holds it); False when a file is shorter than indexed."""
         memory = values.data
         local: dict[int, list[tuple[memoryview, int]]] = {}
         for file, start, stop, put in zip(*(a.tolist() for a in runs), strict=True):
@@ -275,6 +283,8 @@ class TFRecordSource(file_records.FileRecordSource):
             done = handles.pread_into(where.path, reads, stamp=where.stamp)
             if done != [len(target) for target, _ in reads]:
                 return False
+        if self._blocks is not None:  # each run inside one block: one range per run
+            records = runs
         files = records[0]
         remote = np.flatnonzero(self._remote[files])
         if len(remote):

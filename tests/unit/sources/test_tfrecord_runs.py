@@ -230,3 +230,27 @@ def test_shuffled_objects_read_by_runs_cost_no_more_gets_than_record_by_record(
             assert got == [every[i] for i in indices]
         gets[way] = s3_store.proxy.reads
     assert gets["read_packed"] <= gets["read_batch"], gets
+
+
+def test_objects_read_by_blocks_cost_the_gets_of_record_by_record_reads(s3_store, tmp_path):
+    """The block order's reads (`blocked`): runs cut at block boundaries, each served by
+    its block's GET; the same records and no more GETs than `read_batch`, with and
+    without the batches announced first."""
+    url, every = put_tfrecords(s3_store, files=3, count=50, size=1000)
+    src = source(s3_store, url, tmp_path).blocked(8)
+    rng = np.random.default_rng(5)
+    batches = [np.sort(rng.permutation(np.arange(start, start + 32)))[::-1][:24]
+               for start in (0, 40, 90, 118)]
+    for ahead in (False, True):
+        gets = {}
+        for way in ("read_batch", "read_packed"):
+            fetch.clear()
+            s3_store.proxy.clear()
+            for indices in batches if ahead else []:
+                src.prefetch(indices)
+            for indices in batches:
+                got = getattr(src, way)(indices)
+                got = got if way == "read_batch" else _strings(got)
+                assert got == [every[i] for i in indices]
+            gets[way] = s3_store.proxy.reads
+        assert gets["read_packed"] <= gets["read_batch"], (ahead, gets)
