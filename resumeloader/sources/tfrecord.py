@@ -16,10 +16,10 @@ format (`resumeloader.core.wire.packed`: the runs as they lie in the files, and 
 each record's data starts); an object's records come through the span cache as for
 `read_batch` (the same GETs, received into recycled memory) and are copied into
 place, a run at a time when the source reads by blocks (`blocked`: runs are cut at
-block boundaries, so that each lies in its block's GET). The framing is checked with array operations, and each record's data by one
-CRC32C call (no library computes the checksums of many ranges in one call). A batch
-that fails a check is read again record by record, which names the record (file,
-number, byte offset).
+block boundaries, so that each lies in its block's GET). The framing is checked with
+array operations, and each record's data by one CRC32C call (no library computes the
+checksums of many ranges in one call). A batch that fails a check is read again
+record by record, which names the record (file, number, byte offset).
 """
 
 from __future__ import annotations
