@@ -38,6 +38,7 @@ from resumeloader.errors import (
 from resumeloader.sources import RandomAccessSource
 from resumeloader.stages.pipeline import Pipeline
 from resumeloader.workers.options import Workers
+from resumeloader.workers.tuning import Tuning
 
 if TYPE_CHECKING:
     from resumeloader.handout.lineage import BatchRecords
@@ -75,6 +76,7 @@ __all__ = [
     "StateMismatchError",
     "Stats",
     "StreamIntegrityError",
+    "Tuning",
     "WorkerError",
     "Workers",
     "__version__",

@@ -136,6 +136,8 @@ class Board:
         #: Functions returning counters of this process to add to `counts` at snapshot
         #: time (read once when registered, so that only what happens later counts).
         self._sources: list[tuple[Any, dict[str, int]]] = []
+        #: What a tuner decided (``Workers("auto")``): plain dicts, oldest first.
+        self.decisions: list[dict[str, Any]] = []
         self._places: dict[str, meters.Place] = {}
         self._readers: dict[str, Any] = {}
         self._local = threading.local()
@@ -244,6 +246,7 @@ class Board:
                 for name, g in list(self.gauges.items())
             },
             "counts": {key: int(value) for key, value in sorted(counts.items()) if value},
+            "decisions": [dict(d) for d in self.decisions],
         }
 
 
@@ -284,5 +287,6 @@ def difference(after: dict[str, Any], before: dict[str, Any] | None) -> dict[str
         "elapsed_ns": after["elapsed_ns"] - before["elapsed_ns"],
         "process_cpu_ns": after["process_cpu_ns"] - before["process_cpu_ns"],
         "places": places, "consumer": consumer, "gauges": gauges,
+        "decisions": after.get("decisions", [])[len(before.get("decisions", [])):],
         "counts": {key: value for key, value in counts.items() if value},
     }

@@ -136,6 +136,9 @@ class Stats:
         queues: per queue, its mean and largest depth and its capacity.
         counts: plain counters (``storage.gets``, ``storage.bytes``, ...).
         counting: False when counting was off (``RESUMELOADER_STATS=0``): all empty.
+        decisions: what ``Workers("auto")`` decided, oldest first: per decision the
+            batch it took effect after, ``kind``, ``num_workers`` and ``why`` (what
+            was measured).
     """
 
     elapsed_s: float
@@ -149,6 +152,7 @@ class Stats:
     queues: dict[str, dict[str, float | int | None]]
     counts: dict[str, int]
     counting: bool = True
+    decisions: tuple[dict[str, Any], ...] = ()
     snapshot: dict[str, Any] | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -206,7 +210,7 @@ class Stats:
             tuple(sorted(workers, key=lambda w: w.name)), consumer["steps"],
             consumer["wait_ns"] / 1e9, consumer["max_wait_ns"] / 1e9,
             consumer["compute_ns"] / 1e9, queues, dict(snapshot["counts"]),
-            snapshot=snapshot,
+            decisions=tuple(snapshot.get("decisions", ())), snapshot=snapshot,
         )
 
     def since(self, earlier: Stats) -> Stats:
@@ -276,6 +280,7 @@ class Stats:
                          "wait_share": self.wait_share},
             "queues": self.queues,
             "counts": self.counts,
+            "decisions": [dict(d) for d in self.decisions],
         }
 
     def __str__(self) -> str:
@@ -332,5 +337,8 @@ class Stats:
         if storage.get("file_reads"):
             lines.append(f"files: {storage['file_reads']:,} reads, "
                          f"{storage.get('file_bytes', 0) / 1e6:,.2f} MB")
+        for d in self.decisions[-3:]:
+            lines.append(f"Workers('auto') after batch {d['batch']:,}: {d['kind']} x "
+                         f"{d['num_workers']} ({d['why']})")
         lines.append(f"this process: {self.process_cpu_s:.2f} CPU s in {self.elapsed_s:.2f} s")
         return lines

@@ -109,7 +109,9 @@ def _setting(workers: Any, prefetch: Any) -> tuple[str, str]:
 
     depth = "AUTOTUNE" if prefetch == loader_lib.AUTOTUNE else str(prefetch)
     count = workers.num_workers
-    if count:
+    if workers.kind == "auto":  # chosen as it runs: named as given
+        code, label = f"workers={workers!r}, prefetch={depth}", f"{workers!r}, prefetch {depth}"
+    elif count:
         code = f"workers=Workers({count}, kind={workers.kind!r}), prefetch={depth}"
         label = f"{count} {workers.kind} worker{'s' if count != 1 else ''}, prefetch {depth}"
     else:
