@@ -13,7 +13,11 @@ Layout: ``k`` (one int64), then ``k`` int64 words — the number of records ``n`
 ``n * ndim`` record shapes (leaves with a ``None`` dimension only), the byte length of
 every string element (string leaves only) — then zero words up to the next multiple
 of 64 bytes, then the values: every record's elements in row-major order, as raw
-bytes of the leaf's dtype, or the strings concatenated. The values start 64-byte
+bytes of the leaf's dtype, or the strings concatenated. A column of scalar strings
+may instead be *packed* (`packed`): its words are ``n``, the ``n`` lengths and the
+``n`` starts of the strings in the values, which then hold them anywhere, in any
+order, with other bytes between them (a source's reads, copied in once: see
+`resumeloader.sources.tfrecord`). The values start 64-byte
 aligned (the array is, `resumeloader.core.buffers`), so numeric values decode to a
 view TensorFlow can use in place.
 The words are little-endian; the format never leaves the machine that wrote it.
@@ -30,7 +34,7 @@ import numpy as np
 from resumeloader.core import buffers
 from resumeloader.core import spec as spec_lib
 
-__all__ = ["Ragged", "decode", "encode"]
+__all__ = ["Ragged", "decode", "encode", "packed"]
 
 _WORD = np.dtype("<i8")
 _BYTE = np.dtype(np.uint8)
@@ -115,6 +119,22 @@ def encode(column: Sequence[Any], leaf: spec_lib.LeafSpec) -> np.ndarray:
     return out
 
 
+def packed(lengths: np.ndarray, starts: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A packed column of scalar strings (see the module docstring) whose string ``k``
+    is bytes ``[starts[k], starts[k] + lengths[k])`` of `size` bytes of values: the
+    array (header written, recycled memory) and its values, for the caller to fill."""
+    words = 1 + 2 * len(lengths)
+    start = _payload_start(words)
+    out = buffers.empty((start + size,), _BYTE)
+    head = out[:start].view(_WORD)
+    head[0] = words
+    head[1] = len(lengths)
+    head[2 : 2 + len(lengths)] = lengths
+    head[2 + len(lengths) : words + 1] = starts
+    head[words + 1 :] = 0
+    return out, out[start:]
+
+
 def _payload_start(count: int) -> int:
     """Where the values start: after ``count + 1`` words, rounded up to `_ALIGN` bytes
     (so that decoded numeric values are aligned as TensorFlow needs to use them in place)."""
@@ -131,8 +151,13 @@ def decode(buffer: np.ndarray, leaf: spec_lib.LeafSpec) -> np.ndarray | Ragged:
     num_records, rank = int(words[0]), len(leaf.shape)
     used = 1 + (num_records * rank if leaf.ragged else 0)
     if leaf.is_string:
-        ends = np.cumsum(words[used:]).tolist()
-        starts = [0, *ends[:-1]][: len(ends)]
+        sizes = words[used:]
+        if not leaf.shape and len(sizes) == 2 * num_records:  # packed
+            starts = sizes[num_records:].tolist()
+            ends = (sizes[num_records:] + sizes[:num_records]).tolist()
+        else:
+            ends = np.cumsum(sizes).tolist()
+            starts = [0, *ends[:-1]][: len(ends)]
         memory = payload.data  # each string copied out once, not the whole blob
         values = np.empty(len(ends), dtype=spec_lib.STRING)
         values[:] = [memory[start:end].tobytes() for start, end in zip(starts, ends, strict=True)]

@@ -22,6 +22,7 @@ __all__ = [
     "element_spec",
     "leaf_spec",
     "metadata_spec",
+    "op_determinism",
     "parallel_map",
     "spec_text",
     "wire_spec",
@@ -37,10 +38,16 @@ def parallel_map() -> dict[str, Any]:
     iterator ("NodeDef mentions attribute use_unbounded_threadpool which is not in the
     op definition"): built sequential, the same map runs without it.
     """
-    enabled = getattr(_tf_config, "is_op_determinism_enabled", None)
-    if enabled is not None and enabled():
+    if op_determinism():
         return {}
     return {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True}
+
+
+def op_determinism() -> bool:
+    """Whether ``tf.config.experimental.enable_op_determinism()`` is on (False on a
+    TensorFlow without the query)."""
+    enabled = getattr(_tf_config, "is_op_determinism_enabled", None)
+    return bool(enabled is not None and enabled())
 
 
 def leaf_spec(leaf: spec_lib.LeafSpec, batch_dim: int | None) -> tf.TypeSpec:

@@ -40,16 +40,30 @@ class Timers:
             self._wall = tf.Variable([0.0] * len(names), dtype=tf.float64, trainable=False)
 
     def timed(self, number: int, fn: Any, data: Any, seeds: tf.Tensor) -> Any:
-        """``fn(data, seeds)``, its calls, records and wall time added to stage `number`."""
+        """``fn(data, seeds)``, its calls, records and wall time added to stage `number`.
+
+        Under op determinism (``tf.config.experimental.enable_op_determinism()``, as it
+        is when the function is traced) TensorFlow refuses ``tf.timestamp``: the calls
+        and records are still counted, the wall time is not (it stays 0).
+        """
+        one = tf.one_hot(number, len(self.names), dtype=tf.int64)
+        counted = [
+            self._calls.assign_add(one),
+            self._records.assign_add(one * tf.cast(tf.shape(seeds)[0], tf.int64)),
+        ]
+        if graph.op_determinism():
+            data = fn(data, seeds)
+            with tf.control_dependencies(tf.nest.flatten(data, expand_composites=True)):
+                added = tf.group(*counted)
+            with tf.control_dependencies([added]):
+                return tf.nest.map_structure(tf.identity, data, expand_composites=True)
         start = tf.timestamp()
         with tf.control_dependencies([start]):
             data = fn(data, seeds)
         with tf.control_dependencies(tf.nest.flatten(data, expand_composites=True)):
             end = tf.timestamp()
-        one = tf.one_hot(number, len(self.names), dtype=tf.int64)
         added = tf.group(
-            self._calls.assign_add(one),
-            self._records.assign_add(one * tf.cast(tf.shape(seeds)[0], tf.int64)),
+            *counted,
             self._wall.assign_add(tf.cast(one, tf.float64) * (end - start)),
         )
         with tf.control_dependencies([added]):

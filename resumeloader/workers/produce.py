@@ -30,9 +30,13 @@ from resumeloader.sources import base as sources_base
 from resumeloader.stages import base as stages_base
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
+from resumeloader.stages.batching import fixed
 from resumeloader.workers import checks, records, skips, timing
 
 __all__ = ["BatchProducer", "Produced"]
+
+#: A record that is one string (bytes): what a source of serialized records holds.
+_STRINGS = spec_lib.RecordSpec.of(b"")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +131,13 @@ class BatchProducer:
         self._exact = (self.reads_batches and self._source.exact_batches
                        and self.spec == self._source.record_spec())
         self._maps = pipeline.batch_map_stages
+        # A source of strings that reads a batch as one packed wire column, batched by the
+        # plain batch stage and nothing else: its column goes to TensorFlow as it is read.
+        self._read_packed_of = None
+        if (self.reads_batches and not self._maps and self.spec == _STRINGS
+                and type(self._batch_stage) is fixed.FixedBatchStage
+                and self._source.record_spec() == _STRINGS):
+            self._read_packed_of = sources_base.optional(self._source, "read_packed")
         # The spec of a row as the batch stage makes it, then after each batch map stage.
         self._map_specs = [self._batch_stage.output_spec(self.spec)]
         for stage in self._maps:
@@ -154,7 +165,26 @@ class BatchProducer:
         return self._batch_replacing(task, lap)
 
     def _batch(self, task: plan_lib.Task, lap: meters.Lap | None = None) -> Produced:
+        if self._read_packed_of is not None:
+            return self._packed(task, lap)
         return self._grouped(self._columns(task, lap), task, lap)
+
+    def _packed(self, task: plan_lib.Task, lap: meters.Lap | None = None) -> Produced:
+        """The batch of `task` read as one packed column (``read_packed``; timed by `lap`
+        as the read, the batch stage taking no time of its own)."""
+        indices = task.indices
+        try:
+            column = self._read_packed_of(indices)  # type: ignore[misc]
+        except Exception as err:
+            raise checks.batch_error("read_batch", err, indices, task.epoch,
+                                     task.position) from err
+        if lap is not None:
+            lap.lap(lap.place[timing.READ], len(indices))
+            meter = lap.place[self.names.batch]
+            lap.lap(meter, len(indices), out=len(indices))
+            meter.bytes_out += column.nbytes
+        batch = optree.tree_unflatten(self.output_spec.treespec, [column])
+        return Produced([batch], [len(indices)], None)
 
     def groups(self, task: plan_lib.Task, *, replacing: bool = False) -> list[stages_base.Group]:
         """The batches of a windowed stage's window `task` as groups of its slots (which

@@ -43,7 +43,8 @@ def test_stats_count_the_storage_layers_gets_and_bytes(s3_store, tmp_path):
     _ = [batch for batch in loader]
     counts = loader.stats().counts
     assert counts["storage.gets"] >= 1 and counts["storage.bytes"] >= 40 * 1000
-    assert counts["storage.get_ns"] > 0 and counts["storage.ranges"] >= 40
+    # a batch's neighbours in one block are one range (a run): at least one per batch
+    assert counts["storage.get_ns"] > 0 and counts["storage.ranges"] >= 8
     assert "GETs" in str(loader.stats())
 
 

@@ -90,6 +90,27 @@ def test_loader_over_tfrecord_yields_serialized_records(shards, way, workers):
     assert [r for b in batches for r in b.numpy().tolist()] == [records[i] for i in order]
 
 
+@pytest.mark.parametrize("order", ["global", "blocks"])
+@pytest.mark.parametrize("way", ["for-loop", "dataset"])
+def test_kept_batches_of_records_read_by_runs_stay_right(tmp_path, order, way):
+    """Batches of 128 KiB and more (read by runs into recycled buffers), every one kept
+    until the epoch ends: each still holds its records, in the global shuffle and in
+    the block order."""
+    records = [bytes([i % 251]) * 8000 + f"record-{i}".encode() for i in range(96)]
+    _write(tmp_path / "big-0.tfrecord", records[:50])
+    _write(tmp_path / "big-1.tfrecord", records[50:])
+    source = _source(tmp_path, "big-*.tfrecord")
+    pipeline = Pipeline(source, seed=5)
+    pipeline = pipeline.shuffle() if order == "global" else pipeline.shuffle(
+        chunk_records=8, window_chunks=2)
+    loader = ResumableLoader.from_pipeline(pipeline.batch(16), num_epochs=1)
+
+    batches = list(loader) if way == "for-loop" else list(loader.dataset())
+
+    order_ = loader.plan.indices(0, 0, 96).tolist()
+    assert [r for b in batches for r in b.numpy().tolist()] == [records[i] for i in order_]
+
+
 # -- the index ------------------------------------------------------------------------
 
 

@@ -105,6 +105,29 @@ def test_tensor_stages_are_timed_in_the_graph():
     assert stage.where == "tf.data" and stage.wall_s > 0
 
 
+def test_tensor_stages_under_op_determinism_are_counted_not_timed():
+    """TensorFlow refuses ``tf.timestamp`` under op determinism: a tensor stage still
+    runs and is counted (no wall time), where it failed with "Timestamp cannot be
+    called when determinism is enabled"."""
+    from tensorflow.python.framework import config as tf_config
+
+    tf.config.experimental.enable_op_determinism()
+    try:
+        loader = ResumableLoader.from_pipeline(
+            Pipeline(_DATA, seed=1).batch(4).tf_map(lambda batch, seeds: batch * 2),
+            num_epochs=1)
+        batches = []
+        for batch in loader.dataset():
+            batches.append(batch.numpy())
+            loader.advance()
+    finally:
+        tf_config.disable_op_determinism()
+    stage = loader.stats().stage("tf_map")
+    assert stage is not None and (stage.batches, stage.records_in) == (16, 64)
+    assert stage.wall_s == 0
+    assert len(batches) == 16
+
+
 def test_describe_shows_the_measured_figures_and_the_bottleneck():
     """After some batches, describe() ends with the measured figures naming the bottleneck."""
     loader = _loader()

@@ -76,7 +76,7 @@ _semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
 _counts: collections.Counter[str] = collections.Counter()
 
 
-async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> bytes:
+async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> Any:
     loop = asyncio.get_running_loop()
     key = (os.getpid(), reads.concurrency)
     gate = _semaphores.setdefault(key, asyncio.Semaphore(reads.concurrency))
@@ -92,7 +92,8 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -
                 data = await asyncio.wait_for(protocols.get_once(obj, start, stop), left)
                 _counts["get_ns"] += int((loop.time() - sent) * 1e9)
             if len(data) != stop - start:
-                raise _ShortBody(errno.EIO, f"short body: {len(data)} of {stop - start} bytes")
+                what = "short" if len(data) < stop - start else "long"
+                raise _ShortBody(errno.EIO, f"{what} body: {len(data)} of {stop - start} bytes")
             _counts["bytes"] += len(data)
             return data
         except asyncio.CancelledError:

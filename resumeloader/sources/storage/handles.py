@@ -36,6 +36,7 @@ __all__ = [
     "budget",
     "opened",
     "pread",
+    "pread_into",
     "stats",
 ]
 
@@ -219,6 +220,29 @@ def pread(path: str, length: int, offset: int, *, stamp: Stamp | None = None) ->
         _counts["reads"] += 1
         _counts["bytes"] += len(data)
     return data
+
+
+def pread_into(
+    path: str, reads: list[tuple[memoryview, int]], *, stamp: Stamp | None = None
+) -> list[int]:
+    """Reads each ``(buffer, offset)`` of `reads`: as many bytes of `path` from
+    `offset` as `buffer` holds, into it (one ``preadv`` each, one cached descriptor
+    and, with a `stamp`, one check after them all, as `pread`'s). Returns the bytes
+    each read (fewer at the end of the file).
+
+    Raises:
+        StaleFileError: the file's size or modification time is not `stamp`.
+        TooManyOpenFiles: no descriptor is left for it (see the module docstring).
+    """
+    key = ("fd", path, stamp)
+    with CACHE.use(key, lambda: _open_fd(path, stamp), os.close, repr(path)) as fd:
+        done = [os.preadv(fd, [buffer], offset) for buffer, offset in reads]
+        if stamp is not None:
+            _check(fd, path, stamp)
+    with _counts_lock:
+        _counts["reads"] += len(done)
+        _counts["bytes"] += sum(done)
+    return done
 
 
 _counts: collections.Counter[str] = collections.Counter()

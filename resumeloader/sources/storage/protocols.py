@@ -11,18 +11,27 @@ time. A precondition that fails, an answer of another version or an object gone 
 `AccessDeniedError`, a server ignoring ``Range`` `RangeIgnoredError`. `retryable` says
 which failures are worth another try.
 
-A GET hands back the body as the library received it (one buffer per GET), so that a
-later version may receive it straight into memory of its own.
+An S3 or HTTP GET receives its body straight into recycled memory
+(`resumeloader.core.buffers`: no fresh mapping per GET, no join of the chunks into a
+new ``bytes``), read chunk by chunk into place; GCS and ``memory://`` hand back the
+body as their library received it.
 """
 
 from __future__ import annotations
 
 import errno
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import numpy as np
+
+from resumeloader.core import buffers
 from resumeloader.sources.storage import answers, filesystems, handles, objects, retry
 
-__all__ = ["ObjectChangedError", "changed", "get_once", "retryable"]
+#: Bytes = bytes or an array of uint8 of the body (recycled memory).
+Body = Any
+
+__all__ = ["ObjectChangedError", "changed", "get_once", "received", "retryable"]
 
 
 class ObjectChangedError(handles.StaleFileError):
@@ -66,9 +75,10 @@ async def changed(obj: objects.Object, why: str) -> ObjectChangedError:
 
 
 def _range_ignored(obj: objects.Object, start: int, stop: int, received: int) -> Exception:
+    got = f"{received} bytes" if received <= stop - start else f"more than {stop - start} bytes"
     msg = (
         f"The server of {obj} ignores the Range header: asked for bytes [{start}, {stop}), "
-        f"it answered 200 with {received} bytes (the whole object). Ranged reads need a "
+        f"it answered 200 with {got} (the whole object). Ranged reads need a "
         "server (or proxy) that serves ranges; nothing is retried."
     )
     return answers.RangeIgnoredError(msg, url=obj.url)
@@ -92,7 +102,7 @@ async def _failed(obj: objects.Object, err: BaseException) -> BaseException | No
 
 
 async def _checked(obj: objects.Object, start: int, stop: int, status: int, got: Any,
-                   data: bytes) -> bytes:
+                   data: Body) -> Body:
     if status == 200 and (start, stop) != (0, obj.size):
         raise _range_ignored(obj, start, stop, len(data))
     if obj.version and str(got or "") != obj.version:
@@ -100,7 +110,23 @@ async def _checked(obj: objects.Object, start: int, stop: int, status: int, got:
     return data
 
 
-async def get_once(obj: objects.Object, start: int, stop: int) -> bytes:
+async def received(readinto: Callable[[memoryview], Awaitable[int]], size: int) -> np.ndarray:
+    """A body of `size` bytes expected, received by ``readinto(buffer)`` calls (each
+    fills the start of `buffer` and returns how much; 0 at the end) into recycled
+    memory: the uint8 array of what came (one byte more than `size` when the body is
+    longer, so that its length tells)."""
+    out = buffers.empty((size + 1,), np.uint8)
+    view = out.data
+    got = 0
+    while got <= size:
+        n = await readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return out[:got]
+
+
+async def get_once(obj: objects.Object, start: int, stop: int) -> Body:
     """Bytes [start, stop) of `obj`, in one try.
 
     Raises:
@@ -112,11 +138,11 @@ async def get_once(obj: objects.Object, start: int, stop: int) -> bytes:
     span = f"bytes={start}-{stop - 1}"
     try:
         if proto == "s3":
-            status, got, data = await _s3(fs, obj, span)
+            status, got, data = await _s3(fs, obj, span, stop - start)
         elif proto == "gcs":
             status, got, data = await _gcs(fs, obj, span)
         elif proto == "http":
-            status, got, data = await _http(fs, obj, span)
+            status, got, data = await _http(fs, obj, span, stop - start)
         else:
             return await _memory(fs, obj, start, stop)
     except (ObjectChangedError, answers.RangeIgnoredError):
@@ -129,7 +155,7 @@ async def get_once(obj: objects.Object, start: int, stop: int) -> bytes:
     return await _checked(obj, start, stop, status, got, data)
 
 
-async def _s3(fs: Any, obj: objects.Object, span: str) -> tuple[int, Any, bytes]:
+async def _s3(fs: Any, obj: objects.Object, span: str, size: int) -> tuple[int, Any, Body]:
     bucket, _, key = obj.url.split("://", 1)[1].partition("/")
     kw = {"Bucket": bucket, "Key": key, "Range": span}
     if obj.version:
@@ -137,11 +163,11 @@ async def _s3(fs: Any, obj: objects.Object, span: str) -> tuple[int, Any, bytes]
     response = await fs._call_s3("get_object", **kw)
     body = response["Body"]
     try:
-        data = await body.read()
+        data = await received(body.readinto, size)
     finally:
         body.close()
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 206)
-    return int(status), response.get("ETag"), bytes(data)
+    return int(status), response.get("ETag"), data
 
 
 async def _gcs(fs: Any, obj: objects.Object, span: str) -> tuple[int, Any, bytes]:
@@ -154,7 +180,7 @@ async def _gcs(fs: Any, obj: objects.Object, span: str) -> tuple[int, Any, bytes
     return int(status), headers.get("x-goog-generation"), bytes(data)
 
 
-async def _http(fs: Any, obj: objects.Object, span: str) -> tuple[int, Any, bytes]:
+async def _http(fs: Any, obj: objects.Object, span: str, size: int) -> tuple[int, Any, Body]:
     kwargs = dict(fs.kwargs)
     headers = {**kwargs.pop("headers", {}), "Range": span}
     if obj.version:
@@ -165,7 +191,14 @@ async def _http(fs: Any, obj: objects.Object, span: str) -> tuple[int, Any, byte
             answer.raise_for_status()  # ClientResponseError: its status decides the rest
             msg = f"GET {obj} answered {answer.status} (a redirect that was not followed)."
             raise OSError(errno.EIO, msg)
-        data = await answer.read()
+        content = answer.content
+
+        async def readinto(buffer: memoryview) -> int:
+            chunk = await content.read(len(buffer))
+            buffer[: len(chunk)] = chunk
+            return len(chunk)
+
+        data = await received(readinto, size)
         return answer.status, answer.headers.get("ETag"), data
 
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from resumeloader.sources.storage import fetch, handles, locations, objects
 from resumeloader.sources.storage.options import ObjectReads
 
-__all__ = ["GAP", "MAX_READ", "Range", "Sequential", "dry_read", "read"]
+__all__ = ["GAP", "MAX_READ", "Range", "Sequential", "cut", "dry_read", "read"]
 
 #: (location, start, stop): bytes [start, stop) of a local file or an object.
 Range = tuple[locations.Location, int, int]
@@ -70,6 +72,28 @@ def dry_read(
         assert isinstance(where, locations.LocalFile)
         begin, end = ranges[group[0]][1], max(ranges[k][2] for k in group)
         dry.pread(where.path, begin, end, wanted=sum(ranges[k][2] - ranges[k][1] for k in group))
+
+
+def cut(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Where the runs of neighbouring ranges begin, as `read` groups one local file's
+    ranges into preads: `starts` and `stops` (int64) sorted by start, of one file or of
+    files laid end to end more than `GAP` apart; returns the positions (in the sorted
+    ranges) that begin a run, the first included."""
+    if not len(starts):
+        return np.zeros(0, dtype=np.int64)
+    begins = np.flatnonzero(np.concatenate(([True], starts[1:] - stops[:-1] > GAP)))
+    ends = np.append(begins[1:], len(starts))
+    if not (stops[ends - 1] - starts[begins] > MAX_READ).any():
+        return begins
+    out: list[int] = []  # rare: a run longer than MAX_READ, cut where `read` cuts it
+    for begin, end in zip(begins.tolist(), ends.tolist(), strict=True):
+        first = begin
+        out.append(first)
+        for k in range(begin + 1, end):
+            if int(stops[k]) - int(starts[first]) > MAX_READ:
+                first = k
+                out.append(first)
+    return np.asarray(out, dtype=np.int64)
 
 
 def _local_groups(ranges: Sequence[Range]) -> list[list[int]]:
