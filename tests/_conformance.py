@@ -137,6 +137,23 @@ def _auto_flipping() -> ResumableLoader:
     )
 
 
+@register("auto-workers-and-windows-flipping", num_steps=9, break_points=(3, 8))
+def _auto_windows() -> ResumableLoader:
+    # Workers and their window (the tasks in flight) changing every few batches.
+    return ResumableLoader(
+        _IMAGES, batch_size=5, seed=7, num_epochs=2, map_fn=_worker_fns.augment,
+        workers=Workers("auto", options=Tuning(decide=_worker_fns.flip_workers_and_windows)),
+    )
+
+
+@register("process-workers-window-auto", num_steps=7)
+def _processes_window_auto() -> ResumableLoader:
+    return ResumableLoader(
+        _IMAGES, batch_size=4, seed=9, num_epochs=2, map_fn=_worker_fns.augment,
+        workers=Workers(2, kind="process", window="auto"),
+    )
+
+
 @register("shard-1-of-3", num_steps=3)
 def _shard() -> ResumableLoader:
     return ResumableLoader(

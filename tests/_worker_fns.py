@@ -195,3 +195,13 @@ FLIPS = (("thread", 2), ("inline", 0), ("process", 2), ("thread", 3))
 def flip_workers(batches: int) -> tuple[str, int]:
     """A `Tuning.decide` that changes the worker kind or count every two batches."""
     return FLIPS[batches // 2 % len(FLIPS)]
+
+
+#: The windows `flip_workers_and_windows` cycles through, three batches each.
+WINDOWS = (1, 6, 2, 9)
+
+
+def flip_workers_and_windows(batches: int) -> tuple[str, int, int]:
+    """`flip_workers`, the window of the workers changing every three batches too."""
+    kind, count = flip_workers(batches)
+    return kind, count, WINDOWS[batches // 3 % len(WINDOWS)]

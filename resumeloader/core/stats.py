@@ -21,6 +21,9 @@ from resumeloader.core import board as board_lib
 
 __all__ = ["Stage", "Stats", "Worker", "where"]
 
+#: Who made a window decision that does not say (``by``): ``Workers(..., window="auto")``.
+WINDOW_AUTO = "window='auto'"
+
 _ENV = "RESUMELOADER_STATS"
 _WORKER_THREAD = re.compile(r"resumeloader-worker-(\d+)")
 
@@ -136,9 +139,11 @@ class Stats:
         queues: per queue, its mean and largest depth and its capacity.
         counts: plain counters (``storage.gets``, ``storage.bytes``, ...).
         counting: False when counting was off (``RESUMELOADER_STATS=0``): all empty.
-        decisions: what ``Workers("auto")`` decided, oldest first: per decision the
-            batch it took effect after, ``kind``, ``num_workers`` and ``why`` (what
-            was measured).
+        decisions: what ``Workers("auto")`` and ``window="auto"`` decided, oldest
+            first: per decision the batch it took effect after, ``kind``,
+            ``num_workers`` and ``why`` (what was measured); a window's decision also
+            has ``window`` (the most batch tasks in flight from then on), ``where``
+            (the workers) and, under ``Workers("auto")``, ``by``.
     """
 
     elapsed_s: float
@@ -338,6 +343,10 @@ class Stats:
             lines.append(f"files: {storage['file_reads']:,} reads, "
                          f"{storage.get('file_bytes', 0) / 1e6:,.2f} MB")
         for d in self.decisions[-3:]:
+            if "window" in d:  # window="auto"'s
+                lines.append(f"{d.get('by', WINDOW_AUTO)} after batch {d['batch']:,}: window "
+                             f"{d['window']} for {d.get('where', d['kind'])} ({d['why']})")
+                continue
             lines.append(f"Workers('auto') after batch {d['batch']:,}: {d['kind']} x "
                          f"{d['num_workers']} ({d['why']})")
         lines.append(f"this process: {self.process_cpu_s:.2f} CPU s in {self.elapsed_s:.2f} s")

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import backend, options, produce, timing, tuning
+from resumeloader.workers import backend, depth, options, produce, timing, tuning
 
 __all__ = ["LOGGER", "AutoBackend"]
 
@@ -41,7 +41,7 @@ class AutoBackend:
     """
 
     kind: ClassVar[str] = "auto"
-    option_fields: ClassVar[tuple[str, ...]] = ("timeout",)
+    option_fields: ClassVar[tuple[str, ...]] = ("timeout", "window")
     options_type: ClassVar[type | None] = tuning.Tuning
     # No workers asked for: a path that makes batches in TensorFlow without Python (in-memory
     # arrays gathered) is taken, as with no workers; otherwise this backend makes them.
@@ -102,13 +102,26 @@ class AutoBackend:
         with self._lock:
             child = self._children.get(choice)
             if child is None:
+                window = self._workers.window
                 workers = options.Workers(
                     choice.num_workers, kind=choice.kind,
                     timeout=self._workers.timeout if choice.num_workers else None,
+                    window=(depth.AUTO if window is None else window) if choice.num_workers
+                    else None,
                 )
                 made = self._producer if choice.kind == "process" else self._timed
                 child = self._children[choice] = workers.backend(made)  # type: ignore[arg-type]
+                tuned = getattr(child, "depth", None)
+                if tuned is not None:
+                    tuned.on_decision = self._window_decided
+                    tuned.frozen = self._frozen
             return child
+
+    @property
+    def _frozen(self) -> bool:
+        """Whether the children's windows stay as they are: a trial is measuring, or the
+        decisions are `Tuning.decide`'s."""
+        return self._trial is not None or self._tuning.decide is not None
 
     # -- the run ---------------------------------------------------------------------
     def start(self) -> None:
@@ -143,15 +156,23 @@ class AutoBackend:
         self._handed += 1
         decide = self._tuning.decide
         if decide is not None:
-            chosen = tuning.parse_decision(decide(self._handed))
+            value: Any = decide(self._handed)
+            window = None
+            if isinstance(value, tuple) and len(value) == 3:
+                value, window = value[:2], depth.parse_window(value[2], "Tuning.decide")
+            chosen = tuning.parse_decision(value)
             if chosen is not None and chosen != self._choice:
                 self._decide(chosen, "Tuning.decide")
+            tuned = getattr(self._child(self._choice), "depth", None)
+            if window is not None and tuned is not None:
+                tuned.force(window, "Tuning.decide")
             return
         trial = self._trial
         if trial is None:
             if self._handed - self._settled_at >= self._tuning.every:
                 self._choice = self._tuner.restart()
                 self._trial = _Trial(self._choice, self._tuning)
+                self._freeze()
             return
         if not trial.add(made, wait, hold, self._clock, self._producer):
             return
@@ -166,6 +187,27 @@ class AutoBackend:
         self._trial = None
         self._settled_at = self._handed
         self._decide(self._tuner.best(), self._tuner.summary())
+        self._freeze()
+
+    def _freeze(self) -> None:
+        """The children's windows are tuned only while settled (not during trials)."""
+        with self._lock:
+            children = list(self._children.values())
+        for child in children:
+            tuned = getattr(child, "depth", None)
+            if tuned is not None:
+                tuned.frozen = self._frozen
+
+    def _window_decided(self, decision: dict[str, Any]) -> None:
+        """A child's window decision: counted in this backend's batches, kept and logged
+        as its own."""
+        decision = {**decision, "batch": self._handed, "by": "Workers('auto')"}
+        self.decisions.append(decision)
+        board = self._producer.board
+        if board is not None:
+            board.decisions.append(decision)
+        LOGGER.info("Workers('auto') at batch %d: window %d for %s (%s)", self._handed,
+                    decision["window"], decision["where"], decision["why"])
 
     def _decide(self, chosen: Choice, why: str) -> None:
         decision = {"batch": self._handed, "kind": chosen.kind,

@@ -41,7 +41,7 @@ import cloudpickle
 from resumeloader.core import exiting
 from resumeloader.core import state as state_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import backend, failures, long_lived, options, produce
+from resumeloader.workers import backend, depth, failures, long_lived, options, produce
 
 __all__ = ["SLOTS", "WINDOW_SECONDS", "DaskBackend", "DaskOptions", "payload", "task_key"]
 
@@ -135,6 +135,14 @@ class DaskBackend(long_lived.LongLivedBackend):
         self._window: tuple[int, float] | None = None  # (the default window, when)
         self._payload: bytes | None = None
         self._prefix = ""
+        if workers.window == depth.AUTO:
+            count = workers.num_workers
+            where = (f"a local Dask cluster of {count} worker process{'es' if count != 1 else ''}"
+                     if count else "the Dask cluster")
+            self.depth = depth.AutoDepth(
+                producer, default=self._default_window, kind="dask", num_workers=count,
+                where=where,
+            )
 
     @classmethod
     def check(cls, workers: options.Workers) -> None:
@@ -159,10 +167,17 @@ class DaskBackend(long_lived.LongLivedBackend):
 
     @property
     def window(self) -> int:
-        """`Workers.window`, or `SLOTS` per thread of the cluster now (asked at most once
-        per `WINDOW_SECONDS`: the window follows workers joining and leaving)."""
+        """`Workers.window`, the one chosen now (``window="auto"``), or `SLOTS` per thread
+        of the cluster now (asked at most once per `WINDOW_SECONDS`: the window follows
+        workers joining and leaving)."""
+        if self.depth is not None:
+            return self.depth.window
         if self._workers.window is not None:
-            return self._workers.window
+            return self._workers.window  # type: ignore[return-value]
+        return self._default_window()
+
+    def _default_window(self) -> int:
+        """`SLOTS` per thread of the cluster now."""
         now = time.monotonic()
         if self._window is None or now - self._window[1] > WINDOW_SECONDS:
             threads = sum(self._started().client.nthreads().values())
@@ -221,7 +236,9 @@ class DaskBackend(long_lived.LongLivedBackend):
         else:
             count = workers.num_workers
             place = f"a local Dask cluster of {count} worker process{'es' if count != 1 else ''}"
-        window = workers.window if workers.window is not None else "2 per thread"
+        window: Any = workers.window if workers.window is not None else "2 per thread"
+        if self.depth is not None:
+            window = f"{self.depth.window} (window='auto')"
         return f"dask: {place}, <= {window} in flight, in order"
 
 

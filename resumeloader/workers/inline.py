@@ -47,7 +47,7 @@ class InlineBackend:
         if workers.window is not None:
             msg = (
                 "`window` needs num_workers >= 1: without workers one batch is made at a "
-                f"time, when it is asked for. Received: window={workers.window}, num_workers=0."
+                f"time, when it is asked for. Received: window={workers.window!r}, num_workers=0."
             )
             raise ValueError(msg)
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import backend, options, produce
+from resumeloader.workers import backend, depth, options, produce
 
 __all__ = ["LongLivedBackend"]
 
@@ -52,6 +52,8 @@ class LongLivedBackend:
         self._handle: Any = None  # what `_open` returned, until `close`
         self._runs = 0  # iterations running on the workers
         self._released = False  # the loader is gone: the workers live only for those runs
+        #: The window chosen from measurements (``window="auto"``; a subclass makes it), or None.
+        self.depth: depth.AutoDepth | None = None
 
     # -- what a subclass says --------------------------------------------------------
     def _open(self) -> Any:
@@ -85,7 +87,8 @@ class LongLivedBackend:
         with self._lock:
             self._runs += 1
         try:
-            yield from self._run(self._started(), tasks)
+            produced = self._run(self._started(), tasks)
+            yield from produced if self.depth is None else self.depth.timed(produced)
         finally:
             with self._lock:
                 self._runs -= 1

@@ -61,7 +61,12 @@ class Workers:
             end if every worker is gone). Needs ``num_workers >= 1`` (or a Dask cluster).
         window: the most batch tasks in flight (being made or waiting to be handed
             out); None: the kind's default (2 per worker for threads and processes,
-            2 per thread of the cluster for Dask).
+            2 per thread of the cluster for Dask; with ``"auto"`` workers, ``"auto"``).
+            ``"auto"``: chosen from what the batches measure and changed as the run
+            goes (`resumeloader.workers.depth`): grown while the consumer waits for
+            its batches and they fit the RAM budget, shrunk when it never waits; every
+            change logged and in ``loader.stats().decisions``. The stream is the same
+            whatever the window.
         options: the kind's own options value (``"dask"``: a `DaskOptions`); None: its
             defaults. A kind without options refuses one.
 
@@ -78,7 +83,7 @@ class Workers:
     num_workers: int = 0
     kind: str = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
     timeout: float | None = dataclasses.field(default=None, kw_only=True)
-    window: int | None = dataclasses.field(default=None, kw_only=True)
+    window: int | str | None = dataclasses.field(default=None, kw_only=True)
     options: Any = dataclasses.field(default=None, kw_only=True)
 
     def __init__(
@@ -87,7 +92,7 @@ class Workers:
         *,
         kind: str | None = None,
         timeout: float | None = None,
-        window: int | None = None,
+        window: int | str | None = None,
         options: Any = None,
         **removed: Any,
     ) -> None:
@@ -137,7 +142,13 @@ class Workers:
         object.__setattr__(self, "num_workers", num)
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "timeout", _timeout(self.timeout))
-        if self.window is not None:
+        if self.window is not None and self.window != "auto":
+            if isinstance(self.window, str):
+                msg = (
+                    "`window` must be a number of batch tasks >= 1, 'auto' or None. "
+                    f"Received: window={self.window!r:.80}."
+                )
+                raise ValueError(msg)
             window = validate.integer("window", self.window, low=1, high=validate.MAX_COUNT)
             object.__setattr__(self, "window", window)
         backend_class = registry.backend_class(kind)

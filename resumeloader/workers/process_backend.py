@@ -15,7 +15,7 @@ from typing import ClassVar
 import cloudpickle
 
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import backend, long_lived, options, processes, produce
+from resumeloader.workers import backend, depth, long_lived, options, processes, produce
 
 __all__ = ["ProcessBackend"]
 
@@ -27,6 +27,15 @@ class ProcessBackend(long_lived.LongLivedBackend):
     (arguments and errors: `LongLivedBackend`)."""
 
     kind: ClassVar[str] = "process"
+
+    def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
+        super().__init__(workers, producer)
+        count = workers.num_workers
+        if workers.window == depth.AUTO:
+            self.depth = depth.AutoDepth(
+                producer, default=lambda: processes.SLOTS * count, kind="process",
+                num_workers=count, where=f"{count} process worker{'s' if count != 1 else ''}",
+            )
 
     @classmethod
     def check(cls, workers: options.Workers) -> None:
@@ -41,7 +50,9 @@ class ProcessBackend(long_lived.LongLivedBackend):
 
     @property
     def window(self) -> int:
-        return self._workers.window or processes.SLOTS * self._workers.num_workers
+        if self.depth is not None:
+            return self.depth.window
+        return self._workers.window or processes.SLOTS * self._workers.num_workers  # type: ignore[return-value]
 
     @property
     def pids(self) -> list[int]:
@@ -56,7 +67,8 @@ class ProcessBackend(long_lived.LongLivedBackend):
         )
         return processes.ProcessPool(
             payload, producer.output_spec, self._workers.num_workers,
-            timeout=self._workers.timeout, on_skips=producer.skips.put, window=self.window,
+            timeout=self._workers.timeout, on_skips=producer.skips.put,
+            window=lambda: self.window,
             board=producer.board,
         )
 
@@ -70,7 +82,8 @@ class ProcessBackend(long_lived.LongLivedBackend):
 
     def describe(self) -> str:
         count = self._workers.num_workers
+        window = f"{self.window}" if self.depth is None else f"{self.window} (window='auto')"
         return (
-            f"{count} process worker{'s' if count != 1 else ''}, <= {self.window} in flight, "
+            f"{count} process worker{'s' if count != 1 else ''}, <= {window} in flight, "
             "in order, shared memory"
         )

@@ -76,7 +76,8 @@ class ProcessPool:
         board: where the workers' counts are merged and the copies out of shared
             memory timed (`resumeloader.core.board`), or None.
         window: the most tasks taken ahead of the consumer (at most `SLOTS` of them
-            sent to each worker at a time); `SLOTS` per worker when None.
+            sent to each worker at a time), or a function returning it (asked again
+            before each task is taken); `SLOTS` per worker when None.
     """
 
     def __init__(
@@ -87,12 +88,16 @@ class ProcessPool:
         *,
         timeout: float | None,
         on_skips: Callable[[Task, list[Any]], None] | None = None,
-        window: int | None = None,
+        window: int | Callable[[], int] | None = None,
         board: board_lib.Board | None = None,
     ) -> None:
         self._payload = payload
         self._board = board
-        self._window = window or SLOTS * num_workers
+        if callable(window):
+            self._window = window
+        else:
+            fixed = window or SLOTS * num_workers
+            self._window = lambda: fixed
         self._on_skips = on_skips
         self._spec = spec
         self._timeout = timeout
@@ -120,7 +125,8 @@ class ProcessPool:
         queue: deque[_Item] = deque()
         session = -1
         waiting_since: float | None = None
-        gauge = None if self._board is None else self._board.gauge(backend.IN_FLIGHT, self._window)
+        board = self._board
+        gauge = None if board is None else board.gauge(backend.IN_FLIGHT, self._window())
         try:
             while True:
                 exiting.check("batches of the worker processes")
@@ -132,7 +138,7 @@ class ProcessPool:
                         session = self._open()
                         for item in queue:
                             item.seq = item.worker = None
-                    while len(queue) < self._window:
+                    while len(queue) < max(1, self._window()):
                         task = next(tasks, None)
                         if task is None:
                             break

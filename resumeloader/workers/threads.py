@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from resumeloader.core import exiting
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import backend, options, produce
+from resumeloader.workers import backend, depth, options, produce
 
 __all__ = ["SLOTS", "ThreadBackend"]
 
@@ -47,6 +47,12 @@ class ThreadBackend:
     def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
         self._workers = workers
         self._producer = producer
+        count = workers.num_workers
+        #: The window chosen from measurements (``window="auto"``), or None.
+        self.depth = None if workers.window != depth.AUTO else depth.AutoDepth(
+            producer, default=lambda: SLOTS * count, kind="thread", num_workers=count,
+            where=f"{count} thread worker{'s' if count != 1 else ''}",
+        )
 
     @classmethod
     def check(cls, workers: options.Workers) -> None:
@@ -54,7 +60,9 @@ class ThreadBackend:
 
     @property
     def window(self) -> int:
-        return self._workers.window or SLOTS * self._workers.num_workers
+        if self.depth is not None:
+            return self.depth.window
+        return self._workers.window or SLOTS * self._workers.num_workers  # type: ignore[return-value]
 
     def start(self) -> None:
         pass  # threads start with each iteration
@@ -62,11 +70,12 @@ class ThreadBackend:
     def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, produce.Produced]]:
         threads = _ThreadPool(self._producer, self._workers.num_workers, self._workers.timeout)
         try:
-            yield from backend.in_order(
+            produced = backend.in_order(
                 tasks, submit=threads.submit, result=threads.result,
-                cancel=lambda future: future.cancel(), window=self.window,
+                cancel=lambda future: future.cancel(), window=lambda: self.window,
                 gauge=backend.in_flight(self._producer, self.window),
             )
+            yield from produced if self.depth is None else self.depth.timed(produced)
         finally:
             threads.close()
 
@@ -78,10 +87,8 @@ class ThreadBackend:
 
     def describe(self) -> str:
         count = self._workers.num_workers
-        return (
-            f"{count} thread worker{'s' if count != 1 else ''}, <= {self.window} in flight, "
-            "in order"
-        )
+        window = f"{self.window}" if self.depth is None else f"{self.window} (window='auto')"
+        return f"{count} thread worker{'s' if count != 1 else ''}, <= {window} in flight, in order"
 
 
 class _ThreadPool:

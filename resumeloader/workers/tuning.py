@@ -20,7 +20,10 @@ from typing import Any, NamedTuple
 
 from resumeloader.core import validate
 
-__all__ = ["MEMORY_SHARE", "Choice", "Measure", "Tuner", "Tuning", "cpu_budget", "memory_budget"]
+__all__ = [
+    "MEMORY_SHARE", "Choice", "Depth", "Measure", "Tuner", "Tuning", "cpu_budget",
+    "memory_budget",
+]
 
 #: The share of the memory available when a loader starts that its workers may use
 #: by default (their resident memory and the batches in flight).
@@ -74,7 +77,8 @@ class Tuning:
         decide: for tests and experiments: ``decide(batches) -> (kind, num_workers)``
             or None, called after each batch handed out with the count so far; it
             replaces the measured decisions (kinds ``"inline"``, ``"thread"``,
-            ``"process"``).
+            ``"process"``). A ``(kind, num_workers, window)`` also sets the window
+            of those workers (the most batch tasks in flight).
 
     Raises:
         TypeError, ValueError: a field is invalid.
@@ -302,3 +306,93 @@ def parse_decision(value: Any) -> Choice | None:
         )
         raise ValueError(msg)
     return Choice(value[0], int(count))
+
+
+#: The window grows while the consumer's wait is more than this share of its step.
+GROW_SHARE = 0.05
+#: The consumer never waited: no batch of the period waited this long (nor 1% of a step).
+_NEVER_NS = 50_000
+#: A grown window is kept when the wait share falls at least this much (else undone).
+_HELPED = 0.8
+#: The largest window, per worker (and in all).
+_MOST_PER_WORKER = 8
+_MOST = 256
+#: Periods after a growth that helped before the window may shrink again.
+_SHRINK_AFTER = 4
+
+
+class Depth:
+    """`window="auto"`'s policy: the most batch tasks in flight, from measured periods.
+
+    It grows the window (one task more per worker) while the consumer's wait is more than
+    `GROW_SHARE` of its step (wait + its own time between batches) and 50 µs per batch
+    (less is the hand-out's own cost, which no window removes), and the batches in
+    flight fit the RAM budget; a growth the next period does not show to help is undone
+    (and not tried again for longer each time); it shrinks the window by one when the
+    consumer never waited during a period, down to one task per worker. The window
+    changes only how far ahead tasks are made, never their order: the stream is the same.
+
+    Args:
+        window: the window to start with (the kind's default).
+        floor: the least window (one per worker).
+        memory: the RAM budget, in bytes, for ``window`` batches.
+    """
+
+    def __init__(self, window: int, *, floor: int, memory: int) -> None:
+        self.floor = max(1, floor)
+        self.window = max(self.floor, window)
+        self.memory = memory
+        self._before: tuple[int, float] | None = None  # (window, wait share) before a growth
+        self._rest = 0  # periods before the next growth
+        self._backoff = 1
+        self._grown = _SHRINK_AFTER  # periods since the last growth kept
+
+    def ceiling(self, batch_bytes: int) -> int:
+        """The largest window: `_MOST_PER_WORKER` per worker, within the RAM budget."""
+        most = min(_MOST, _MOST_PER_WORKER * self.floor)
+        if batch_bytes:
+            most = min(most, self.memory // batch_bytes)
+        return max(1, most)
+
+    def period(self) -> int:
+        """Batches measured before each decision."""
+        return max(8, 2 * self.window)
+
+    def next(self, measure: Measure, longest_wait_ns: int) -> tuple[int, str] | None:
+        """The window after a period that measured `measure` (its longest wait
+        `longest_wait_ns`) and why; None: unchanged."""
+        step = measure.wait_ns + measure.hold_ns
+        share = measure.wait_ns / step if step else 0.0
+        per = measure.per_batch
+        said = (f"the consumer waited {share:.0%} of its step ({per(measure.wait_ns) / 1e6:.2f} "
+                f"of {per(step) / 1e6:.2f} ms per batch)")
+        ceiling = self.ceiling(measure.batch_bytes)
+        budget = f"{measure.batch_bytes / 2**20:,.2f} MiB per batch, RAM budget " \
+            f"{self.memory / 2**20:,.0f} MiB"
+        before, self._before = self._before, None
+        self._rest = max(0, self._rest - 1)
+        self._grown += 1
+        if self.window > ceiling:
+            return self._set(ceiling, f"over the RAM budget ({budget})")
+        if before is not None and share > _HELPED * before[1]:
+            # Not tried again for `_backoff` periods (counted from the next), then twice as long.
+            self._rest, self._backoff = self._backoff + 1, min(64, 2 * self._backoff)
+            return self._set(before[0], f"{said}: the larger window did not help")
+        if before is not None:
+            self._grown = 0  # it helped: kept
+        waits = share > GROW_SHARE and per(measure.wait_ns) > _NEVER_NS  # (not the hand-off's own)
+        if waits and not self._rest and self.window < ceiling:
+            self._before = (self.window, share)
+            grown = min(ceiling, self.window + self.floor)
+            return self._set(grown, f"{said}; {budget}")
+        never = max(_NEVER_NS, step // max(1, measure.batches) // 100)
+        if longest_wait_ns < never and self.window > self.floor and self._grown > _SHRINK_AFTER:
+            return self._set(self.window - 1, "the consumer never waited")
+        return None
+
+    def _set(self, window: int, why: str) -> tuple[int, str] | None:
+        window = max(1, window)
+        if window == self.window:
+            return None
+        self.window = window
+        return window, why

@@ -110,3 +110,46 @@ def test_auto_without_python_stages_takes_the_path_of_no_workers():
         return paths.path_class(engine).name
 
     assert path(Workers("auto")) == path(Workers()) != "records"
+
+
+# -- window="auto": the tasks in flight --------------------------------------------------
+_WINDOWS = (1, 6, 2, 9)
+
+
+def _windowed(loader: ResumableLoader, offset: int = 0) -> ResumableLoader:
+    """`loader`'s thread workers with their window changed every two batches (the test hook
+    of `AutoDepth`: the loader's own backend)."""
+    loader._engine.backend.depth.decide = lambda n: _WINDOWS[(n + offset) // 2 % len(_WINDOWS)]
+    return loader
+
+
+def test_window_auto_changing_mid_epoch_restored_equals_no_workers(reference):
+    """Thread workers whose window changes every two batches, broken mid-epoch and restored
+    into a fresh loader doing the same: the stream and the state of Workers()."""
+    with _windowed(_loader(Workers(2, window="auto"))) as first, _loader(None) as plain:
+        head = _eager(first, steps=9)
+        _eager(plain, steps=9)
+        state = json.loads(json.dumps(first.get_state()))
+        assert state == plain.get_state()  # no window in the checkpoint
+        decisions = [d for d in first.stats().decisions if "window" in d]
+        assert {d["window"] for d in decisions} >= {1, 6, 2}
+        assert "window='auto' after batch" in str(first.stats())
+    with _windowed(_loader(Workers(2, window="auto")), offset=9) as fresh:
+        fresh.set_state(state)
+        assert head + _eager(fresh) == reference
+
+
+def test_auto_workers_and_windows_flipping_restored_equals_no_workers(reference):
+    """Workers('auto') changing its workers and their window mid-epoch, by both ways of
+    consuming and across a restore: the stream of Workers()."""
+    auto = Workers("auto", options=Tuning(decide=fns.flip_workers_and_windows))
+    with _loader(auto) as loader:
+        assert _graph(loader) == reference
+        assert any("window" in d for d in loader.stats().decisions)
+    with _loader(auto) as first:
+        head = _eager(first, steps=11)
+        state = first.get_state()
+    then = Workers("auto", options=Tuning(decide=lambda n: fns.flip_workers_and_windows(n + 11)))
+    with _loader(then) as fresh:
+        fresh.set_state(state)
+        assert head + _eager(fresh) == reference

@@ -36,18 +36,32 @@ def test_workers_default_kind_follows_the_number_of_workers():
      ({"num_workers": "fast"}, ValueError, "a non-negative integer or 'auto'"),
      ({"num_workers": "auto", "kind": "thread"}, ValueError, "'auto' without a kind"),
      ({"num_workers": 2, "kind": "auto"}, ValueError, "chooses the number of workers"),
-     ({"kind": "auto", "window": 2}, ValueError, "`window` is not an option of kind='auto'"),
+     ({"kind": "auto", "window": 0}, ValueError, "`window` must be an integer in [1,"),
+     ({"num_workers": 2, "window": "big"}, ValueError, "`window` must be a number of batch "
+      "tasks >= 1, 'auto' or None"),
+     ({"window": "auto"}, ValueError, "`window` needs num_workers >= 1"),
+     ({"num_workers": 2, "window": 2.5}, TypeError, "`window` must be an integer"),
      ({"kind": "auto", "options": 3}, TypeError, "a Tuning or None")],
     ids=["negative", "float", "unknown-kind", "timeout-zero", "timeout-nan", "timeout-str",
          "window-zero", "timeout-inline", "window-inline", "inline-with-workers",
          "threads-without-workers", "processes-without-workers", "fast", "auto-thread",
-         "auto-count", "auto-window", "auto-options"],
+         "auto-count", "auto-window-zero", "window-big", "window-auto-inline",
+         "window-float", "auto-options"],
 )
 def test_workers_invalid_raises_naming_field(kwargs, error, fragment):
     """Each invalid field, or one its kind cannot take, is refused on construction."""
     with pytest.raises(error) as info:
         Workers(**kwargs)
     assert fragment in str(info.value) and "Received:" in str(info.value)
+
+
+def test_workers_window_auto_is_taken_by_every_kind_with_workers():
+    """``window="auto"`` is a window of threads, processes and Workers('auto') (a number
+    pins it there too)."""
+    for workers in (Workers(2, window="auto"), Workers(2, kind="process", window="auto"),
+                    Workers("auto", window="auto")):
+        assert workers.window == "auto" and "window='auto'" in repr(workers)
+    assert Workers("auto", window=6).window == 6
 
 
 def test_workers_is_a_frozen_value():
