@@ -20,6 +20,20 @@ _IMAGES = np.arange(37 * 3, dtype=np.float32).reshape(37, 3)
 _LABELS = np.arange(37, dtype=np.int64) % 5
 
 
+def _at_offset(array: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of `array` whose data starts `offset` bytes past a 64-byte boundary."""
+    raw = np.empty(array.nbytes + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    view = raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    view[...] = array
+    return view
+
+
+# One column TensorFlow reads in place (aligned), one gathered by NumPy per chunk (16
+# bytes off, as large NumPy and np.load arrays are).
+_MIXED = {"aligned": _at_offset(_IMAGES, 0), "unaligned": _at_offset(_LABELS, 16)}
+
+
 def _path(loader: rl.ResumableLoader) -> str:
     engine = engine_lib.Engine(loader.plan, loader.workers, with_metadata=loader.with_metadata)
     return paths.path_class(engine).name
@@ -43,6 +57,11 @@ GRAPH = {
         lambda: rl.Pipeline(_IMAGES, seed=4).shuffle().batch(6, drop_remainder=True),
         {"with_metadata": True}),
     "tf_map": (lambda: rl.Pipeline(_IMAGES, seed=5).shuffle().batch(5).tf_map(_double), {}),
+    "aligned-and-unaligned-columns": (
+        lambda: rl.Pipeline(_MIXED, seed=6).shuffle().batch(4), {"with_metadata": True}),
+    "unaligned-drop-remainder": (
+        lambda: rl.Pipeline(_at_offset(_IMAGES, 16), seed=7).shuffle().batch(
+            4, drop_remainder=True), {}),
 }
 
 OTHER = {
@@ -124,6 +143,16 @@ def test_graph_path_block_order_first_batch_is_the_golden_vector():
     assert next(iter(loader.dataset())).numpy().tolist() == expected
 
 
+def test_graph_path_gathers_unaligned_columns_once_per_chunk():
+    """A column TensorFlow cannot read in place is gathered by NumPy once per chunk of
+    batches (one Python call per chunk in the graph), the aligned one in place."""
+    loader = _loader(GRAPH["aligned-and-unaligned-columns"])
+    ops = _ops(loader.dataset())
+    assert ops["EagerPyFunc"] == 1  # the iteration's start
+    assert ops["PyFuncStateless"] == 1  # the chunk's NumPy gather
+    assert ops["GatherV2"] >= 1
+
+
 def _ops(ds: tf.data.Dataset) -> collections.Counter:
     graph = graph_pb2.GraphDef()
     policy = tf.data.experimental.ExternalStatePolicy.WARN
@@ -133,10 +162,12 @@ def _ops(ds: tf.data.Dataset) -> collections.Counter:
 
 
 def test_graph_path_dataset_has_no_generator_and_one_python_call():
-    """No from_generator; the only Python is the one call when an iteration begins."""
-    ops = _ops(_loader(GRAPH["tf_map"]).dataset())
+    """No from_generator; over an array TensorFlow reads in place, the only Python is
+    the one call when an iteration begins."""
+    pipeline = rl.Pipeline(_at_offset(_IMAGES, 0), seed=5).shuffle().batch(5).tf_map(_double)
+    ops = _ops(rl.ResumableLoader.from_pipeline(pipeline).dataset())
     assert ops["GeneratorDataset"] == 0
-    assert ops["EagerPyFunc"] + ops["PyFunc"] == 1
+    assert ops["EagerPyFunc"] + ops["PyFunc"] + ops["PyFuncStateless"] == 1
     assert ops["ParallelMapDatasetV2"] >= 1
 
 
