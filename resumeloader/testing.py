@@ -10,10 +10,15 @@
   steps with a `TraceRecorder`; the contract is in docs/guides/proving-it.md and in
   `TraceRecorder`.
 
+* `FitRecorder` — the same for a Keras ``fit`` with a `ResumeCallback`, on any
+  Keras backend: one callback instead of the recorder calls.
+
 Nothing here imports pytest, and TensorFlow only once `assert_resumes_identically`
-runs; failures raise `ResumeMismatchError`, an `AssertionError`. The code lives in
-`resumeloader.tools`.
+runs (Keras once `FitRecorder` is used); failures raise `ResumeMismatchError`, an
+`AssertionError`. The code lives in `resumeloader.tools`.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from resumeloader.tools.check import (
     ResumeMismatchError,
@@ -24,7 +29,11 @@ from resumeloader.tools.check import (
     kill_and_restart,
 )
 
+if TYPE_CHECKING:
+    from resumeloader.tools.fit_recorder import FitRecorder
+
 __all__ = [
+    "FitRecorder",
     "ResumeMismatchError",
     "ResumeReport",
     "TraceRecorder",
@@ -32,3 +41,12 @@ __all__ = [
     "digest",
     "kill_and_restart",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FitRecorder":  # imports Keras (and the loader: TensorFlow)
+        from resumeloader.tools.fit_recorder import FitRecorder
+
+        return FitRecorder
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

@@ -88,15 +88,46 @@ def blocks(path: Path) -> list[Block]:
     return found
 
 
-def runnable(path: Path) -> list[Block]:
-    return [block for block in blocks(path) if block.language == RUN]
+def section_lines(path: Path, title: str) -> range:
+    """The line numbers (1-based) of the page's section headed `title` (``## title`` at
+    any level), up to the next heading of the same or a higher level."""
+    lines = path.read_text().splitlines()
+    heading = re.compile(r"^(#{1,6}) +(.*?) *$")
+    start = level = None
+    fence = None  # the fence of the code block the line is in (a `#` there is code)
+    for number, line in enumerate(lines, 1):
+        opened = _FENCE.match(line)
+        if opened is not None and (fence is None or opened["fence"].startswith(fence)):
+            fence = opened["fence"] if fence is None else None
+            continue
+        match = heading.match(line) if fence is None else None
+        if match is None:
+            continue
+        if start is None and match[2] == title:
+            start, level = number, len(match[1])
+        elif start is not None and level is not None and len(match[1]) <= level:
+            return range(start, number)
+    if start is None:
+        msg = f"{path}: no section headed {title!r}."
+        raise PageError(msg)
+    return range(start, len(lines) + 1)
 
 
-def run(path: Path) -> int:
-    """Runs the page's python blocks; returns how many ran (raises at the first failure)."""
+def runnable(path: Path, section: str | None = None) -> list[Block]:
+    """The page's python blocks (those of the section headed `section`, if given)."""
+    found = [block for block in blocks(path) if block.language == RUN]
+    if section is None:
+        return found
+    inside = section_lines(path, section)
+    return [block for block in found if block.line in inside]
+
+
+def run(path: Path, section: str | None = None) -> int:
+    """Runs the page's python blocks (or those of one section, in a namespace of their
+    own); returns how many ran (raises at the first failure)."""
     namespace: dict[str, object] = {"__name__": "__main__", "__file__": str(path)}
     parser = doctest.DocTestParser()
-    todo = runnable(path)
+    todo = runnable(path, section)
     for number, block in enumerate(todo, 1):
         name = f"{path.name} block {number} (line {block.line})"
         if block.doctest:

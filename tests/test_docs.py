@@ -144,6 +144,27 @@ def test_readme_is_a_short_front_door_with_the_two_quick_start_commands():
     ]
 
 
+def test_pages_install_extras_from_a_checkout_as_the_readme_does():
+    """Every page installs an extra as the README installs the package, from a checkout
+    (``pip install -e ".[s3]"``), never as ``resumeloader[s3]`` from an index, and
+    names only extras that pyproject.toml defines."""
+    import re
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"])
+    named, wrong = set(), []
+    for page in PAGES:
+        text = page.read_text()
+        wrong += [f"{page.name}: {m}" for m in re.findall(r"resumeloader\[\w+\]", text)]
+        for group in re.findall(r'"\.\[([\w,]+)\]"', text):
+            named.update(group.split(","))
+
+    assert wrong == []
+    assert named - extras == set()
+    assert {"s3", "gcs", "dask", "torch", "jax", "test"} <= named
+
+
 @pytest.mark.slow
 def test_mkdocs_build_strict_succeeds(tmp_path):
     """`mkdocs build --strict` builds the site (into a temporary directory) without a warning."""

@@ -16,15 +16,18 @@ So the library's code that runs in such threads marks itself `busy`, and the han
 this module registers with ``atexit`` - run before finalization, while every thread
 can still take the GIL - sets `EXITING`, calls the registered stoppers (`on_exit`), and
 waits until no thread has been busy for `QUIET_SECONDS` (at most `EXIT_SECONDS`, for a
-thread stalled in user code). A generator that sees `EXITING` raises instead of making
-another batch (nothing reads it any more; a batch it would have made must not look
-like an end of data), so TensorFlow stops calling it. Pure Python: no TensorFlow.
+thread stalled in user code), then collects the garbage, so that iterators held in
+reference cycles end while Python can still run their finalizers. A generator that
+sees `EXITING` raises instead of making another batch (nothing reads it any more; a
+batch it would have made must not look like an end of data), so TensorFlow stops
+calling it. Pure Python: no TensorFlow.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import threading
 import time
 import weakref
@@ -118,5 +121,10 @@ def _at_exit() -> None:
     while time.monotonic() < deadline:
         with _lock:
             if _busy == 0 and time.monotonic() - _last >= QUIET_SECONDS:
-                return
+                break
         time.sleep(_POLL_SECONDS)
+    # Iterators left in reference cycles (a Keras fit's) are destroyed now, while Python
+    # still runs: destroyed after it finalized, a `from_generator` iterator cannot call
+    # its finalizer and TensorFlow logs "Error occurred when finalizing
+    # GeneratorDataset iterator: FAILED_PRECONDITION".
+    gc.collect()

@@ -4,37 +4,36 @@ A ``fit`` killed mid-run and resumed from a checkpoint of model, optimizer and l
 still diverges from the uninterrupted run when callbacks decide from their own state
 (`EarlyStopping`'s ``wait`` and ``best``, `ReduceLROnPlateau`'s counters,
 `ModelCheckpoint`'s best value) or from training metrics that averaged the batches of
-the interrupted epoch. `FitState` is checkpointed with them (a `PythonState`: a short
-JSON text) and holds:
+the interrupted epoch. `FitState` is checkpointed with them, as a short JSON text, and
+holds:
 
 * the fields of every stateful callback of the ``fit`` (`STATEFUL`), in list order;
 * the training metrics' variables, by path (mid-epoch, so a resumed epoch's logs
   average all its batches) — applied after Keras resets them at the start of the
   resumed epoch. Keras builds compiled metrics (``compile(metrics=...)``,
-  ``weighted_metrics``) at the first training step, so a fresh process has only the
-  loss tracker when it resumes: `build_metrics` builds them first, from the spec of
-  the data ``fit`` was given, as Keras itself does under a distribution strategy;
+  ``weighted_metrics``) at the first training step on TensorFlow, so a fresh process
+  has only the loss tracker when it resumes: the callback builds them first
+  (`resumeloader.integrations.fit_context.build_metrics`);
 * whether the ``fit`` was stopped by a callback (a resumed stopped ``fit`` trains no
   more).
 
-`EarlyStopping`'s ``best_weights`` (a copy of the model's weights) are stored in
-`BestWeights`, a module of variables shaped like the model's weights. `fit_callbacks`
-finds the stateful callbacks of the fit a `ResumeCallback` belongs to, `fit_data_spec`
-the spec of its data.
+`EarlyStopping`'s ``best_weights`` (a copy of the model's weights) are arrays beside
+the JSON (`best_weights`, `apply_callbacks`); each checkpoint format stores them its
+own way. Nothing here depends on the Keras backend.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-import types
+from collections.abc import Callable
 from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-__all__ = ["STATEFUL", "BestWeights", "FitState", "fit_callbacks", "fit_data_spec", "stateful"]
+from resumeloader.integrations import backend
+
+__all__ = ["STATEFUL", "FitState", "stateful"]
 
 # 2: metrics saved by path ([path, value] pairs); 1 (0.2) saved their values only.
 VERSION = 2
@@ -58,7 +57,8 @@ def stateful(callback: Any) -> tuple[str, ...] | None:
     return None
 
 
-def _keeps_best_weights(callback: Any) -> bool:
+def keeps_best_weights(callback: Any) -> bool:
+    """True for an `EarlyStopping` that restores its best weights (it holds a copy)."""
     return isinstance(callback, keras.callbacks.EarlyStopping) and bool(
         callback.restore_best_weights
     )
@@ -80,19 +80,7 @@ def _decode(value: Any) -> Any:
     return value
 
 
-class BestWeights(tf.Module):
-    """Variables holding `EarlyStopping.best_weights`, one set per such callback."""
-
-    def __init__(self, model: Any, count: int) -> None:
-        super().__init__(name="resumeloader_best_weights")
-        shapes = [(np.shape(w), np.asarray(w).dtype) for w in model.get_weights()]
-        self.sets = [
-            [tf.Variable(np.zeros(shape, dtype), trainable=False) for shape, dtype in shapes]
-            for _ in range(count)
-        ]
-
-
-class FitState(tf.train.experimental.PythonState):
+class FitState:
     """The callbacks' state, the training metrics and the stop flag of a fit, as JSON.
 
     Args:
@@ -103,48 +91,60 @@ class FitState(tf.train.experimental.PythonState):
     def __init__(self, model: Any, callbacks: list[Any]) -> None:
         self.model = model
         self.callbacks = callbacks
-        keepers = [c for c in callbacks if _keeps_best_weights(c)]
-        self.best_weights = BestWeights(model, len(keepers))
         self.stopped = False
+        # Batches of the running Keras epoch consumed when saved (its numbering on resume).
+        self.epoch_batches: int | None = 0
         self.restored: dict[str, Any] | None = None
 
-    def serialize(self) -> str:
-        """The JSON text saved in the checkpoint (the callbacks' best weights are copied
-        into `best_weights` as a side effect, so they are saved with it)."""
+    @property
+    def keepers(self) -> list[Any]:
+        """The callbacks holding best weights (`EarlyStopping(restore_best_weights=True)`)."""
+        return [c for c in self.callbacks if keeps_best_weights(c)]
+
+    def to_json(self) -> str:
+        """The JSON text saved in the checkpoint (the best weights are not in it)."""
         entries = []
-        keeper = 0
         for callback in self.callbacks:
             fields = stateful(callback) or ()
             entry: dict[str, Any] = {
                 "class": type(callback).__name__,
                 "fields": {f: _encode(getattr(callback, f, None)) for f in fields},
             }
-            if _keeps_best_weights(callback):
-                has = callback.best_weights is not None
-                entry["best_weights"] = has
-                if has:
-                    for variable, value in zip(
-                        self.best_weights.sets[keeper], callback.best_weights, strict=True
-                    ):
-                        variable.assign(value)
-                keeper += 1
+            if keeps_best_weights(callback):
+                entry["best_weights"] = callback.best_weights is not None
             entries.append(entry)
-        metrics = [[v.path, np.asarray(v).tolist()] for v in self.model.metrics_variables]
+        variables = self.model.metrics_variables
+        metrics = [
+            [v.path, value.tolist()]
+            for v, value in zip(variables, backend.values(variables), strict=True)
+        ]
         state = {"version": VERSION, "callbacks": entries, "metrics": metrics}
         state["stopped"] = self.stopped
+        state["epoch_batches"] = self.epoch_batches
         return json.dumps(state)
 
-    def deserialize(self, string_value: Any) -> None:
-        """Keeps the restored JSON until `apply_callbacks` and `apply_metrics`."""
-        if isinstance(string_value, tf.Tensor):
-            string_value = string_value.numpy()
-        if isinstance(string_value, bytes):
-            string_value = string_value.decode()
-        self.restored = json.loads(string_value)
-        self.stopped = bool(self.restored.get("stopped", False))
+    def best_weights(self) -> list[list[np.ndarray] | None]:
+        """Each keeper's best weights (None while it has none), in list order."""
+        return [
+            None if c.best_weights is None else [np.asarray(w) for w in c.best_weights]
+            for c in self.keepers
+        ]
 
-    def apply_callbacks(self) -> None:
-        """Sets the restored fields (and best weights) on this fit's callbacks.
+    def load_json(self, text: str | bytes) -> None:
+        """Keeps the restored JSON until `apply_callbacks` and `apply_metrics`."""
+        if isinstance(text, bytes):
+            text = text.decode()
+        self.restored = json.loads(text)
+        self.stopped = bool(self.restored.get("stopped", False))
+        # None in checkpoints of resumeloader 0.3 and earlier.
+        self.epoch_batches = self.restored.get("epoch_batches")
+
+    def apply_callbacks(self, best_weights: Callable[[int], list[np.ndarray]]) -> None:
+        """Sets the restored fields on this fit's callbacks, and their best weights.
+
+        Args:
+            best_weights: the saved best weights of the `k`-th keeper, called only
+                for a keeper that had some.
 
         Raises:
             ValueError: the checkpoint was saved by a fit with other stateful callbacks.
@@ -165,16 +165,20 @@ class FitState(tf.train.experimental.PythonState):
         for callback, entry in zip(self.callbacks, self.restored["callbacks"], strict=True):
             for field, value in entry["fields"].items():
                 setattr(callback, field, _decode(value))
-            if _keeps_best_weights(callback):
+            if keeps_best_weights(callback):
                 if entry.get("best_weights"):
-                    callback.best_weights = [v.numpy() for v in self.best_weights.sets[keeper]]
+                    callback.best_weights = best_weights(keeper)
                 keeper += 1
 
-    def apply_metrics(self, data_spec: Any = None) -> None:
+    @property
+    def pending_metrics(self) -> bool:
+        """True while restored metric values wait for `apply_metrics`."""
+        return self.restored is not None and "metrics" in self.restored
+
+    def apply_metrics(self) -> None:
         """Sets the training metrics to their restored values (once, then forgets them).
 
-        Compiled metrics not built yet (a fresh process) are built first, from
-        `data_spec` (see `build_metrics`).
+        The model's compiled metrics must be built (`fit_context.build_metrics`).
 
         Raises:
             ValueError: the model's metrics differ from the saved ones.
@@ -182,7 +186,6 @@ class FitState(tf.train.experimental.PythonState):
         if self.restored is None or "metrics" not in self.restored:
             return
         saved = self.restored.pop("metrics")
-        build_metrics(self.model, data_spec)
         variables = self.model.metrics_variables
         named = self.restored.get("version", 1) >= 2
         values = [entry[1] for entry in saved] if named else saved
@@ -202,101 +205,4 @@ class FitState(tf.train.experimental.PythonState):
                 f"{here}."
             )
             raise ValueError(msg)
-        for variable, value in zip(variables, values, strict=True):
-            variable.assign(np.asarray(value, dtype=np.dtype(variable.dtype)))
-
-
-def build_metrics(model: Any, data_spec: Any) -> None:
-    """Builds `model`'s compiled metrics and losses if Keras has not yet, from the
-    `tf.TypeSpec` structure of the batches ``fit`` reads (`fit_data_spec`).
-
-    Keras builds them at the first training step from that step's data, which a
-    resumed epoch's metrics must be restored before: this is the symbolic build Keras
-    runs before training under a distribution strategy (``Trainer._symbolic_build``).
-
-    Raises:
-        RuntimeError: they are not built and cannot be (no data spec, or a Keras
-            without the symbolic build).
-    """
-    unbuilt = [
-        part for part in (getattr(model, "_compile_metrics", None),
-                          getattr(model, "_compile_loss", None))
-        if part is not None and not part.built
-    ]
-    if not unbuilt:
-        return
-    symbolic_build = getattr(model, "_symbolic_build", None)
-    if data_spec is None or symbolic_build is None:
-        msg = (
-            "ResumeCallback cannot restore the compiled metrics of the interrupted epoch: "
-            "Keras builds them at the first training step, and the spec of the data fit "
-            "reads was not found to build them first. Feed fit a tf.data.Dataset (e.g. "
-            f"epoch_dataset(loader)). Received: data spec {data_spec!r}, keras "
-            f"{keras.__version__}."
-        )
-        raise RuntimeError(msg)
-    strategy = getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
-    with strategy.scope():
-        symbolic_build(data_batch=data_spec)
-
-
-def fit_data_spec(model: Any) -> Any:
-    """The element spec of the dataset the running ``model.fit`` reads, or None.
-
-    Read from the ``fit`` frame of `model` (its ``x`` argument), found a few frames up
-    from a callback's ``on_train_begin``, as `fit_callbacks` finds the callbacks.
-    """
-    frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
-            return getattr(frame.f_locals.get("x"), "element_spec", None)
-        frame = frame.f_back
-    return None
-
-
-def fit_callbacks(resume: Any) -> list[Any]:
-    """The stateful callbacks of the fit that `resume` (a ResumeCallback) is part of, in
-    list order.
-
-    Keras gives a callback no handle on the others: they are read from the
-    `CallbackList` whose ``on_train_begin`` is calling `resume` (a few frames up).
-
-    Raises:
-        ValueError: a stateful callback comes after `resume`, or `resume` is combined
-            with `BackupAndRestore`.
-        RuntimeError: the `CallbackList` was not found (a Keras this was not made for).
-    """
-    frame: types.FrameType | None = sys._getframe(1)
-    callbacks = None
-    while frame is not None and callbacks is None:
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, keras.callbacks.CallbackList) and any(
-            c is resume for c in owner.callbacks
-        ):
-            callbacks = list(owner.callbacks)
-        frame = frame.f_back
-    if callbacks is None:
-        msg = (
-            "ResumeCallback could not find the other callbacks of this fit, so it cannot "
-            "save their state. Call it through model.fit(callbacks=[...]). Received: "
-            f"keras {keras.__version__}."
-        )
-        raise RuntimeError(msg)
-    if any(isinstance(c, keras.callbacks.BackupAndRestore) for c in callbacks):
-        msg = (
-            "ResumeCallback replaces BackupAndRestore (which restarts the interrupted epoch "
-            "from its first batch): pass only ResumeCallback. Received: callbacks="
-            f"{[type(c).__name__ for c in callbacks]}."
-        )
-        raise ValueError(msg)
-    index = next(i for i, c in enumerate(callbacks) if c is resume)
-    late = [type(c).__name__ for c in callbacks[index + 1 :] if stateful(c)]
-    if late:
-        msg = (
-            "Put ResumeCallback after the callbacks whose state it saves, so it saves their "
-            "state once they updated it for the batch or epoch (saved before, a resumed fit "
-            f"would not decide as the interrupted one). Received: {', '.join(late)} after "
-            "ResumeCallback in `callbacks`."
-        )
-        raise ValueError(msg)
-    return [c for c in callbacks[:index] if stateful(c)]
+        backend.assign(variables, values)

@@ -4,27 +4,30 @@ Keras' own `BackupAndRestore` restores only the epoch, so a restarted job re-run
 the interrupted epoch from its first batch. `ResumeCallback` checkpoints the model,
 its optimizer and the loader together and advances the loader as Keras consumes
 batches, so a restarted ``fit`` continues with the next unconsumed batch, in the
-same Keras epoch, and ends with the weights of an uninterrupted run.
+same Keras epoch, and ends with the weights of an uninterrupted run. It works the
+same on the TensorFlow, JAX and PyTorch backends (`resumeloader.integrations.stores`
+chooses the checkpoint format).
 
 Keras epoch ``e`` is the loader's epoch ``e``. A fit resumed mid-epoch starts with
 the rest of that epoch: the callback ends that short epoch itself, so that Keras
-neither learns a short epoch length nor runs into the next loader epoch. The state of
-the fit's stateful callbacks and its training metrics are checkpointed too
+neither learns a short epoch length nor runs into the next loader epoch, and the
+fit's callbacks see that epoch's batches numbered as in the uninterrupted run. The
+state of the fit's stateful callbacks and its training metrics are checkpointed too
 (`resumeloader.integrations.callback_state`).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import keras
 import tensorflow as tf
 
 from resumeloader.core import validate
-from resumeloader.integrations import callback_state
+from resumeloader.integrations import callback_state, fit_context, stores
 from resumeloader.tfdata import loader as loader_lib
-from resumeloader.tfdata import restore as restore_lib
 
 __all__ = ["ResumeCallback", "epoch_dataset"]
 
@@ -48,7 +51,23 @@ def epoch_dataset(loader: loader_lib.ResumableLoader) -> tf.data.Dataset:
     if not isinstance(loader, loader_lib.ResumableLoader):
         msg = f"`loader` must be a ResumableLoader. Received: loader={loader!r}."
         raise TypeError(msg)
+    _quiet_keras_shuffle_warning()
     return loader.dataset(rest_of_epoch=True)
+
+
+def _quiet_keras_shuffle_warning() -> None:
+    """Silences Keras' "`shuffle=True` was passed, but will be ignored" for datasets.
+
+    ``fit`` warns so for every ``tf.data.Dataset`` because ``shuffle=True`` is its
+    default: nobody passed it, and a loader orders its batches itself (a seeded
+    shuffle, or none). Installed by the processes that use this integration.
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`shuffle=True` was passed, but will be ignored since the data `x` was "
+        r"provided as a tf\.data\.Dataset",
+        category=UserWarning,
+    )
 
 
 class _EpochBoundary:
@@ -63,9 +82,6 @@ class _EpochBoundary:
 
 
 _BOUNDARY = _EpochBoundary()
-# Where the fit state is tracked in the checkpoint.
-_FIT_STATE = "resumeloader_fit"
-_BEST_WEIGHTS = "resumeloader_best_weights"
 
 
 class ResumeCallback(keras.callbacks.Callback):
@@ -106,9 +122,11 @@ class ResumeCallback(keras.callbacks.Callback):
 
     Args:
         loader: the `ResumableLoader` feeding ``fit``.
-        checkpoint: a directory (a ``tf.train.CheckpointManager`` of model,
-            optimizer and loader is kept there), or your own
-            ``tf.train.CheckpointManager`` whose checkpoint tracks the loader (the
+        checkpoint: a directory — on TensorFlow a ``tf.train.CheckpointManager`` of
+            model, optimizer and loader is kept there, on JAX and PyTorch atomic
+            ``ckpt-N`` directories of JSON and arrays
+            (`resumeloader.integrations.checkpoint_files`) — or, on TensorFlow, your
+            own ``tf.train.CheckpointManager`` whose checkpoint tracks the loader (the
             callback adds the callbacks' state to its checkpoint).
         save_every: save after every this many batches; None saves only at epoch
             ends (if `save_at_epoch_end`) and when ``fit`` returns. A save due at an
@@ -123,7 +141,7 @@ class ResumeCallback(keras.callbacks.Callback):
     def __init__(
         self,
         loader: loader_lib.ResumableLoader,
-        checkpoint: str | os.PathLike[str] | tf.train.CheckpointManager,
+        checkpoint: str | os.PathLike[str] | Any,
         *,
         save_every: int | None = None,
         save_at_epoch_end: bool = True,
@@ -133,82 +151,85 @@ class ResumeCallback(keras.callbacks.Callback):
         if not isinstance(loader, loader_lib.ResumableLoader):
             msg = f"`loader` must be a ResumableLoader. Received: loader={loader!r}."
             raise TypeError(msg)
+        _quiet_keras_shuffle_warning()
         self._loader = loader
         self._save_every = (
             None if save_every is None else validate.integer("save_every", save_every, low=1)
         )
         self._save_at_epoch_end = validate.boolean("save_at_epoch_end", save_at_epoch_end)
-        self._max_to_keep = validate.integer("max_to_keep", max_to_keep, low=1)
-        self._manager: tf.train.CheckpointManager | None = None
-        self._directory: str | None = None
-        if isinstance(checkpoint, tf.train.CheckpointManager):
-            restore_lib.check_tracks_loader(checkpoint, loader)
-            self._manager = checkpoint
-        elif isinstance(checkpoint, (str, os.PathLike)):
-            self._directory = os.fspath(checkpoint)
-        else:
-            msg = (
-                "`checkpoint` must be a directory or a tf.train.CheckpointManager. "
-                f"Received: checkpoint={checkpoint!r}."
-            )
-            raise TypeError(msg)
+        max_to_keep = validate.integer("max_to_keep", max_to_keep, low=1)
+        self._store = stores.open_store(loader, checkpoint, max_to_keep=max_to_keep)
         self._fit_state: callback_state.FitState | None = None
+        self._observers: list[Any] = []
         # False for packing and token budgets: an epoch has as many batches as its data.
         self._known = loader.plan.layout.known_counts
         self._epoch = 0  # the Keras epoch running
         self._left = 0  # batches of the loader's epoch left when the Keras epoch began
         self._counted = 0  # batches of this Keras epoch the loader was advanced by
         self._since_save = 0
+        self._offset = 0  # batches of the running Keras epoch run before it was resumed
         self._saved_position: int | None = None
         self._resumed_mid_epoch = False
         self._data_spec: Any = None  # of the data fit reads (to build compiled metrics)
+        self._restored: str | None = None
+        self._numbers: fit_context.BatchNumbers | None = None
 
     @property
-    def manager(self) -> tf.train.CheckpointManager | None:
-        """The checkpoint manager (created at the first ``fit`` for a directory)."""
-        return self._manager
+    def loader(self) -> loader_lib.ResumableLoader:
+        """The loader this callback advances."""
+        return self._loader
+
+    @property
+    def directory(self) -> str:
+        """The checkpoint directory."""
+        return self._store.directory
+
+    @property
+    def manager(self) -> Any:
+        """The ``tf.train.CheckpointManager`` on the TensorFlow backend (created at the
+        first ``fit`` for a directory); None on the other backends."""
+        return getattr(self._store, "manager", None)
+
+    @property
+    def restored(self) -> str | None:
+        """The checkpoint the last ``fit`` started from, or None (a fresh start)."""
+        return self._restored
+
+    def observe(self, observer: Any) -> None:
+        """Tells `observer` about every save: ``observer.written()`` once a checkpoint's
+        files are written (before it becomes the newest), ``observer.saved()`` after;
+        and ``observer.epoch_end()`` at each epoch's end, before its checkpoint.
+
+        `resumeloader.testing.FitRecorder` uses it to mark the kill points of
+        ``resumeloader verify``.
+        """
+        self._observers.append(observer)
 
     # -- fit begin / end ---------------------------------------------------------------
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        optimizer = self.model.optimizer
+        model = self.model  # on JAX: the training state written back into the variables
+        optimizer = model.optimizer
         if optimizer is not None and not optimizer.built:
             # Built now, its slots are restored immediately instead of never.
-            optimizer.build(self.model.trainable_variables)
-        fit_state = self._track_callbacks(callback_state.fit_callbacks(self))
-        if self._manager is None:
-            checkpoint = tf.train.Checkpoint(
-                model=self.model, optimizer=optimizer, loader=self._loader
-            )
-            self._manager = tf.train.CheckpointManager(
-                checkpoint, self._directory, max_to_keep=self._max_to_keep
-            )
-        checkpoint = self._manager.checkpoint
+            optimizer.build(model.trainable_variables)
+        found = fit_context.callback_list(self)
+        fit_state = self._track_callbacks(
+            fit_context.fit_callbacks(self, found, callback_state.stateful)
+        )
         fit_state.restored, fit_state.stopped = None, False
-        path = restore_lib.checked_path(self._manager, self._loader)
-        # A checkpoint written without the fit state (by resumeloader 0.1, or by your
-        # code) still restores: the fit state is tracked after it then.
-        saved = set() if path is None else {n for n, _ in tf.train.list_variables(path)}
-        if any(name.startswith(f"{_FIT_STATE}/") for name in saved):
-            self._track_fit_state(checkpoint, fit_state)
-        if path is not None:
-            checkpoint.restore(path).assert_existing_objects_matched()
-            fit_state.apply_callbacks()
-        self._track_fit_state(checkpoint, fit_state)
+        stores.check_format(self._store)
+        self._restored = self._store.restore(model, fit_state)
+        self._numbers = fit_context.BatchNumbers(found)
         self._saved_position = self._loader.position
         self._since_save = 0
         self._resumed_mid_epoch = self._loader.position % self._loader.plan.records_per_epoch > 0
-        self._data_spec = callback_state.fit_data_spec(self.model)
+        self._data_spec = fit_context.fit_data_spec(model)
         self._check_fit_arguments()
         # Read by fit right after on_train_begin, as for BackupAndRestore (0 reads as
         # unset); cleared again in on_epoch_begin so that it cannot leak to later fits.
         # A fit a callback had stopped trains no more epochs.
         epochs = self.params.get("epochs") if fit_state.stopped else None
-        self.model._initial_epoch = epochs or self._loader.epoch or None
-
-    @staticmethod
-    def _track_fit_state(checkpoint: Any, fit_state: callback_state.FitState) -> None:
-        setattr(checkpoint, _FIT_STATE, fit_state)
-        setattr(checkpoint, _BEST_WEIGHTS, fit_state.best_weights)
+        model._initial_epoch = epochs or self._loader.epoch or None
 
     def _track_callbacks(self, callbacks: list[Any]) -> callback_state.FitState:
         if self._fit_state is None:
@@ -259,6 +280,9 @@ class ResumeCallback(keras.callbacks.Callback):
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         assert self._fit_state is not None
+        if self._numbers is not None:
+            self._numbers.remove()
+            self._numbers = None
         stop = self.model.stop_training
         # Stopped by another callback (not by the end of the loader): saved, so that a
         # resumed fit stops too, with the weights that callback left (best weights).
@@ -280,12 +304,21 @@ class ResumeCallback(keras.callbacks.Callback):
                 f"loader={self._loader!r}."
             )
             raise ValueError(msg)
+        offset = 0
         if self._resumed_mid_epoch:
             # Keras reset the metrics before this call: continue those of the
             # interrupted epoch, so its logs average all its batches.
             assert self._fit_state is not None
-            self._fit_state.apply_metrics(self._data_spec)
+            if self._fit_state.pending_metrics:
+                fit_context.build_metrics(self.model, self._data_spec)
+            self._fit_state.apply_metrics()
             self._resumed_mid_epoch = False
+            saved = self._fit_state.epoch_batches
+            # None: saved by resumeloader 0.3 or earlier.
+            offset = saved if saved is not None else self._loader.step if self._known else 0
+        if self._numbers is not None:
+            self._numbers.offset = offset
+        self._offset = offset
         self._epoch = epoch
         self._left = self._loader.batches_left_in_epoch if self._known else 0
         self._counted = 0
@@ -294,7 +327,9 @@ class ResumeCallback(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         # Keras passes the last step of the execution; an execution cut short by the
-        # end of an epoch_dataset still reports its full length.
+        # end of an epoch_dataset still reports its full length. In a resumed epoch the
+        # index is shifted by the batches run before the interruption (BatchNumbers).
+        batch -= self._offset
         if self._known:
             consumed = min(batch + 1, self._left)
             if consumed > self._counted:
@@ -321,6 +356,8 @@ class ResumeCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         assert self._fit_state is not None
+        for observer in self._observers:
+            observer.epoch_end()
         stop = self.model.stop_training
         if stop is _BOUNDARY and not self._loader.exhausted:
             self.model.stop_training = False
@@ -333,8 +370,18 @@ class ResumeCallback(keras.callbacks.Callback):
             self._save()
 
     def _save(self) -> None:
-        assert self._manager is not None
-        self._manager.save()
+        self.model  # noqa: B018 (on JAX: the training state written back into the variables)
+        assert self._fit_state is not None
+        self._fit_state.epoch_batches = self._offset + self._counted
+        observers = list(self._observers)
+
+        def written() -> None:
+            for observer in observers:
+                observer.written()
+
+        self._store.save(written=written if observers else None)
         self._saved_position = self._loader.position
         self._since_save = 0
+        for observer in observers:
+            observer.saved()
 

@@ -55,7 +55,8 @@ def _module() -> Any:
     except ImportError as err:
         msg = (
             "ArrayRecordSource needs the `array-record` package: "
-            "pip install 'resumeloader[arrayrecord]'."
+            'pip install array-record (the `arrayrecord` extra: pip install -e '
+            '".[arrayrecord]" in a checkout of resumeloader).'
         )
         raise ImportError(msg) from err
     return array_record_module

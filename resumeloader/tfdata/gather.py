@@ -149,11 +149,10 @@ class GatherPath(delivery.DeliveryPath):
                     gather(chunk[0], size),
                     tf.nest.map_structure(lambda m: split(m, size), chunk[1]),
                 ),
-                num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=True,
+                **graph.parallel_map(),
             )
         else:
-            ds = ds.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            ds = ds.map(gather, **graph.parallel_map())
         ds = ds.unbatch()
         return ds.with_options(_OPTIONS)
 

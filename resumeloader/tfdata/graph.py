@@ -11,6 +11,7 @@ from typing import Any
 
 import optree
 import tensorflow as tf
+from tensorflow.python.framework import config as _tf_config
 
 from resumeloader.core import spec as spec_lib
 from resumeloader.core import wire
@@ -21,9 +22,25 @@ __all__ = [
     "element_spec",
     "leaf_spec",
     "metadata_spec",
+    "parallel_map",
     "spec_text",
     "wire_spec",
 ]
+
+
+def parallel_map() -> dict[str, Any]:
+    """The arguments of the loader's parallel maps: ``num_parallel_calls=AUTOTUNE`` in
+    order (``deterministic=True``), or none (a sequential map) while op determinism is on.
+
+    Under ``tf.config.experimental.enable_op_determinism()`` TensorFlow 2.21 rewrites a
+    parallel map into a sequential one anyway, and the rewrite logs an error for every
+    iterator ("NodeDef mentions attribute use_unbounded_threadpool which is not in the
+    op definition"): built sequential, the same map runs without it.
+    """
+    enabled = getattr(_tf_config, "is_op_determinism_enabled", None)
+    if enabled is not None and enabled():
+        return {}
+    return {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True}
 
 
 def leaf_spec(leaf: spec_lib.LeafSpec, batch_dim: int | None) -> tf.TypeSpec:

@@ -98,7 +98,7 @@ class Finisher:
             return function(args if is_tuple else args[0])
 
         if stages and self.stages:
-            return ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            return ds.map(finish, **graph.parallel_map())
         return ds.map(finish)
 
     def eager(self, element: Any, batch_dim: int | None) -> Any:

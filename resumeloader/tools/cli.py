@@ -6,22 +6,25 @@
 * ``inspect`` prints the loader state stored in a TF checkpoint, without your code.
 * ``show`` prints the records of the batches of given steps or positions, for the
   checkpoint's run (`resumeloader.tools.show`; it builds your pipeline).
-* ``verify`` does what ``demo`` does for your own training command (see
-  docs/guides/proving-it.md); it exits 0 only when the resumed run is
-  identical to the uninterrupted one, 1 when it differs, 2 on a usage error.
+* ``verify`` does what ``demo`` does for your own training command (the contract
+  is in its ``--help``); it exits 0 only when the resumed run is identical to the
+  uninterrupted one, 1 when it differs, 2 on a usage error. The uninterrupted run
+  ends before the first killed one starts (``--parallel``: both at once).
 * ``index`` builds TFRecord offset indexes and writes them next to objects in storage
   (`resumeloader.tools.index`), so that fresh machines do not read the objects.
 * ``plan`` prints what the order of your loader will read over given steps (GETs and
   bytes, read-ahead and cache) and how well it shuffles beside tf.data, without
   reading a record (`resumeloader.tools.plan`).
 
-Only ``inspect`` and ``show`` import TensorFlow in this process (``plan`` only if your
-module does); the training runs in subprocesses.
+No command imports TensorFlow in this process unless your code needs it: ``show``
+given a function that builds a `ResumableLoader` (its start-up lines are kept out of
+the output), ``plan`` given a module that imports it; the training runs in subprocesses.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import random
@@ -41,7 +44,7 @@ from resumeloader.tools import report as report_lib
 __all__ = ["main"]
 
 _CONTRACT = """\
-the contract your training script follows (docs/guides/proving-it.md):
+the contract your training script follows (help(resumeloader.testing.TraceRecorder)):
   recorder = resumeloader.testing.TraceRecorder.from_env()   # no-op outside verify
   restore the newest checkpoint of $RESUMELOADER_CKPT_DIR (or {ckpt_dir} in CMD)
   recorder.start(steps_done)                     # once, after restoring
@@ -49,8 +52,13 @@ the contract your training script follows (docs/guides/proving-it.md):
   manager.save(..., options=recorder.checkpoint_options())
   recorder.commit(steps_done)                    # after every save returned
   recorder.finish(weights=model.weights, loss=loss)
+a Keras fit with a ResumeCallback needs only one callback, last in the list:
+  resume = resumeloader.keras.ResumeCallback(loader, os.environ["RESUMELOADER_CKPT_DIR"])
+  model.fit(..., callbacks=[..., resume, resumeloader.testing.FitRecorder(resume)])
 environment set for each process: RESUMELOADER_TRACE, RESUMELOADER_CKPT_DIR,
 RESUMELOADER_PAUSE_AT (kill point), TF_CPP_MIN_LOG_LEVEL=2 unless set.
+the uninterrupted run ends before the first killed one starts (--parallel: both at
+once, about half the time for twice the memory, CPU and GPU share).
 """
 _DEMO_RECORDS = 512
 _DEMO_BATCH = 32
@@ -94,7 +102,17 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--batch-size", type=int, default=None,
                       help="the batch size of that part of the run (elastic runs)")
     show.add_argument("--key", help="the loader's key in the checkpoint, if it holds several")
-    show.add_argument("--json", action="store_true", help="one JSON line per batch")
+    show.add_argument(
+        "--format", choices=("table", "tsv", "json"), default=None, dest="output_format",
+        help="table (aligned columns; the default), tsv (tab-separated, with a header) or "
+        "json (one JSON line per batch). Rows stream as they are found",
+    )
+    show.add_argument("--json", action="store_true", help="the same as --format json")
+    show.add_argument(
+        "--wide", action="store_true",
+        help="on a terminal, do not shorten long file names to fit its width (they are "
+        "never shortened when the output goes to a file or a pipe)",
+    )
     verify = sub.add_parser(
         "verify",
         help="kill and restart YOUR training command, compare",
@@ -115,6 +133,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not stop the job at its kill point: SIGKILL it as soon as the trace "
         "reaches the step, wherever it is by then",
+    )
+    verify.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the uninterrupted process alongside the killed ones (with --kill-at): "
+        "about half the time, but two training processes at once",
     )
     verify.add_argument("--seed", type=int, default=None, help="seeds the random kill steps")
     verify.add_argument("--workdir", help="keep checkpoints, traces and logs here")
@@ -161,6 +185,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status."""
     args = _parser().parse_args(argv)
+    # TensorFlow's informational lines, should a command load it (show, for a pipeline
+    # that needs it): they are no answer to the command.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # No markup by default: messages and log tails may contain [brackets].
     out = Console(highlight=False, markup=False)
     err = Console(stderr=True, highlight=False, markup=False)
@@ -172,10 +199,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "show":
             from resumeloader.tools import show as show_lib
 
+            if args.json and args.output_format not in (None, "json"):
+                msg = f"--json contradicts --format {args.output_format}."
+                raise ValueError(msg)
             return show_lib.main(
                 args.checkpoint, out, pipeline=args.pipeline, steps=args.steps,
-                positions=args.positions, batch_size=args.batch_size, as_json=args.json,
-                key=args.key,
+                positions=args.positions, batch_size=args.batch_size, key=args.key,
+                output_format="json" if args.json else args.output_format or "table",
+                wide=args.wide,
             )
         if args.action == "plan":
             from resumeloader.tools import plan as plan_tool
@@ -193,6 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "demo":
             return _demo(args, out, err)
         return _verify(args, out, err)
+    except BrokenPipeError:
+        # The reader stopped reading (`| head`): stop quietly, as other tools do, and
+        # keep the interpreter from complaining when it flushes standard output at exit.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, OSError, errors.HarnessError) as error:
         # One line, exit status 2: 1 means "the resumed run differs" and nothing else.
         text = " ".join(str(error).split())
@@ -233,7 +270,9 @@ def _demo(args: argparse.Namespace, out: Console, err: Console) -> int:
         f"Run 1 uninterrupted; run 2 killed with SIGKILL after steps {steps} and resumed.",
         soft_wrap=True,
     )
-    report = _run(command, err, kill_points=steps, total=total, workdir=args.workdir)
+    # A small job of known size: both runs at once fit any machine, in half the time.
+    report = _run(command, err, kill_points=steps, total=total, workdir=args.workdir,
+                  parallel=True)
     _print_report(report, out, "resumeloader: uninterrupted vs. killed and resumed")
     if args.naive:
         out.print(
@@ -244,7 +283,7 @@ def _demo(args: argparse.Namespace, out: Console, err: Console) -> int:
         )
         workdir = None if args.workdir is None else f"{args.workdir}/naive"
         naive = _run([*command, "--pipeline", "naive"], err, kill_points=steps, total=total,
-                     workdir=workdir)
+                     workdir=workdir, parallel=True)
         _print_report(naive, out, "common workaround: uninterrupted vs. killed and resumed")
     return 0 if report.identical else 1
 
@@ -273,44 +312,62 @@ def _verify(args: argparse.Namespace, out: Console, err: Console) -> int:
         workdir=args.workdir,
         timeout=args.timeout,
         pause=not args.no_pause,
+        parallel=args.parallel,
     )
     _print_report(report, out)
     return 0 if report.identical else 1
 
 
 def _run(command: list[str], err: Console, *, total: int | None = None, **kwargs: Any) -> Any:
+    """Runs the harness with a progress display on `err`: one bar for the uninterrupted
+    run, one for the killed and restarted processes (which process, how many kills)."""
+    points = kwargs.get("kill_points")
+    planned = len(points) if points else kwargs.get("kills", 3)
     with Progress(
-        TextColumn("{task.description:<34}"),
+        TextColumn("{task.description:<42}"),
         BarColumn(),
         MofNCompleteColumn(),
+        TextColumn("steps"),
         TimeElapsedColumn(),
         console=err,
         transient=False,
     ) as progress:
-        tasks = {
-            "reference": progress.add_task("uninterrupted", total=total),
-            "resumed": progress.add_task("killed + resumed", total=total),
-        }
-        kills = 0
+        reference = progress.add_task("uninterrupted", total=total)
+        resumed = progress.add_task("killed + resumed: waiting", total=total, start=False)
+        seen = {"processes": 0, "kills": 0}
+
+        def describe(what: str = "") -> str:
+            return (
+                f"killed + resumed: process {seen['processes']}, "
+                f"{seen['kills']}/{planned} SIGKILLs{what}"
+            )
 
         def on_event(name: str, event: dict[str, Any]) -> None:
-            nonlocal kills
-            task = tasks["reference" if name == "reference" else "resumed"]
             kind = event.get("event")
-            if kind == "end" and name == "reference" and total is None:
-                for each in tasks.values():
-                    progress.update(each, total=event["step"])
-            if kind == "step":
-                progress.update(task, completed=event["step"] + 1)
+            if name == "reference":
+                if kind == "step":
+                    progress.update(reference, completed=event["step"] + 1)
+                elif kind == "end":
+                    steps = event["step"]
+                    progress.update(reference, total=steps, completed=steps,
+                                    description="uninterrupted: done")
+                    if total is None:
+                        progress.update(resumed, total=steps)
+                return
+            if kind == "start":
+                seen["processes"] += 1
+                progress.start_task(resumed)
+                progress.update(resumed, completed=event["step"], description=describe())
+            elif kind == "step":
+                progress.update(resumed, completed=event["step"] + 1)
             elif kind == "pause":
-                kills += 1
-                progress.update(task, description=f"killed + resumed ({kills} SIGKILL)")
-            elif kind == "start" and name != "reference":
-                progress.update(task, completed=event["step"])
+                seen["kills"] += 1
+                progress.update(resumed, description=describe())
+            elif kind == "end":
+                progress.update(resumed, description=describe(": done"))
 
         report = harness_lib.kill_and_restart(command, on_event=on_event, **kwargs)
-        for name, task in tasks.items():
-            done = report.reference_steps if name == "reference" else report.resumed_steps
+        for task, done in ((reference, report.reference_steps), (resumed, report.resumed_steps)):
             progress.update(task, total=total or done, completed=done)
     return report
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from resumeloader import errors
+from resumeloader.tools import quiet
 from resumeloader.tools import report as report_lib
 from resumeloader.tools import trace as trace_lib
 
@@ -68,7 +69,9 @@ class _Process:
         return events
 
     def log_tail(self, num_lines: int = 15) -> str:
+        """The last lines of the process's output (without TensorFlow's start-up lines)."""
         lines = self.log_path.read_text(errors="replace").splitlines()
+        lines = [line for line in lines if not quiet.is_startup_line(line)]
         return "\n".join(lines[-num_lines:])
 
     def kill_when(self, event: dict[str, Any]) -> bool:
@@ -200,6 +203,7 @@ def kill_and_restart(
     env: Mapping[str, str] | None = None,
     timeout: float = 600.0,
     pause: bool = True,
+    parallel: bool = False,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> report_lib.ResumeReport:
     """Runs `command` uninterrupted and killed-and-restarted, and compares the two.
@@ -216,9 +220,8 @@ def kill_and_restart(
             ``"save:k"`` (inside that save, before the manager records it) or
             ``"mark:NAME:k"`` (at the script's ``recorder.mark(NAME)`` once k steps
             ran, e.g. during validation); an int k means ``"step:k"``. Points must lie
-            at distinct steps. When None,
-            `kills` random steps are chosen once the reference run's length is known
-            (the reference then runs first instead of alongside).
+            at distinct steps. When None, `kills` random steps are chosen once the
+            reference run's length is known.
         kills: the number of random kill points when `kill_points` is None.
         seed: seeds the random kill points.
         workdir: where traces (``<name>.trace.jsonl``), logs (``<name>.log``) and
@@ -231,6 +234,10 @@ def kill_and_restart(
             harness sees the trace reach the point's step (only ``step:k`` is
             meaningful; the kill lands a little later, wherever the process is, e.g.
             inside a save).
+        parallel: run the uninterrupted process alongside the killed and restarted
+            ones (given `kill_points`): about half the time, but two training
+            processes at once, each with its memory, CPU and GPU share (and workers).
+            By default the uninterrupted run ends before the first attempt starts.
         on_event: called with (process name, trace event) as events arrive, e.g. for
             progress; for a ``pause`` event the process has been killed already.
             Process names are ``reference`` and ``attempt-0``, ``attempt-1``, ...
@@ -263,15 +270,13 @@ def kill_and_restart(
         return _spawn(command, name=name, workdir=work, ckpt_dir=work / ckpt_dir, env=env,
                       pause_at=pause_at, timeout=timeout, pause=pause)
 
-    procs: list[_Process] = []
-    if points is None:
-        procs.append(start("reference", "reference-ckpt", None))
+    procs = [start("reference", "reference-ckpt", None)]
+    if points is None or not parallel:
         _watch(procs, on_event)
+    if points is None:
         candidates = range(max(len(procs[0].trace.steps) - 1, 0))
         drawn = sorted(random.Random(seed).sample(candidates, min(kills, len(candidates))))
         points = check_points(drawn)
-    if not procs:  # the reference runs alongside the killed processes
-        procs.append(start("reference", "reference-ckpt", None))
     attempts: list[_Process] = []
     for index in range(len(points) + 1):
         pause_at = points[index] if index < len(points) else None

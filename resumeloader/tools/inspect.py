@@ -1,8 +1,16 @@
-"""``resumeloader inspect``: the loader states stored in a TF checkpoint, without user code.
+"""``resumeloader inspect``: the loader states stored in a checkpoint, without user code.
 
-A `ResumableLoader` is a ``PythonState``; ``tf.train.Checkpoint`` stores its JSON
-under a key ending in ``/.ATTRIBUTES/py_state``. Every such value whose JSON has
-resumeloader's ``version`` and ``fingerprint`` fields is a loader state.
+Two checkpoint formats hold a loader state, and both are read without importing
+TensorFlow or Keras (a one-line answer, in milliseconds):
+
+* a ``tf.train.Checkpoint`` (the TensorFlow backend, your own ``CheckpointManager``):
+  a `ResumableLoader` is a ``PythonState``, stored as JSON under a key ending in
+  ``/.ATTRIBUTES/py_state``; every such value whose JSON has resumeloader's
+  ``version`` and ``fingerprint`` fields is a loader state. It is read by
+  `resumeloader.tools.tf_bundle`, or by TensorFlow when that reader does not know
+  the file's layout;
+* a ``ckpt-N`` directory of a `ResumeCallback` on the JAX or PyTorch backends: its
+  ``loader.json``.
 """
 
 from __future__ import annotations
@@ -19,30 +27,41 @@ from rich.console import Console
 
 from resumeloader import errors
 from resumeloader.core import state as state_lib
+from resumeloader.integrations import checkpoint_layout
+from resumeloader.tools import quiet, tf_bundle
 
 __all__ = ["find_states", "main", "printable"]
 
 _SUFFIX = "/.ATTRIBUTES/py_state"
 _GLOB_CHARACTERS = re.compile(r"[\[\]*?]")
+#: The key a ResumeCallback's loader state has in a ``ckpt-N`` directory.
+FILE_KEY = "loader"
 
 
 def _resolve(path: str) -> str:
     """The checkpoint prefix of a directory (from its index file), or `path` itself."""
-    import tensorflow as tf
-
     if not os.path.isdir(path):
+        if not os.path.exists(path + ".index"):
+            msg = (
+                f"No checkpoint at {path!r}: it is not a directory, nor a checkpoint prefix "
+                f"({path + '.index'!r} does not exist)."
+            )
+            raise ValueError(msg)
         return path
     index = os.path.join(path, "checkpoint")
     if not os.path.isfile(index):
-        msg = f"No checkpoint found in directory {path!r} (no `checkpoint` index file)."
+        msg = (
+            f"No checkpoint found in directory {path!r} (no `checkpoint` index file, no "
+            "ckpt-N directory of a ResumeCallback)."
+        )
         raise ValueError(msg)
     cause: Exception | None = None
     try:
         # Reads the index file as it is: unlike tf.train.latest_checkpoint, no glob.
-        state = tf.train.get_checkpoint_state(path)
-    except (ValueError, UnicodeDecodeError, tf.errors.OpError) as err:
-        state, cause = None, err
-    if state is None or not state.model_checkpoint_path:
+        prefix = tf_bundle.read_index_file(path)
+    except (ValueError, UnicodeDecodeError, SyntaxError) as err:
+        prefix, cause = None, err
+    if prefix is None:
         why = f": {cause}" if cause is not None else ""
         msg = (
             f"The checkpoint index file {index!r} cannot be read as the one "
@@ -50,8 +69,6 @@ def _resolve(path: str) -> str:
             f"(e.g. {os.path.join(path, 'ckpt-1')!r})."
         )
         raise ValueError(msg) from cause
-    # A relative name in the index is already joined to `path` by TensorFlow.
-    prefix = str(state.model_checkpoint_path)
     if not os.path.isfile(prefix + ".index"):
         msg = (
             f"The checkpoint index file {index!r} names the checkpoint {prefix!r}, but "
@@ -82,17 +99,12 @@ def _plain_prefix(prefix: str) -> Iterator[str]:
         yield os.path.join(links, "ckpt")
 
 
-def find_states(path: str) -> tuple[str, dict[str, dict[str, Any]]]:
-    """The checkpoint prefix of `path` (a directory or prefix) and its loader states by key.
+def _strings_with_tensorflow(path: str, prefix: str) -> dict[str, bytes]:
+    """The loader-state candidates of `prefix`, read by TensorFlow's checkpoint reader."""
+    with quiet.startup_filtered():
+        import tensorflow as tf
 
-    Raises:
-        ValueError: no readable checkpoint at `path`.
-        StateError: a loader state in it is malformed or corrupted.
-    """
-    import tensorflow as tf
-
-    prefix = _resolve(path)
-    states: dict[str, dict[str, Any]] = {}
+    found: dict[str, bytes] = {}
     with _plain_prefix(prefix) as readable:
         try:
             reader = tf.train.load_checkpoint(readable)
@@ -100,22 +112,56 @@ def find_states(path: str) -> tuple[str, dict[str, dict[str, Any]]]:
             msg = f"Cannot read a TF checkpoint at {path!r}: {err}"
             raise ValueError(msg) from err
         for key in sorted(reader.get_variable_to_shape_map()):
-            if not key.endswith(_SUFFIX):
-                continue
-            value = reader.get_tensor(key)
-            text = value.decode() if isinstance(value, bytes) else str(value)
-            try:
-                candidate = json.loads(text)
-            except ValueError:
-                continue
-            except RecursionError as err:
-                msg = (
-                    f"The value under {key[: -len(_SUFFIX)]!r} is JSON nested too deeply to "
-                    f"be a loader state (a state is a flat dict). Received: {text[:40]!r}..."
-                )
-                raise errors.StateError(msg) from err
-            if isinstance(candidate, dict) and {"version", "fingerprint"} <= set(candidate):
-                states[key[: -len(_SUFFIX)]] = state_lib.parse(candidate)
+            if key.endswith(_SUFFIX):
+                value = reader.get_tensor(key)
+                found[key] = value if isinstance(value, bytes) else str(value).encode()
+    return found
+
+
+def _loader_state(key: str, text: str) -> dict[str, Any] | None:
+    """The parsed loader state in `text`, None if it is another object's JSON."""
+    try:
+        candidate = json.loads(text)
+    except ValueError:
+        return None
+    except RecursionError as err:
+        msg = (
+            f"The value under {key!r} is JSON nested too deeply to be a loader state (a "
+            f"state is a flat dict). Received: {text[:40]!r}..."
+        )
+        raise errors.StateError(msg) from err
+    if isinstance(candidate, dict) and {"version", "fingerprint"} <= set(candidate):
+        return state_lib.parse(candidate)
+    return None
+
+
+def find_states(path: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The checkpoint at `path` (a directory, a ``ckpt-N`` directory or a prefix) and
+    its loader states by key. No TensorFlow import unless its reader is needed.
+
+    Raises:
+        ValueError: no readable checkpoint at `path`.
+        StateError: a loader state in it is malformed or corrupted.
+    """
+    state_file = checkpoint_layout.loader_file(path) if os.path.isdir(path) else None
+    if state_file is not None:
+        with open(state_file, encoding="utf-8") as f:
+            text = f.read()
+        state = _loader_state(FILE_KEY, text)
+        return os.path.dirname(state_file), {} if state is None else {FILE_KEY: state}
+    prefix = _resolve(path)
+    try:
+        strings = tf_bundle.read_strings(prefix, lambda key: key.endswith(_SUFFIX))
+    except tf_bundle.UnsupportedCheckpoint:
+        strings = _strings_with_tensorflow(path, prefix)
+    except OSError as err:
+        msg = f"Cannot read a TF checkpoint at {path!r}: {err}"
+        raise ValueError(msg) from err
+    states: dict[str, dict[str, Any]] = {}
+    for key in sorted(strings):
+        state = _loader_state(key[: -len(_SUFFIX)], strings[key].decode("utf-8", "replace"))
+        if state is not None:
+            states[key[: -len(_SUFFIX)]] = state
     return prefix, states
 
 

@@ -58,8 +58,9 @@ def _modules() -> tuple[Any, Any]:
         distributed = importlib.import_module("distributed")
     except ImportError as err:
         msg = (
-            "kind='dask' needs the `dask` and `distributed` packages: pip install "
-            f"'resumeloader[dask]'. Received: {type(err).__name__}: {err}."
+            "kind='dask' needs the `dask` and `distributed` packages: pip install dask "
+            'distributed (the `dask` extra: pip install -e ".[dask]" in a checkout of '
+            f"resumeloader). Received: {type(err).__name__}: {err}."
         )
         raise ImportError(msg) from err
     from resumeloader.workers import dask_cluster

@@ -43,7 +43,7 @@ class Workers:
             start once and serve every iteration and epoch until the loader's
             ``close`` (or garbage collection, or exit); they never import
             ``__main__`` nor TensorFlow. A dead worker raises `WorkerError`.
-            ``"dask"``: batch tasks on a Dask cluster (the ``resumeloader[dask]``
+            ``"dask"``: batch tasks on a Dask cluster (the ``dask``
             extra; a cluster given by ``options=DaskOptions(client=...)`` or
             ``DaskOptions(address=...)``, or a local cluster of `num_workers`
             processes), retried there when a worker is lost.

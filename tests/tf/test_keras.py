@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import _keras_job as job
+import _pages
 import keras
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ from resumeloader import cli
 from resumeloader.tools import harness as _harness
 
 pytestmark = pytest.mark.usefixtures("clean_keras")
+
+PROVING_IT = Path(__file__).resolve().parents[2] / "docs" / "guides" / "proving-it.md"
 
 EPOCHS = 3
 # name: (mode, steps_per_execution, loader options, validation)
@@ -479,10 +482,28 @@ def test_fit_epoch_mismatch_message_names_the_epoch(tmp_path):
     assert "Received: epoch=1," in str(info.value) and "{epoch}" not in str(info.value)
 
 
+def _guide_script() -> str:
+    """The complete Keras script of docs/guides/proving-it.md ("A Keras fit")."""
+    [block] = _pages.runnable(PROVING_IT, section="A Keras fit")
+    return block.text
+
+
+def test_proving_it_keras_script_needs_at_most_15_lines_for_verify():
+    """The guide's Keras script marks what verify needs beyond the training script: at
+    most 15 lines, the recorder last in `callbacks`."""
+    script = _guide_script()
+    marked = [line for line in script.splitlines() if "# for verify" in line]
+
+    assert 1 <= len(marked) <= 15, marked
+    assert any("FitRecorder(resume)])" in line for line in marked)
+
+
 @pytest.mark.slow
-def test_verify_keras_early_stopping_job_killed_twice_is_identical(tmp_path):
-    """`resumeloader verify` on a fit with EarlyStopping killed twice reports IDENTICAL."""
-    script = Path(__file__).resolve().parents[1] / "scripts" / "keras_early_stopping.py"
+def test_verify_proving_it_keras_script_killed_twice_is_identical(tmp_path):
+    """`resumeloader verify` on the guide's Keras script (EarlyStopping) killed twice
+    reports IDENTICAL."""
+    script = tmp_path / "train.py"
+    script.write_text(_guide_script())
     reports = []
     harness = _harness.kill_and_restart
 
@@ -490,10 +511,10 @@ def test_verify_keras_early_stopping_job_killed_twice_is_identical(tmp_path):
         reports.append(harness(command, **kwargs))
         return reports[-1]
 
-    # Mid-epoch 4 (saved EarlyStopping state and metrics matter) and mid-epoch 5, the
-    # epoch at whose end the uninterrupted run stops (42 steps of 7 per epoch).
-    argv = ["verify", "--workdir", str(tmp_path / "verify"), "--kill-at=step:31",
-            "--kill-at=step:38", "--timeout", "240", "--", sys.executable, str(script)]
+    # Mid-epoch 6 (saved EarlyStopping state and metrics matter) and mid-epoch 7, the
+    # epoch at whose end the uninterrupted run stops (56 steps of 7 per epoch).
+    argv = ["verify", "--workdir", str(tmp_path / "verify"), "--kill-at=step:45",
+            "--kill-at=step:52", "--timeout", "240", "--", sys.executable, str(script)]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_harness, "kill_and_restart", spy)
         status = cli.main(argv)
@@ -501,7 +522,7 @@ def test_verify_keras_early_stopping_job_killed_twice_is_identical(tmp_path):
 
     assert status == 0, str(report)
     assert report.identical, str(report)
-    assert (report.reference_steps, report.resumed_steps, report.processes) == (42, 42, 3)
+    assert (report.reference_steps, report.resumed_steps, report.processes) == (56, 56, 3)
     assert report.weights_identical is True
     assert report.resumed_loss == report.reference_loss
 

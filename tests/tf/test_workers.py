@@ -230,10 +230,13 @@ def test_worker_killing_itself_raises_worker_error():
 
 def test_worker_killed_from_outside_raises_worker_error():
     """SIGKILL sent to a busy worker process surfaces as a WorkerError, not a hang."""
+    before = set(_children())  # a session's Dask workers are children too: not ours
     loader = _loader(2, "process", map_fn=fns.slow, num_epochs=None)
     batches = iter(loader)
     next(batches)
-    os.kill(_children()[0], signal.SIGKILL)
+    started = [pid for pid in _children() if pid not in before]
+    assert started, "the loader started no worker process"
+    os.kill(started[0], signal.SIGKILL)
     with pytest.raises(WorkerError) as excinfo:
         for _ in range(50):
             next(batches)

@@ -28,9 +28,9 @@ Every filesystem's HTTP session carries the redirect guard
 (`resumeloader.sources.storage.answers.guard`): no request of any protocol follows a
 redirect to another origin.
 
-The packages are optional extras: ``pip install 'resumeloader[s3]'`` (s3fs),
-``'resumeloader[gcs]'`` (gcsfs) or ``'resumeloader[http]'`` (fsspec with aiohttp);
-importing resumeloader imports none of them.
+The packages are optional extras, installed from a checkout as the README does:
+``pip install -e ".[s3]"`` (s3fs), ``".[gcs]"`` (gcsfs) or ``".[http]"`` (fsspec with
+aiohttp); importing resumeloader imports none of them.
 """
 
 from __future__ import annotations
@@ -104,7 +104,10 @@ def _build(proto: str, options: dict[str, Any]) -> Any:
 
         return memory.MemoryFileSystem(**options)
     except ImportError as err:
-        hint = f"pip install 'resumeloader[{extra}]'" if extra else f"pip install {package}"
+        hint = (
+            f'pip install {package} (the `{extra}` extra: pip install -e ".[{extra}]" in a '
+            "checkout of resumeloader)" if extra else f"pip install {package}"
+        )
         msg = f"Reading {proto}:// objects needs the `{package}` package: {hint}."
         raise ImportError(msg) from err
 

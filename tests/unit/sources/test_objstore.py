@@ -252,7 +252,7 @@ def test_import_stays_light_and_a_missing_extra_names_it():
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     ).stdout
-    assert "pip install 'resumeloader[s3]'" in out
+    assert 'pip install s3fs (the `s3` extra: pip install -e ".[s3]"' in out
 
 
 def test_http_urls_are_read_by_range_and_pinned_by_etag(s3_store, tmp_path):
