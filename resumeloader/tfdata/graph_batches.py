@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from resumeloader.core import positions
 from resumeloader.stages import plan as plan_lib
-from resumeloader.tfdata import graph_order
+from resumeloader.tfdata import graph, graph_order
 
 __all__ = ["CHUNK_RECORDS", "BatchIndices", "Chunk", "GraphBatches", "GraphLayout"]
 
@@ -285,7 +285,7 @@ class GraphBatches:
 
         positions = tf.data.Dataset.range(1).map(first)
         refs = positions.flat_map(lambda p: self.refs(p, rest_of_epoch=rest_of_epoch))
-        return refs.map(self.batch_in, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return refs.map(self.batch_in, **graph.parallel_map())  # sequential under op determinism
 
     def refs(
         self,

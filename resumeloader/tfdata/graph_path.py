@@ -37,7 +37,7 @@ from resumeloader.core import exiting
 from resumeloader.handout import engine as engine_lib
 from resumeloader.handout import stream
 from resumeloader.tfdata import columns as columns_lib
-from resumeloader.tfdata import delivery, gather, graph_batches
+from resumeloader.tfdata import delivery, gather, graph, graph_batches
 
 __all__ = ["GraphPath"]
 
@@ -143,7 +143,7 @@ class GraphPath(delivery.DeliveryPath):
         heads = tf.data.Dataset.range(1).map(lambda _: tf.py_function(begin, [], [tf.int64] * 2))
         ds = heads.flat_map(lambda position, serial: refs(tf.reshape(position, ()),
                                                           tf.reshape(serial, ())))
-        ds = ds.map(gathered, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.map(gathered, **graph.parallel_map())  # sequential under op determinism
         return self.prefetched(self.finisher.map(ds, self.batch_dim)).with_options(_OPTIONS)
 
     def begin(self, position: int, watch: delivery.Watch | None) -> int:
