@@ -19,7 +19,7 @@ its count (`stream.Counter`): once per chunk the graph checks that the iteration
 superseded (a newer iteration, a restore, a ``for batch in loader``) — failing the
 step with the ledger's message otherwise — and adds the chunk's batches to the count an
 eager ``advance()`` is checked against. ``for batch in loader`` reads the same batches
-through the engine (a NumPy gather per batch), as on the ``gather`` path; with tensor
+in its own thread, a chunk of batches per NumPy gather (`eager_gather`); with tensor
 stages through this dataset, each batch's end from the layout's arithmetic.
 """
 
@@ -37,7 +37,7 @@ from resumeloader.core import exiting
 from resumeloader.handout import engine as engine_lib
 from resumeloader.handout import stream
 from resumeloader.tfdata import columns as columns_lib
-from resumeloader.tfdata import delivery, gather, graph, graph_batches
+from resumeloader.tfdata import delivery, eager_gather, gather, graph, graph_batches
 
 __all__ = ["GraphPath"]
 
@@ -155,12 +155,16 @@ class GraphPath(delivery.DeliveryPath):
         self._serial.assign(serial, read_value=False)
         return serial
 
-    # -- for batch in loader, with tensor stages ----------------------------------------
-    def eager(self, position: int) -> stream.EagerBatches:
-        """As `DeliveryPath.eager`; with tensor stages the batches of this path's
-        dataset, each batch's end from the layout (no batch is reported to Python)."""
+    # -- for batch in loader ------------------------------------------------------------
+    def eager(self, position: int) -> Iterator[tuple[Any, int]]:
+        """The batches of ``for batch in loader`` from `position`, each with the position
+        after it: gathered by NumPy a chunk at a time in the loop's thread
+        (`resumeloader.tfdata.eager_gather`); with tensor stages the batches of this
+        path's dataset, each batch's end from the layout (no batch is reported to Python).
+        """
         if not self.finisher.stages:
-            return super().eager(position)
+            return eager_gather.batches(self.engine.plan, self._leaves, self._treespec,
+                                        position, labelled=self.engine.labelled)
         with self._eager_lock:
             if self._eager_dataset is None:
                 self._eager_dataset = self.dataset(lambda: self._eager_start, rest_of_epoch=False)

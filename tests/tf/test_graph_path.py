@@ -5,6 +5,7 @@ stream as the other paths bit for bit (golden vectors shared with NumPy), no
 from __future__ import annotations
 
 import collections
+import threading
 
 import _golden
 import numpy as np
@@ -14,7 +15,7 @@ from tensorflow.core.framework import graph_pb2
 
 import resumeloader as rl
 from resumeloader.handout import engine as engine_lib
-from resumeloader.tfdata import graph_path, paths
+from resumeloader.tfdata import eager_gather, graph_path, paths
 
 _IMAGES = np.arange(37 * 3, dtype=np.float32).reshape(37, 3)
 _LABELS = np.arange(37, dtype=np.int64) % 5
@@ -228,3 +229,73 @@ def test_graph_path_eager_advance_past_produced_batches_raises():
             loader.advance(2)
             steps += 1
             assert steps < 100, "the over-count was never detected"
+
+
+def _loop(loader: rl.ResumableLoader, limit: int = 60) -> list:
+    """(batch, position after it) of ``for batch in loader``, at most `limit` batches."""
+    out = []
+    for batch in loader:
+        out.append((_numpy(batch), loader.position))
+        if len(out) == limit:
+            break
+    return out
+
+
+@pytest.mark.parametrize("start", [0, 7, 24], ids=["start-0", "mid-epoch", "next-epoch"])
+@pytest.mark.parametrize("name", GRAPH, ids=str)
+def test_graph_path_eager_loop_equals_the_gather_paths(name, start, monkeypatch):
+    """``for batch in loader`` on the graph path (chunks gathered by NumPy, split per
+    batch, in the loop's thread) hands out the gather path's batches bit for bit, each
+    with the same position after it, from any position, across epochs."""
+    def stream() -> list:
+        loader = _loader(GRAPH[name])
+        loader.advance(start // loader.batch_size)
+        return _loop(loader)
+
+    ours = stream()
+    monkeypatch.setattr(paths, "PATHS", tuple(p for p in paths.PATHS
+                                               if p is not graph_path.GraphPath))
+    assert ours == stream()
+    assert ours  # not vacuous
+
+
+def test_graph_path_eager_loop_chunks_grow_and_resume_inside_a_chunk():
+    """Chunks of 1, 2, 4, ... batches: a loop broken off inside a chunk and a fresh
+    loader restored from its state continue with the next batch, none lost or repeated."""
+    data = np.arange(5000, dtype=np.int64)
+    make = lambda: rl.ResumableLoader(data, batch_size=8, seed=11, num_epochs=2)  # noqa: E731
+    whole = [b for b, _ in _loop(make(), limit=400)]
+    for cut in (1, 2, 3, 6, 50):
+        loader = make()
+        head = [b for b, _ in _loop(loader, limit=cut)]
+        fresh = make()
+        fresh.set_state(loader.get_state())
+        assert fresh.position == cut * 8
+        tail = [b for b, _ in _loop(fresh, limit=400 - cut)]
+        assert head + tail == whole
+
+
+def test_graph_path_eager_loop_starts_no_thread():
+    """The batches are gathered in the loop's own thread: no producer thread runs."""
+    loader = rl.ResumableLoader(_at_offset(_IMAGES, 16), batch_size=4, seed=2, num_epochs=2)
+    before = {t.ident for t in threading.enumerate()}
+    for _ in loader:
+        assert {t.ident for t in threading.enumerate()} <= before
+
+
+def test_graph_path_eager_loop_gathers_and_checks_once_per_chunk(monkeypatch):
+    """Each column is gathered, and the record indices checked, once per chunk of
+    batches (1, 2, 4, ... up to MAX_BATCHES), not once per batch."""
+    calls = collections.Counter()
+    for owner, name in ((eager_gather, "_gather"), (eager_gather.handoff, "check_indices")):
+        real = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, _real=real, _name=name, **k: (
+            calls.update([_name]), _real(*a, **k))[1])
+    data = {"x": np.arange(4000, dtype=np.float32), "y": np.arange(4000) % 7}
+    loader = rl.ResumableLoader(data, batch_size=4, seed=1, num_epochs=1)
+    batches = sum(1 for _ in loader)
+    chunks = 1
+    while sum(min(2**k, eager_gather.MAX_BATCHES) for k in range(chunks)) < batches:
+        chunks += 1
+    assert batches == 1000
+    assert calls == {"check_indices": chunks, "_gather": 2 * chunks}
