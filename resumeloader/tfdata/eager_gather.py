@@ -98,7 +98,7 @@ def batches(
     layout: positions.Layout = plan.layout
     seed = plan.pipeline.seed
     rows = len(columns[0])
-    record_bytes = max(1, sum(column[:1].nbytes for column in columns))
+    record_bytes = max(1, sum(math.prod(c.shape[1:]) * c.dtype.itemsize for c in columns))
     limit = max(1, min(MAX_BATCHES, CHUNK_BYTES // (record_bytes * max(1, layout.batch_size))))
     tasks: Iterator[plan_lib.Task] = plan.tasks(position, layout)
     size = 1
