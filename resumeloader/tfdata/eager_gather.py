@@ -1,23 +1,27 @@
-"""``for batch in loader`` over in-memory columns: chunks gathered by NumPy, split per batch.
+"""``for batch in loader`` over in-memory columns: chunks gathered by NumPy, one view per batch.
 
-When a batch is a gather of in-memory numeric columns (the ``graph`` path without
-tensor stages), the eager loop makes its batches in the loop's own thread, a *chunk*
-of consecutive batches at a time: the plan's tasks of the chunk (`Plan.tasks`, so the
-stream is the one every other path hands out), their record indices checked once
-(`handoff.check_indices`), each column gathered once into recycled aligned memory
-(`core/buffers.py`) that one eager tensor takes over through DLPack (a small leaf is
-copied by ``tf.constant``), and that tensor cut into the chunk's batches by one
-``tf.split`` (views of it, no copy). Per batch only the hand-out remains.
+When a batch is a gather of in-memory numeric columns (the ``graph`` and ``gather``
+paths without tensor stages), the eager loop makes its batches in the loop's own
+thread, a *chunk* of consecutive batches at a time: the plan's tasks of the chunk
+(`Plan.tasks`, so the stream is the one every other path hands out), their record
+indices checked once (`handoff.check_indices`), each column gathered once (one
+``np.take``) into 64-byte aligned memory (recycled, `core/buffers.py`, when large),
+and each batch's rows of it handed to an eager tensor through DLPack: a view, no copy.
+A column NumPy indexes its own way (strings, an array subclass, big-endian) is indexed
+as usual and each batch's rows copied by ``tf.constant``.
 
 No producer thread: the GIL serialises a thread that gathers with the loop that
 trains, and the thread's hand-over (a queue, a context switch per batch) cost more
-CPU than the gather it moved, and more wall time too. The first chunk is one batch
-and each next one twice the last, up to `CHUNK_BYTES` of rows (and `MAX_BATCHES`
-batches): the first batch after a restore costs one batch's gather.
+CPU than the gather it moved, and more wall time too. No ``tf.split`` of one tensor
+per chunk either: a call costs ~40 µs of eager dispatch, more than a DLPack hand-over
+of every batch. The first chunk is one batch and each next one twice the last, up to
+`CHUNK_BYTES` of rows (and `MAX_BATCHES` batches): the first batch after a restore
+costs one batch's gather.
 
 The consumer still counts: each batch is handed out with the position after it, and
 the live loop (`resumeloader.handout.loop.EagerLoop`) advances the position as it
-hands a batch out, never the chunk.
+hands a batch out, never the chunk. A batch's tensors keep their chunk's memory alive
+(it is recycled once no batch of it is left).
 """
 
 from __future__ import annotations
@@ -38,9 +42,9 @@ from resumeloader.tfdata import prefetch
 
 __all__ = ["CHUNK_BYTES", "MAX_BATCHES", "batches"]
 
-#: The most bytes of rows a chunk gathers at once (at least one batch): a few MiB keep
-#: the gather's writes in the cache the loop reads them from.
-CHUNK_BYTES = 4 << 20
+#: The most bytes of rows a chunk gathers at once (at least one batch). Chunks of 4 to
+#: 16 MiB cost the same per batch within the noise, and less than chunks of one batch.
+CHUNK_BYTES = 8 << 20
 #: The most batches in a chunk.
 MAX_BATCHES = 32
 
@@ -70,14 +74,15 @@ def _gather(column: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, bool]:
 
 def _tensor(rows: np.ndarray, in_place: bool) -> Any:
     """The eager tensor of one batch's `rows` of a chunk: the chunk's memory handed
-    over through DLPack when it may be (`_gather`) and the rows start 64-byte aligned
-    (TensorFlow's kernels require it), else a copy."""
-    if in_place and rows.size and not buffers.address(rows) % buffers.ALIGNMENT:
+    over through DLPack when `in_place` (`_gather` said it may be, the rows are not
+    empty and start 64-byte aligned, as TensorFlow's kernels require), else a copy."""
+    if in_place:
         return _from_dlpack(rows.__dlpack__())
     return tf.constant(rows)
 
 
 _from_dlpack = tf.experimental.dlpack.from_dlpack
+_ALIGN = buffers.ALIGNMENT
 
 
 def batches(
@@ -111,13 +116,20 @@ def batches(
         indices = chunk[0].indices if len(chunk) == 1 else np.concatenate(
             [task.indices for task in chunk])
         indices = handoff.check_indices(indices, rows)
-        gathered = [_gather(column, indices) for column in columns]
+        # Per column: the chunk's rows, whether they may be handed over, bytes per row
+        # (a chunk starts aligned, so a batch does when its offset in bytes is).
+        gathered = []
+        for column in columns:
+            out, in_place = _gather(column, indices)
+            row = out.itemsize * math.prod(out.shape[1:])
+            gathered.append((out, in_place and row > 0, row))
         del indices
         at = 0
         for task, count in zip(chunk, sizes, strict=True):
             stop = at + count
-            leaves = [_tensor(out[at:stop], in_place) for out, in_place in gathered]
-            batch = optree.tree_unflatten(treespec, leaves)
+            leaves = [_tensor(out[at:stop], in_place and count > 0 and not at * row % _ALIGN)
+                      for out, in_place, row in gathered]
+            batch: Any = optree.tree_unflatten(treespec, leaves)
             if labelled:
                 value, meta = stream.labelled(batch, task, None, seed=seed, with_metadata=True)
                 batch = (value, prefetch.to_tensors(meta))

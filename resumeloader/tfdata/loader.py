@@ -497,10 +497,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
         A Python thread prepares up to `prefetch` batches ahead (2 for ``AUTOTUNE``,
         none for None or 0) and the batches are handed out as tensors without tf.data:
         no per-batch ``py_func`` round trip and no iterator start-up, the same stream as
-        `dataset`. In-memory numeric columns without Python or tensor stages (the
-        ``graph`` path) need no thread: the loop gathers a chunk of batches at a time
-        with NumPy and hands each out as a view of it (``prefetch`` does not apply). Leaving the loop early stops the thread before it returns. Eager
-        only: inside a ``tf.function`` iterate `dataset` and call `advance`.
+        `dataset`. In-memory numeric arrays without Python or tensor stages need no
+        thread: the loop gathers a chunk of batches at a time with NumPy and hands each
+        out as a view of it (``prefetch`` does not apply). Leaving the loop early stops
+        the thread before it returns. Eager only: inside a ``tf.function`` iterate
+        `dataset` and call `advance`.
 
         A batch counts as consumed when it is handed out, so a checkpoint saved in the
         loop body (after the training step) resumes with the next batch; until the
