@@ -299,3 +299,21 @@ def test_graph_path_eager_loop_gathers_and_checks_once_per_chunk(monkeypatch):
         chunks += 1
     assert batches == 1000
     assert calls == {"check_indices": chunks, "_gather": 2 * chunks}
+
+
+@pytest.mark.parametrize("start", [0, 2, 6], ids=["start-0", "batch-2", "next-epoch"])
+def test_gather_path_eager_loop_with_skips_equals_the_produced_path(start, monkeypatch):
+    """A skipped range takes the gather path, whose loop gathers chunks itself too: the
+    same batches and positions as the produced path's loop, from any batch."""
+    def stream() -> tuple[str, list]:
+        loader = _loader(OTHER["skip"], num_epochs=2)
+        loader.advance(start)
+        return _path(loader), _loop(loader)
+
+    path, ours = stream()
+    monkeypatch.setattr(paths, "PATHS", tuple(
+        p for p in paths.PATHS if p.name not in ("graph", "gather")))
+    other, theirs = stream()
+    assert (path, other) == ("gather", "read_batch")
+    assert ours == theirs
+    assert ours  # not vacuous
