@@ -10,14 +10,19 @@
     over float32[16] records, 0 workers, timed at two batch sizes; the slope is the
     cost per record, from which the ``map_fn``'s own cost is subtracted. Its
     ``record_rng`` part is measured directly, next to the construction of 0.1.
+(f) What the stage counters cost (``loader.stats()``): CPU microseconds per record of
+    the whole process with counting on (the default) and off (``RESUMELOADER_STATS=0``),
+    interleaved, on the in-memory paths and on local TFRecord files.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -167,11 +172,107 @@ def map_overhead(quick: bool) -> tuple[Table, list[Target]]:
     return table, targets
 
 
+def _tfrecords(root: str, num_records: int) -> list[str]:
+    """`num_records` 100-byte records in 4 local TFRecord files."""
+    import tensorflow as tf
+
+    paths = [os.path.join(root, f"part-{i}.tfrecord") for i in range(4)]
+    writers = [tf.io.TFRecordWriter(path) for path in paths]
+    for i in range(num_records):
+        writers[i % 4].write(bytes([i % 251]) * 100)
+    for writer in writers:
+        writer.close()
+    return paths
+
+
+def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
+    import tempfile
+
+    import tensorflow as tf
+
+    import resumeloader
+    from resumeloader.core import meters
+    from resumeloader.sources import TFRecordSource
+
+    rounds, batches = (3, 300) if quick else (7, 2_000)
+    start = _results.load_average()
+    ints = np.arange(200_000, dtype=np.int64)
+    floats = np.random.default_rng(0).random((100_000, 16), np.float32)
+    root = tempfile.mkdtemp()
+    files = _tfrecords(root, 40_000)
+
+    def built(on: bool, make: Callable[[], resumeloader.ResumableLoader]) -> Any:
+        os.environ[meters.ENV] = "1" if on else "0"
+        try:
+            return make()
+        finally:
+            os.environ.pop(meters.ENV, None)
+
+    paths: dict[str, Callable[[], resumeloader.ResumableLoader]] = {
+        "in-memory int64, `for batch in loader`": lambda: resumeloader.ResumableLoader(
+            ints, batch_size=BATCH, seed=SEED),
+        "in-memory float32[16] + identity `map_fn`, `for batch in loader`":
+            lambda: resumeloader.ResumableLoader(floats, batch_size=BATCH, seed=SEED,
+                                                 map_fn=_common.identity),
+        "TFRecord files (100-byte records), `for batch in loader`":
+            lambda: resumeloader.ResumableLoader.from_pipeline(resumeloader.Pipeline(
+                TFRecordSource(files, index_dir=root), seed=SEED).shuffle().batch(BATCH)),
+    }
+    graph_path = "in-memory int64, `dataset()` + `advance()` in a `tf.function`"
+    walls: dict[str, list[float]] = {}
+
+    def eager(name: str, on: bool) -> Callable[[], float]:
+        def measure() -> float:
+            rate = _common.steady_rate(lambda: built(on, paths[name]))
+            walls.setdefault(f"{name}|{on}", []).append(1e6 / rate)
+            return (_common.LAST_CPU or 0.0) / rate * 1e6
+        return measure
+
+    def graph(on: bool) -> Callable[[], float]:
+        def measure() -> float:
+            fresh = built(on, paths["in-memory int64, `for batch in loader`"])
+            rate = _common.graph_rate(fresh.dataset(), batches, loader=fresh)
+            walls.setdefault(f"{graph_path}|{on}", []).append(1e6 / rate)
+            return (_common.LAST_CPU or 0.0) / rate * 1e6
+        return measure
+
+    contenders: dict[str, Callable[[], float]] = {}
+    for name in paths:
+        for on in (True, False):
+            contenders[f"{name}|{on}"] = eager(name, on)
+    for on in (True, False):
+        contenders[f"{graph_path}|{on}"] = graph(on)
+    cpu = _common.interleaved(contenders, rounds)
+    table = Table(
+        "counters_cost", "(f) What the stage counters cost", "bench_overhead.py",
+        f"CPU microseconds per record of the whole process (all threads) with the stage "
+        f"counters on (the default: every batch counted, one in {meters.EVERY} timed) and off "
+        f"(`RESUMELOADER_STATS=0`), batch {BATCH}, 0 workers, median of {rounds} interleaved "
+        "rounds; wall us/record beside.",
+        [Column("path", "path"), Column("cpu_on", "CPU us/record, on", ".3f"),
+         Column("cpu_off", "CPU us/record, off", ".3f"), Column("ratio", "on / off", ".3f"),
+         Column("wall_on", "wall us/record, on", ".3f"),
+         Column("wall_off", "wall us/record, off", ".3f")],
+        note=f"TensorFlow {tf.__version__}",
+    )
+    targets = []
+    for name in [*paths, graph_path]:
+        on, off = cpu[f"{name}|True"], cpu[f"{name}|False"]
+        table.add(path=name, cpu_on=on, cpu_off=off, ratio=on / off,
+                  wall_on=statistics.median(walls[f"{name}|True"]),
+                  wall_off=statistics.median(walls[f"{name}|False"]))
+        targets.append(Target(f"(f) counters on / off, CPU per record: {name}", on / off, 1.02,
+                              at_most=True, item="31.1, counters"))
+    table.finish(start)
+    return table, targets
+
+
 def run(quick: bool) -> Report:
-    """Both tables and their targets."""
+    """The tables and their targets."""
     first, targets = fixed_cost(quick)
     second, more = map_overhead(quick)
-    return Report([first, second], targets + more)
+    third, counted = counters_cost(quick)
+    return Report([first, second, third], targets + more + counted)
 
 
 def main() -> None:

@@ -29,19 +29,24 @@ Two more kinds of rows (issue 19):
   "resumed exactly" from the harness report (same batches, same final weights, same
   stopping epoch) and the CSVLogger rows (one per epoch, equal to the uninterrupted
   run's);
-* plain exits (tests/scripts/exit_job.py, forked by the tests' fork server 4 at a
-  time): a script consumes a loader through ``dataset()``, a ``for`` loop or ``fit``
-  with 0, thread or process workers, and ends; seconds from its last line to its end
-  (median and max), ``HUNG`` if one was still alive after 60 s; beside it the same
-  server's exit of a script that only runs a TensorFlow op, as the reference.
+* plain exits (tests/scripts/exit_job.py, forked one at a time by the tests' fork
+  server, whose heap is not frozen: each child exits as a fresh ``python script.py``
+  would): a script takes 3 batches of ``dataset()`` with 0, thread or process workers
+  and ends without ``close()``; seconds from its last line to its end (median and
+  slowest), ``HUNG`` if one was still alive after 60 s; beside it the same server's
+  exit of a script that only runs a TensorFlow op, as the reference. Measured twice:
+  on the machine as it is, then beside 2 CPU-bound processes (``while True: pass``).
+  The same script on a local Dask cluster runs as ``python exit_job.py dataset dask``
+  (a few times: each one starts its cluster), until every process of it is gone.
 
-``--quick`` runs the reference row, one fault case, one Keras phase and 18 exits, to
-check that everything works.
+``--quick`` runs the reference row, one fault case, one Keras phase and 9 exits of
+each kind, to check that everything works.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pathlib
 import shutil
@@ -50,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the job and its runner are shared with the tests
@@ -62,7 +67,7 @@ import _exits  # noqa: E402
 import _faults  # noqa: E402
 import _keras_phases  # noqa: E402
 import _results  # noqa: E402
-from _results import Column, Report, Table  # noqa: E402
+from _results import Column, Report, Table, Target  # noqa: E402
 
 from resumeloader.tools import harness  # noqa: E402
 
@@ -97,6 +102,13 @@ def _kill_one_worker(job: _faults.Job) -> list[int]:
 def _ctrl_c_in_stall(job: _faults.Job) -> list[int]:
     job.wait_for("stalling")
     time.sleep(0.3)
+    pids = job.pids()
+    job.signal_group(signal.SIGINT)
+    return pids
+
+
+def _ctrl_c_mid_epoch(job: _faults.Job) -> list[int]:
+    job.wait_for("batch 5", timeout=240)  # a local Dask cluster starts first
     pids = job.pids()
     job.signal_group(signal.SIGINT)
     return pids
@@ -139,6 +151,13 @@ CASES: dict[str, tuple[Fault, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "map_fn stalls, 2 thread workers, worker_timeout=2 (no signal)": (
         _stall_only, (*THREADS, "--stall", "map", "--timeout", "2"), ()
+    ),
+    "Ctrl-C, map_fn stalls, local Dask cluster of 2 workers": (
+        _ctrl_c_in_stall, ("--workers", "2", "--worker-type", "dask", "--stall", "map"), ()
+    ),
+    "Ctrl-C mid-epoch, dataset(), local Dask cluster of 2 workers": (
+        _ctrl_c_mid_epoch, ("--workers", "2", "--worker-type", "dask", "--consume", "dataset",
+                            "--step-seconds", "0.05"), ()
     ),
     "32 MiB batches, /dev/shm of 16 MiB (Docker-like), SIGKILL group": (
         _kill_group, (*PROCESSES, "--record-floats", "1048576"), SMALL_SHM
@@ -230,36 +249,65 @@ def keras_phase(phase: str, workdir: pathlib.Path) -> dict[str, object]:
     }
 
 
-def exit_loop(count: int, workdir: pathlib.Path) -> list[dict[str, object]]:
-    """`count` exits of the exit job (every consumer and worker kind) and of a plain
-    TensorFlow script, through the fork server."""
+@contextlib.contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """`count` CPU-bound processes (``while True: pass``) running until the block ends."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def _summary(name: str, picked: list[dict[str, object]]) -> dict[str, object]:
+    """A row of exits: how many ended, hung or failed; median and slowest seconds."""
+    hung = sum(bool(r["hung"]) for r in picked)
+    times = sorted(float(r["seconds"]) for r in picked  # type: ignore[arg-type]
+                   if not r["hung"] and r["seconds"] is not None)
+    failed = sum(r["returncode"] not in (0, None) for r in picked)
+    outcome = f"{len(picked) - hung - failed} exited (status 0)"
+    outcome += f", {hung} HUNG" if hung else ""
+    outcome += f", {failed} failed" if failed else ""
+    seconds = f"{times[len(times) // 2]:.2f} median, {times[-1]:.2f} slowest" if times else "-"
+    return {"case": name, "outcome": outcome, "seconds": seconds, "processes": hung,
+            "shm": "-", "lost": "-", "duplicated": "-", "exact": "-",
+            "slowest": times[-1] if times and not hung else None}
+
+
+def exit_loop(count: int, dask_count: int, workdir: pathlib.Path, *,
+              hogs: int) -> list[dict[str, object]]:
+    """`count` exits after ``dataset()`` without ``close()`` (0/thread/process workers,
+    in turn) and of a plain TensorFlow script, through the fork server one at a time;
+    `dask_count` of the same script on a local Dask cluster; beside `hogs` CPU-bound
+    processes."""
     workdir.mkdir(parents=True, exist_ok=True)
     plain = workdir / "plain.py"
     plain.write_text("import tensorflow as tf\ntf.constant(1.0) + 1\nprint('done', flush=True)\n")
-    combos = [(c, w) for c in ("dataset", "loop", "fit") for w in ("0", "thread", "process")]
+    kinds = ("0", "thread", "process")
     jobs = [{"script": str(_exits.SCRIPTS / "exit_job.py"),
-             "args": [*combos[n % len(combos)], str(workdir / f"ckpt-{n}")],
+             "args": ["dataset", kinds[n % len(kinds)], str(workdir / f"ckpt-{n}")],
              "log": str(workdir / f"{n}.log")} for n in range(count)]
     jobs += [{"script": str(plain), "args": [], "log": str(workdir / f"plain-{n}.log")}
              for n in range(max(3, count // 9))]
-    results = _exits.run_forked(jobs, workdir=workdir, parallel=4, limit=60.0, timeout=3600)
-    rows = []
-    for name, picked in (
-        (f"exit after dataset()/for loop/fit, 0/thread/process workers (x{count})",
-         [r for r in results if r["args"]]),
-        ("reference: exit of a TensorFlow script that ran one op (same fork server)",
-         [r for r in results if not r["args"]]),
-    ):
-        hung = sum(r["hung"] for r in picked)
-        times = sorted(r["seconds"] for r in picked if not r["hung"] and r["seconds"] is not None)
-        failed = sum(r["returncode"] not in (0, None) for r in picked)
-        outcome = f"{len(picked) - hung - failed} exited (status 0)"
-        outcome += f", {hung} HUNG" if hung else ""
-        outcome += f", {failed} failed" if failed else ""
-        seconds = f"{times[len(times) // 2]:.2f} median, {times[-1]:.2f} max" if times else "-"
-        rows.append({"case": name, "outcome": outcome, "seconds": seconds, "processes": hung,
-                     "shm": "-", "lost": "-", "duplicated": "-", "exact": "-"})
-    return rows
+    beside = f"beside {hogs} CPU-bound processes" if hogs else "machine as it is"
+    with cpu_hogs(hogs):
+        results = _exits.run_forked(jobs, workdir=workdir, parallel=1, limit=60.0,
+                                    timeout=3600, freeze=False)
+        dask = [_exits.spawn(str(_exits.SCRIPTS / "exit_job.py"),
+                             ["dataset", "dask", str(workdir / f"dask-{n}")], limit=60.0,
+                             log=workdir / f"dask-{n}.log") for n in range(dask_count)]
+    for result in dask:  # hung: a process of the cluster outlived the script too
+        result["hung"] = result["hung"] or bool(result["left"])
+    return [
+        _summary(f"exit after dataset() without close(), 0/thread/process workers "
+                 f"(x{count}), {beside}", [r for r in results if r["args"]]),
+        _summary(f"reference: exit of a TensorFlow script that ran one op (same fork "
+                 f"server), {beside}", [r for r in results if not r["args"]]),
+        _summary(f"exit after dataset() without close(), local Dask cluster of 2 workers "
+                 f"(python exit_job.py, x{dask_count}), {beside}", dask),
+    ]
 
 
 def run(cases: list[str] | None, quick: bool = False) -> Report:
@@ -272,6 +320,7 @@ def run(cases: list[str] | None, quick: bool = False) -> Report:
     exits = not cases or any("exit" in c for c in cases)
     if quick:
         names, phases = names[:1], phases[:1]
+    exit_rows: list[dict[str, object]] = []
     start = _results.load_average()
     table = Table(
         "faults", "Fault injection: what each fault leaves behind", "faults.py",
@@ -289,9 +338,30 @@ def run(cases: list[str] | None, quick: bool = False) -> Report:
             table.add(**keras_phase(phase, pathlib.Path(tmp) / f"keras-{index}"))
             print(" | ".join(map(str, table.rows[-1].values())), file=sys.stderr, flush=True)
         if exits:
-            for row in exit_loop(18 if quick else 100, pathlib.Path(tmp) / "exits"):
-                table.add(**row)
-    return Report([table.finish(start)], [])
+            for hogs in (0, 2):
+                exit_rows += exit_loop(9 if quick else 100, 2 if quick else 5,
+                                       pathlib.Path(tmp) / f"exits-{hogs}", hogs=hogs)
+        for row in exit_rows:
+            row = dict(row)
+            del row["slowest"]
+            table.add(**row)
+            print(" | ".join(map(str, table.rows[-1].values())), file=sys.stderr, flush=True)
+    return Report([table.finish(start)], _exit_targets(exit_rows))
+
+
+def _exit_targets(rows: list[dict[str, object]]) -> list[Target]:
+    """The slowest exit after ``dataset()`` without ``close()``: <= 2 s on the machine as
+    it is, <= 10 s beside 2 CPU-bound processes (a hang counts as not measured)."""
+    targets = []
+    for row in rows:
+        case = str(row["case"])
+        if case.startswith("reference"):
+            continue
+        bound = 10.0 if "CPU-bound" in case else 2.0
+        slowest = row["slowest"]
+        targets.append(Target(f"slowest {case}", slowest, bound,  # type: ignore[arg-type]
+                              unit=" s", at_most=True))
+    return targets
 
 
 def main() -> None:

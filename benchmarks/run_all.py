@@ -30,7 +30,8 @@ overhead), bench_augment.py ((r) ``map_batch`` against one generator per batch, 
 ``map_fn`` path on small records against the bare function), bench_arrays.py ((f)
 in-memory arrays below and above 1 GiB), bench_first_batch.py ((u) the first batch
 over a 2 GiB ``np.load`` array), bench_map_fn.py
-((g) workers for a Python ``map_fn`` against tf.data and grain), bench_workers.py ((h)
+((g) workers for a Python ``map_fn`` against tf.data and grain), bench_autotune.py
+(``Workers("auto")`` against hand-picked workers and tf.data AUTOTUNE), bench_workers.py ((h)
 worker start-up and Keras ``fit``, TensorFlow imported at the top like a training
 script), bench_sampler.py (index throughput), bench_graph_order.py (the record order
 as TensorFlow ops and a gather pipeline built on it, against NumPy), bench_tfrecord.py
@@ -72,7 +73,7 @@ SCRIPTS = {
     "loader": ["bench_loader", "bench_restore"],
     "overhead": ["bench_overhead", "bench_augment"],
     "arrays": ["bench_arrays", "bench_first_batch"],
-    "workers": ["bench_map_fn", "bench_workers"],
+    "workers": ["bench_map_fn", "bench_autotune", "bench_workers"],
     "sampler": ["bench_sampler", "bench_graph_order"],
     "data": ["bench_data", "bench_tfrecord"],
     "mix": ["bench_mix"],

@@ -21,6 +21,7 @@ from resumeloader._version import __version__
 from resumeloader.core.rng import record_rng
 from resumeloader.core.sampler import IndexSampler
 from resumeloader.core.shard import Shard
+from resumeloader.core.stats import Stats
 from resumeloader.errors import (
     ElasticResumeError,
     ErrorBudgetError,
@@ -37,6 +38,7 @@ from resumeloader.errors import (
 from resumeloader.sources import RandomAccessSource
 from resumeloader.stages.pipeline import Pipeline
 from resumeloader.workers.options import Workers
+from resumeloader.workers.tuning import Tuning
 
 if TYPE_CHECKING:
     from resumeloader.handout.lineage import BatchRecords
@@ -72,7 +74,9 @@ __all__ = [
     "Shard",
     "StateError",
     "StateMismatchError",
+    "Stats",
     "StreamIntegrityError",
+    "Tuning",
     "WorkerError",
     "Workers",
     "__version__",

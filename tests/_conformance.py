@@ -22,7 +22,7 @@ import _objstore_fixtures
 import _worker_fns
 import numpy as np
 
-from resumeloader import DaskOptions, Pipeline, ResumableLoader, Shard, Workers
+from resumeloader import DaskOptions, Pipeline, ResumableLoader, Shard, Tuning, Workers
 from resumeloader.sources import (
     ArrayRecordSource,
     FileSource,
@@ -117,6 +117,23 @@ def _processes() -> ResumableLoader:
     return ResumableLoader(
         _IMAGES, batch_size=5, seed=7, num_epochs=2, map_fn=_worker_fns.augment,
         workers=Workers(2, kind="process"),
+    )
+
+
+@register("auto-workers-map_fn", num_steps=9)
+def _auto() -> ResumableLoader:
+    return ResumableLoader(
+        _IMAGES, batch_size=3, seed=22, num_epochs=2, map_fn=_worker_fns.augment,
+        workers=Workers("auto", options=Tuning(trial_batches=1, trial_seconds=0)),
+    )
+
+
+@register("auto-workers-flipping-every-2-batches", num_steps=9, break_points=(3, 8))
+def _auto_flipping() -> ResumableLoader:
+    # Threads, none, processes, 3 threads, two batches each: the stream must not change.
+    return ResumableLoader(
+        _IMAGES, batch_size=5, seed=7, num_epochs=2, map_fn=_worker_fns.augment,
+        workers=Workers("auto", options=Tuning(decide=_worker_fns.flip_workers)),
     )
 
 

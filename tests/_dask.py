@@ -5,10 +5,12 @@
   has its own); the root conftest's session fixture stops it.
 * `CliCluster`: a scheduler and workers started as separate processes with the
   ``dask scheduler`` / ``dask worker`` commands (the shape of a real deployment), which
-  a test can SIGKILL, add to and remove from.
+  a test can SIGKILL, add to and remove from; `cli()` is the session's, of 2 workers
+  (a test that changes its workers restores them).
 
-Every wait is bounded. The workers see the tests' folder on their ``sys.path`` (the
-pipelines' functions live in ``_worker_fns``). No TensorFlow here.
+Every wait is bounded (`_limits.START`) and ends as soon as the cluster is ready. The
+workers see the tests' folder on their ``sys.path`` (the pipelines' functions live in
+``_worker_fns``). No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _limits
 import psutil
 
-START_SECONDS = 60.0
+START_SECONDS = _limits.START
 _TESTS = str(Path(__file__).resolve().parent)
 _local: list[Any] = []  # [cluster, client] once started
+_cli: list[CliCluster] = []  # the session's command-line cluster, once started
 
 
 def local() -> Any:
@@ -47,13 +51,22 @@ def local() -> Any:
     return _local[1]
 
 
-def stop_local() -> None:
-    """Stops the session's LocalCluster, if it was started."""
+def cli() -> CliCluster:
+    """The session's command-line cluster (a scheduler and 2 workers), started on first use."""
+    if not _cli:
+        _cli.append(CliCluster(2))
+    return _cli[0]
+
+
+def stop() -> None:
+    """Stops the session's clusters that were started."""
     if _local:
         cluster, client = _local
         _local.clear()
         client.close(timeout=10)
         cluster.close(timeout=10)
+    if _cli:
+        _cli.pop().close()
 
 
 def worker_pids(client: Any) -> dict[str, int]:
@@ -76,9 +89,12 @@ def env() -> dict[str, str]:
 
 
 class CliCluster:
-    """``dask scheduler`` plus `num_workers` ``dask worker`` processes (nanny, 1 thread)."""
+    """``dask scheduler`` plus `num_workers` ``dask worker`` processes (1 thread each),
+    each a nanny and its worker process, or (``nanny=False``) the worker process alone,
+    which nothing restarts when it is killed."""
 
-    def __init__(self, num_workers: int = 2) -> None:
+    def __init__(self, num_workers: int = 2, *, nanny: bool = True) -> None:
+        self._nanny = nanny
         self._folder = tempfile.mkdtemp(prefix="resumeloader-dask-")
         scheduler_file = os.path.join(self._folder, "scheduler.json")
         self.workers: list[subprocess.Popen] = []
@@ -112,6 +128,7 @@ class CliCluster:
         worker = self._spawn(
             "worker", self.address, "--nthreads", "1", "--host", "127.0.0.1",
             "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--death-timeout", "30",
+            *(() if self._nanny else ("--no-nanny",)),
         )
         self.workers.append(worker)
         return worker

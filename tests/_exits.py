@@ -27,6 +27,8 @@ import sys
 import time
 from typing import Any
 
+import psutil
+
 HERE = pathlib.Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
 
@@ -110,16 +112,19 @@ def report(run: dict[str, Any], seconds: float | None, *, hung: bool) -> None:
 
 def run_forked(
     jobs: list[dict[str, Any]], *, workdir: pathlib.Path, parallel: int, limit: float,
-    timeout: float,
+    timeout: float, freeze: bool = True,
 ) -> list[dict[str, Any]]:
-    """Runs `jobs` in a fork server (a fresh interpreter); returns their results."""
+    """Runs `jobs` in a fork server (a fresh interpreter); returns their results. With
+    `freeze`, the server freezes its heap (``gc.freeze``) before forking: the children
+    share its pages, but their exits skip the collection over TensorFlow's objects that
+    a script started as ``python script.py`` goes through (measure without it)."""
     spec = workdir / "jobs.json"
     spec.write_text(json.dumps(jobs))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
         "import tensorflow, keras, numpy, resumeloader, resumeloader.keras; "
-        "import gc, _exits; gc.freeze(); _exits.main(sys.argv[2:])"
+        f"import gc, _exits; {'gc.freeze(); ' if freeze else ''}_exits.main(sys.argv[2:])"
     )
     server = subprocess.run(
         [sys.executable, "-c", code, str(HERE), str(spec), str(parallel), str(limit)],
@@ -131,7 +136,10 @@ def run_forked(
 
 
 def spawn(script: str, args: list[str], *, limit: float, log: pathlib.Path) -> dict[str, Any]:
-    """Runs ``python script ARGS`` as a user would; the seconds from ``done`` to exit."""
+    """Runs ``python script ARGS`` as a user would; the seconds from ``done`` until the
+    script's process and every process it started are gone; `left`: those still alive
+    `limit` seconds after ``done`` (then killed); `late`: how many it started after
+    ``done`` (while exiting)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     with open(log, "ab") as err:
         proc = subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE,
@@ -139,15 +147,42 @@ def spawn(script: str, args: list[str], *, limit: float, log: pathlib.Path) -> d
     assert proc.stdout is not None
     line = proc.stdout.readline()
     done = time.monotonic()
+    started = _children(proc.pid)  # e.g. Dask workers, in sessions of their own
+    at_done = set(started)
+    while time.monotonic() - done < limit and (
+        proc.poll() is None or any(_alive(p) for p in started)
+    ):
+        started.extend(p for p in _children(proc.pid) if p not in started)
+        time.sleep(0.01)
+    seconds = time.monotonic() - done
+    left = [p.pid for p in started if _alive(p)]
+    hung = proc.poll() is None or bool(left)
+    if hung:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        for process in started:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+    returncode = None if proc.poll() is None else proc.returncode
+    proc.wait()
+    return {"args": args, "seconds": seconds, "hung": hung, "returncode": returncode,
+            "log": str(log), "done": line == b"done\n", "left": left,
+            "late": len(set(started) - at_done)}
+
+
+def _children(pid: int) -> list[psutil.Process]:
     try:
-        returncode: int | None = proc.wait(timeout=limit)
-        hung = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        returncode, hung = None, True
-    return {"args": args, "seconds": time.monotonic() - done, "hung": hung,
-            "returncode": returncode, "log": str(log), "done": line == b"done\n"}
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _alive(process: psutil.Process) -> bool:
+    """True while `process` runs (a zombie has exited)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def main(argv: list[str]) -> None:

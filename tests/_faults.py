@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 
+import _limits
 import psutil
 
 from resumeloader import IndexSampler
@@ -89,7 +90,7 @@ class Job:
             self.lines.put(line.strip())
         self.lines.put(None)
 
-    def wait_for(self, prefix: str, timeout: float = 120.0) -> str:
+    def wait_for(self, prefix: str, timeout: float = _limits.START) -> str:
         """The first line starting with `prefix`; AssertionError after `timeout` or at exit."""
         deadline = time.monotonic() + timeout
         while True:
@@ -112,7 +113,7 @@ class Job:
     def signal_group(self, sig: int) -> None:
         os.killpg(self.proc.pid, sig)
 
-    def finish(self, pids: list[int], timeout: float = 60.0) -> Outcome:
+    def finish(self, pids: list[int], timeout: float = _limits.EXIT) -> Outcome:
         """Waits until every process of `pids` is gone; what the job left behind."""
         start = time.monotonic()
         deadline = start + timeout
@@ -173,5 +174,5 @@ def lost_and_duplicated(got: list[int]) -> tuple[int, int]:
 def resume(workdir: pathlib.Path, *options: str, wrapper: tuple[str, ...] = ()) -> Outcome:
     """Runs the job again, without faults, to its end (it resumes from its state)."""
     job = Job(workdir, *options, "--stall", "none", wrapper=wrapper)
-    job.wait_for("done", timeout=300)
+    job.wait_for("done", timeout=_limits.PROCESS)
     return job.finish([job.proc.pid])

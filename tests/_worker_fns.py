@@ -186,3 +186,12 @@ class Marked:
         with open(os.path.join(self.directory, name), "x"):
             pass
         return augment(record, rng)
+
+
+#: What `flip_workers` cycles through, two batches each (`Tuning(decide=...)`).
+FLIPS = (("thread", 2), ("inline", 0), ("process", 2), ("thread", 3))
+
+
+def flip_workers(batches: int) -> tuple[str, int]:
+    """A `Tuning.decide` that changes the worker kind or count every two batches."""
+    return FLIPS[batches // 2 % len(FLIPS)]

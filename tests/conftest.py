@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import _dask
+import _limits
 import pytest
 from _objstore_fixtures import gcs_store, s3_store, store  # noqa: F401 (session fixtures)
 
@@ -15,11 +16,15 @@ _SLOW_MODULES = {"test_kill.py", "test_notebook.py", "test_faults.py"}
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Runs the subprocess tests first (the order within each group kept): with two
     xdist workers stealing work, the suite then ends on short tests on both workers
-    instead of one worker finishing a long kill test while the other idles."""
+    instead of one worker finishing a long kill test while the other idles. Each of
+    them without a timeout of its own gets `_limits.SLOW_TEST`."""
 
     def slow(item: pytest.Item) -> bool:
         return item.get_closest_marker("slow") is not None or item.path.name in _SLOW_MODULES
 
+    for item in items:
+        if slow(item) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(_limits.SLOW_TEST))
     items.sort(key=lambda item: not slow(item))
 
 
@@ -31,7 +36,8 @@ def pytest_ignore_collect(collection_path, config):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _dask_local_cluster():
-    """Stops the session's Dask LocalCluster (`_dask.local`) at the end, if a test started it."""
+def _dask_clusters():
+    """Stops the session's Dask clusters (`_dask.local`, `_dask.cli`) at the end, if a
+    test started them."""
     yield
-    _dask.stop_local()
+    _dask.stop()

@@ -177,3 +177,12 @@ def unsafe_ops() -> None:
     lines += ["", "Safe (one element per batch, in order; what they return stays guarded): "
               + ", ".join(f"`{name}`" for name in guard.SAFE) + "."]
     _out("\n".join(lines))
+
+
+def observed(name: str) -> None:
+    """What a real run of a docs example printed, captured by ``observed.py``."""
+    path = Path(__file__).resolve().parent / "observed" / f"{name}.txt"
+    if not path.exists():
+        msg = f"{path} does not exist: run `python docs/_gen/observed.py`."
+        raise FileNotFoundError(msg)
+    _out(f"```text\n{path.read_text().rstrip()}\n```")

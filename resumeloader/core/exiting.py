@@ -16,11 +16,21 @@ So the library's code that runs in such threads marks itself `busy`, and the han
 this module registers with ``atexit`` - run before finalization, while every thread
 can still take the GIL - sets `EXITING`, calls the registered stoppers (`on_exit`), and
 waits until no thread has been busy for `QUIET_SECONDS` (at most `EXIT_SECONDS`, for a
-thread stalled in user code), then collects the garbage, so that iterators held in
-reference cycles end while Python can still run their finalizers. A generator that
-sees `EXITING` raises instead of making another batch (nothing reads it any more; a
-batch it would have made must not look like an end of data), so TensorFlow stops
-calling it. Pure Python: no TensorFlow.
+thread stalled in user code). A generator that sees `EXITING` raises instead of making
+another batch (nothing reads it any more; a batch it would have made must not look
+like an end of data), so TensorFlow stops calling it.
+
+Last, the handler freezes the garbage collector's heap (``gc.freeze``): finalization
+then skips its collection over every object alive at exit. With TensorFlow loaded
+(about 450,000 tracked objects) that collection was most of an exit's work: 1.6 s of
+CPU time, 8 s of wall time at load 16 on 2 cores; 0.14 s and under 1 s with the heap
+frozen (a collection run here instead, while Python still runs, cost as much). Objects
+are still freed by reference counting as finalization clears the modules; garbage in
+reference cycles is left to the operating system, uncollected (CPython never promised
+to collect it at exit). An iterator in such a cycle (a Keras fit's) is therefore never
+destroyed after Python stopped running, where its finalizer could not run and
+TensorFlow would log "Error occurred when finalizing GeneratorDataset iterator:
+FAILED_PRECONDITION". Pure Python: no TensorFlow.
 """
 
 from __future__ import annotations
@@ -123,8 +133,4 @@ def _at_exit() -> None:
             if _busy == 0 and time.monotonic() - _last >= QUIET_SECONDS:
                 break
         time.sleep(_POLL_SECONDS)
-    # Iterators left in reference cycles (a Keras fit's) are destroyed now, while Python
-    # still runs: destroyed after it finalized, a `from_generator` iterator cannot call
-    # its finalizer and TensorFlow logs "Error occurred when finalizing
-    # GeneratorDataset iterator: FAILED_PRECONDITION".
-    gc.collect()
+    gc.freeze()  # finalization's last collection would walk the whole heap

@@ -4,7 +4,8 @@ The engine connects what the layers below decide: the plan's tasks from a positi
 (`resumeloader.stages.plan`), made into batches by a worker backend
 (`resumeloader.workers`), each task's replaced records logged by the quarantine as it
 is handed out (`quarantine`), flattened into batches each with the position after it
-(`stream`); and a position's state and a state's position (`resume`). A delivery
+(`stream`); and a position's state and a state's position (`resume`). Its `board`
+counts and times every stage per batch (`resumeloader.core.board`). A delivery
 path of the TensorFlow layer (`resumeloader.tfdata.delivery`) hands these batches to
 tf.data or to an eager loop and keeps the position in a ``tf.Variable``; the engine
 keeps no position itself. No TensorFlow here.
@@ -15,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from typing import Any
 
-from resumeloader.core import positions
+from resumeloader.core import board as board_lib
+from resumeloader.core import meters, positions
 from resumeloader.handout import quarantine as quarantine_lib
 from resumeloader.handout import resume, stream
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import options, produce, readahead
+from resumeloader.workers import options, produce, readahead, timing
 
 __all__ = ["Engine"]
+
+SAMPLER, TRANSFER, HAND_OFF = timing.SAMPLER, timing.TRANSFER, timing.HAND_OFF
 
 Watch = stream.Watch
 
@@ -45,9 +49,15 @@ class Engine:
         #: Whether batches travel with their per-record metadata (yielded, or the seeds
         #: the tensor stages need).
         self.labelled = with_metadata or bool(plan.pipeline.tensor_stages)
-        self.producer = produce.BatchProducer(plan.pipeline)
+        #: Where the stages are counted and timed (None: ``RESUMELOADER_STATS=0``).
+        self.board: board_lib.Board | None = board_lib.Board() if meters.enabled() else None
+        self.producer = produce.BatchProducer(plan.pipeline, board=self.board)
         #: The worker backend making the batches (`resumeloader.workers.backend`).
         self.backend = workers.backend(self.producer)
+        if self.board is not None:
+            names = self.producer.names
+            self.board.chain = [SAMPLER, *names.produced, TRANSFER, HAND_OFF, *names.tensors]
+            self.board.watch_counts(timing.storage_stats, "storage")
         policy = plan.pipeline.error_policy
         #: Logs the bad-record policy's replacements as batches are handed out.
         self.quarantine = (
@@ -76,7 +86,7 @@ class Engine:
         """
         plan = self.plan if plan is None else plan
         layout = plan.layout if layout is None else layout
-        tasks = plan.tasks(position, layout)
+        tasks = self._timed(plan.tasks(position, layout))
         if self.backend.reads_in_this_process:  # a source with `prefetch` reads ahead
             tasks = readahead.hinted(tasks, plan.pipeline.source)
         on_batch = None
@@ -98,7 +108,7 @@ class Engine:
         batched reads and no bad-record policy)."""
         plan = self.plan
         layout = plan.layout if layout is None else layout
-        tasks = plan.tasks(position, layout)
+        tasks = self._timed(plan.tasks(position, layout))
         on_batch = None
         if watch is not None:
             tasks, on_batch = watch(position, tasks)
@@ -108,6 +118,13 @@ class Engine:
             yield stream.labelled(
                 task.indices, task, None, seed=plan.pipeline.seed, with_metadata=self.labelled
             )
+
+    def _timed(self, tasks: Iterator[plan_lib.Task]) -> Iterator[plan_lib.Task]:
+        """`tasks`, the computing of each one's record indices timed as the sampler's."""
+        board = self.board
+        if board is None:
+            return tasks
+        return meters.timed(tasks, board.here, SAMPLER, _records)
 
     # -- state -----------------------------------------------------------------------
     def state_of(self, position: int) -> dict[str, Any]:
@@ -131,3 +148,7 @@ class Engine:
         """Stops the backend's workers (a later iteration starts new ones); syncs the log."""
         self.backend.close()
         self.sync()
+
+
+def _records(task: plan_lib.Task) -> int:
+    return len(task.indices)

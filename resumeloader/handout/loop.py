@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from resumeloader.core import board as board_lib
 
 __all__ = ["EagerLoop"]
 
@@ -22,11 +25,13 @@ class EagerLoop:
         position: the normalised position the loop starts at.
         origin: where the loop was started (``file:line``), for error messages.
         on_close: called once with the loop when it ends, however it ends.
+        consumer: times each step's wait for its batch (`board_lib.Consumer.handed`), or None.
     """
 
     __slots__ = (
         "__weakref__",
         "_batches",
+        "_consumer",
         "_on_close",
         "handed_out",
         "in_flight",
@@ -42,9 +47,13 @@ class EagerLoop:
         *,
         origin: str,
         on_close: Callable[[EagerLoop], None],
+        consumer: board_lib.Consumer | None = None,
     ) -> None:
         self._batches = batches
         self._on_close = on_close
+        self._consumer = consumer
+        if consumer is not None:
+            consumer.begun()
         self.position = position
         self.in_flight: int | None = None  # the position before the batch in flight
         self.handed_out = 0
@@ -59,11 +68,15 @@ class EagerLoop:
         self.in_flight = None
         if not self.live:
             raise StopIteration
+        consumer = self._consumer
+        asked = time.perf_counter_ns() if consumer is not None else 0
         try:
             batch, end = next(self._batches)
         except BaseException:
             self.close()
             raise
+        if consumer is not None:
+            consumer.handed(asked, time.perf_counter_ns())
         start = self.position
         # Both stores together, no call between: a signal handler sees either state.
         self.position, self.in_flight = end, start

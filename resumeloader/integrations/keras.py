@@ -136,6 +136,14 @@ class ResumeCallback(keras.callbacks.Callback):
             end once.
         save_at_epoch_end: save after every epoch.
         max_to_keep: checkpoints kept in `checkpoint` when it is a directory.
+        summaries: a directory or a `tf.summary.SummaryWriter`: the loader's stage
+            figures are written there as scalars (`ResumableLoader.write_summaries`:
+            ``resumeloader/data_wait_ms``, per stage ``ms_per_batch``, ...) every
+            `summaries_every` batches and at each epoch end, at the optimizer's
+            iteration count (the step Keras' `TensorBoard` callback writes batch
+            figures at), so TensorBoard shows the data wait beside the loss. None
+            writes none.
+        summaries_every: batches between two writes of `summaries`.
     """
 
     def __init__(
@@ -146,6 +154,8 @@ class ResumeCallback(keras.callbacks.Callback):
         save_every: int | None = None,
         save_at_epoch_end: bool = True,
         max_to_keep: int = 3,
+        summaries: str | os.PathLike[str] | tf.summary.SummaryWriter | None = None,
+        summaries_every: int = 100,
     ) -> None:
         super().__init__()
         if not isinstance(loader, loader_lib.ResumableLoader):
@@ -158,6 +168,18 @@ class ResumeCallback(keras.callbacks.Callback):
         )
         self._save_at_epoch_end = validate.boolean("save_at_epoch_end", save_at_epoch_end)
         max_to_keep = validate.integer("max_to_keep", max_to_keep, low=1)
+        self._summaries_every = validate.integer("summaries_every", summaries_every, low=1)
+        if summaries is not None and not isinstance(
+            summaries, (str, os.PathLike, tf.summary.SummaryWriter)
+        ):
+            msg = (
+                "`summaries` must be a directory, a tf.summary.SummaryWriter or None. "
+                f"Received: summaries={summaries!r:.80} of type {type(summaries).__name__}."
+            )
+            raise TypeError(msg)
+        self._summaries = summaries
+        self._writer: tf.summary.SummaryWriter | None = None
+        self._since_summary = 0
         self._store = stores.open_store(loader, checkpoint, max_to_keep=max_to_keep)
         self._fit_state: callback_state.FitState | None = None
         self._observers: list[Any] = []
@@ -222,6 +244,12 @@ class ResumeCallback(keras.callbacks.Callback):
         self._numbers = fit_context.BatchNumbers(found)
         self._saved_position = self._loader.position
         self._since_save = 0
+        if self._summaries is not None and self._writer is None:
+            summaries = self._summaries
+            self._writer = (
+                summaries if isinstance(summaries, tf.summary.SummaryWriter)
+                else tf.summary.create_file_writer(os.fspath(summaries))
+            )
         self._resumed_mid_epoch = self._loader.position % self._loader.plan.records_per_epoch > 0
         self._data_spec = fit_context.fit_data_spec(model)
         self._check_fit_arguments()
@@ -344,6 +372,10 @@ class ResumeCallback(keras.callbacks.Callback):
                 self._since_save += 1
                 self._counted += 1
             ended = self._loader.epoch != self._epoch or self._loader.exhausted
+        if self._writer is not None:
+            self._since_summary += 1
+            if self._since_summary >= self._summaries_every:
+                self._write_summaries()
         # The save due at an epoch's last batch waits for the epoch's end (validation and
         # the other callbacks' on_epoch_end): saved before them, a resumed fit would start
         # at the next epoch and they would never run for this one.
@@ -368,6 +400,15 @@ class ResumeCallback(keras.callbacks.Callback):
         due = self._save_every is not None and self._since_save >= self._save_every
         if self._save_at_epoch_end or due:
             self._save()
+        if self._writer is not None:
+            self._write_summaries()
+
+    def _write_summaries(self) -> None:
+        assert self._writer is not None
+        optimizer = self.model.optimizer
+        step = int(optimizer.iterations.numpy()) if optimizer is not None else 0
+        self._loader.write_summaries(step, self._writer)
+        self._since_summary = 0
 
     def _save(self) -> None:
         self.model  # noqa: B018 (on JAX: the training state written back into the variables)

@@ -19,6 +19,7 @@ runtime as ``dataset()``.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
@@ -30,10 +31,13 @@ from resumeloader.core import positions
 from resumeloader.handout import engine as engine_lib
 from resumeloader.handout import stream
 from resumeloader.tfdata import generator, graph, prefetch, tf_map
+from resumeloader.workers import timing
 
-__all__ = ["AUTOTUNE", "DeliveryPath", "Row", "without_ends"]
+__all__ = ["AUTOTUNE", "TF_DATA", "DeliveryPath", "Row", "without_ends"]
 
 AUTOTUNE = tf.data.AUTOTUNE
+#: The place of the tensor stages: tf.data's parallel map (up to a call per core).
+TF_DATA = "tf.data"
 Watch = stream.Watch
 #: A row of ``loader.describe()``: stage, what, element, state.
 Row = tuple[str, str, str, str]
@@ -45,6 +49,20 @@ def without_ends(made: Generator[tuple[Any, int], None, None]) -> Generator[Any,
     with contextlib.closing(made) as produced:
         for batch, _ in produced:
             yield batch
+
+
+def _rows(spec: Any, item: Any, seeded: bool) -> int:
+    """The rows of a decoded batch (`item`, with its metadata when `seeded`): those of
+    the metadata, or of a leaf that is not ragged, or of the outer row partition of a
+    ragged one (0 if none tells)."""
+    if seeded:
+        return len(item[1]["index"])
+    leaves = spec.treespec.flatten_up_to(item)
+    for value, leaf in zip(leaves, spec.leaves, strict=True):
+        if not leaf.ragged:
+            return len(value)
+    outer = leaves[0][1][0]
+    return len(outer) if getattr(outer, "ndim", 0) else 0
 
 
 class DeliveryPath:
@@ -69,7 +87,13 @@ class DeliveryPath:
         pipeline = engine.plan.pipeline
         #: The spec of one row of the delivered batches (the batch stage's output).
         self.spec = engine.producer.output_spec
-        self.finisher = tf_map.Finisher(self.spec, pipeline.tensor_stages, engine.with_metadata)
+        timers = None
+        if engine.board is not None and pipeline.tensor_stages:
+            timers = tf_map.Timers(engine.producer.names.tensors)
+            engine.board.watch_place(TF_DATA, timers.read, parallel=os.cpu_count() or 1)
+        self.finisher = tf_map.Finisher(
+            self.spec, pipeline.tensor_stages, engine.with_metadata, timers
+        )
         assert pipeline.batch_stage is not None
         #: The static batch size of the loader's batches (None when it may vary).
         self.batch_dim = pipeline.batch_stage.batch_dim
@@ -152,15 +176,23 @@ class DeliveryPath:
         """The generator's elements: `batches` with their variable leaves decoded. Closing
         it closes `batches` at once (and so their worker pool)."""
         spec, seeded = self.spec, self.finisher.seeded
+        board = self.engine.board
         try:
             if not spec.variable:
                 yield from batches
                 return
+            place = None if board is None else board.here()
             for item in batches:
-                if seeded:
-                    yield graph.decode(spec, item[0]), item[1]
-                else:
-                    yield graph.decode(spec, item)
+                lap = None if place is None else place.lap(timing.HAND_OFF, 0)
+                decoded = graph.decode(spec, item[0] if seeded else item)
+                if place is not None:
+                    count = _rows(spec, (decoded, item[1]) if seeded else decoded, seeded)
+                    kind = place.kinds[timing.HAND_OFF]
+                    kind.records += count
+                    if lap is not None:
+                        kind.timed_records += count
+                        lap.lap(place[timing.HAND_OFF], count)
+                yield (decoded, item[1]) if seeded else decoded
         finally:
             batches.close()
 
@@ -181,7 +213,7 @@ class DeliveryPath:
         self.engine.backend.start()
         tensors = prefetch.prefetched(
             lambda: self._tensors(without_ends(self.engine.batches(position, watch=watch))),
-            depth,
+            depth, self.engine.board,
         )
         return stream.EagerBatches(tensors, ends)
 

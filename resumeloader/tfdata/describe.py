@@ -4,7 +4,8 @@ One row per stage (a batch stage that only stacks records has none), from the
 checkpointed position down to what tf.data hands to the training step: what the
 stage is, the element it produces, and whether it is checkpointed, derived from the
 checkpoint on every (re)start, or recomputed. The order stages come from the `Plan`,
-the rest from the `Delivery`.
+the rest from the `Delivery`. Once batches were made, the measured figures of each
+stage follow the table (`resumeloader.core.stats.Stats`), the bottleneck named.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from resumeloader.core import stats as stats_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import delivery as delivery_lib
 
@@ -66,11 +68,14 @@ def describe(
     delivery: delivery_lib.DeliveryPath,
     *,
     console: Console | None = None,
+    live: stats_lib.Stats | None = None,
 ) -> str:
     """Renders a loader's stages as a table titled `title`; returns it as plain text.
 
-    The text depends only on the configuration and the position in `title`. When
-    `console` is given, the table is also printed to it (with its colours and width).
+    The table depends only on the configuration and the position in `title`. Once a
+    stage ran, `live` (the loader's `Stats`) follows it: a summary naming the
+    bottleneck and the measured figures of each stage. When `console` is given, both
+    are also printed to it (the table with its colours and width).
 
     Examples:
         >>> import numpy as np, resumeloader
@@ -115,4 +120,11 @@ def describe(
     plain.print(table)
     if console is not None:
         console.print(table)
-    return buffer.getvalue()
+    text = buffer.getvalue()
+    if live is not None and live.stages:
+        figures = f"Measured since the loader was made: {live}"
+        if console is not None:
+            console.print(Text(figures))
+        text += figures + "\n"
+    return text
+

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,13 +28,14 @@ from resumeloader import errors
 from resumeloader.core import sampler as sampler_lib
 from resumeloader.core import shard as shard_lib
 from resumeloader.core import state as state_lib
+from resumeloader.core import stats as stats_lib
 from resumeloader.core import validate
 from resumeloader.handout import consumption, lineage
 from resumeloader.handout import engine as engine_lib
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import describe as describe_lib
-from resumeloader.tfdata import distribute, guard, paths
+from resumeloader.tfdata import distribute, guard, observe, paths
 from resumeloader.tfdata import position as position_lib
 from resumeloader.workers import options
 
@@ -215,7 +217,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
         )
         self._delivery = paths.choose(self._engine, prefetch=prefetch)
         self._layout = self._plan.layout
-        self._position = position_lib.Position(self._layout)
+        board = self._engine.board
+        self._position = position_lib.Position(
+            self._layout, None if board is None else board.consumer
+        )
+        self._observer = observe.Observer(board)
         self._dataset: tf.data.Dataset | None = None
         # Gone (nothing holds it: it is in no cycle), the loader releases its worker
         # processes; an iteration still running keeps them until it ends.
@@ -404,9 +410,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
             console: a `rich.console.Console` to print the plan to, or None.
 
         Returns:
-            The plan as plain text (92 columns, no colours); it depends only on the
-            configuration and the position. An example is in
-            `resumeloader.tfdata.describe.describe`.
+            The plan as plain text (92 columns, no colours); before the first batch it
+            depends only on the configuration and the position (an example is in
+            `resumeloader.tfdata.describe.describe`); once batches were made, the
+            measured figures follow it (`stats`: each stage's time per record and the
+            records/s it allows), the bottleneck named.
         """
         if self._layout.known_counts:
             title = (
@@ -419,7 +427,64 @@ class ResumableLoader(tf.train.experimental.PythonState):
                 f"ResumableLoader: epoch {self.epoch}, position {self.position} "
                 f"({self.num_records} records; batches per epoch depend on the data)"
             )
-        return describe_lib.describe(title, self._plan, self._delivery, console=console)
+        return describe_lib.describe(
+            title, self._plan, self._delivery, console=console, live=self.stats()
+        )
+
+    # -- what it measured ------------------------------------------------------------
+    def stats(self) -> stats_lib.Stats:
+        """What each stage did since the loader was made: a `Stats` value.
+
+        Per stage (sampler, read, each record stage, the check, the batch stage, each
+        batch map stage, the copy out of worker processes, the hand-off to TensorFlow,
+        each tensor stage): batches, records in and out, bytes out, wall time and CPU
+        time (sampled), summed over the threads, worker processes and Dask workers that
+        ran it, and the records per second it allows; the bottleneck (the stage that
+        allows the fewest); the consumer's data wait per step (``for batch in loader``
+        exactly; ``dataset()`` with an eager `advance`, e.g. `ResumeCallback`: how long
+        after the previous advance each batch left the Python producer); queue depths;
+        how busy each worker was; the storage layer's GETs, retries, bytes and latency.
+
+        Counted once per batch, never per record, in every process: the stream never
+        depends on it. The environment variable ``RESUMELOADER_STATS=0`` switches
+        counting off (then every figure is empty). ``str(stats)`` is a table,
+        ``stats.to_dict()`` plain JSON data.
+
+        Examples:
+            >>> import numpy as np
+            >>> loader = ResumableLoader(np.arange(64), batch_size=8, seed=0, num_epochs=1)
+            >>> _ = [b for b in loader]
+            >>> stats = loader.stats()
+            >>> [(s.name, s.batches, s.records_in) for s in stats.stages][:2]
+            [('sampler', 8, 64), ('read', 8, 64)]
+        """
+        return self._observer.stats()
+
+    def write_summaries(self, step: Any, writer: tf.summary.SummaryWriter | None = None) -> None:
+        """Writes the figures since the last call as ``tf.summary`` scalars at `step`.
+
+        For TensorBoard beside the loss: ``resumeloader/data_wait_ms`` (the consumer's
+        mean data wait per step) and ``data_wait_share``, ``records_per_s`` and, per
+        stage, ``<stage>/ms_per_batch`` and ``<stage>/allows_records_per_s``; the
+        bottleneck's name as a text summary. Call it eagerly every few hundred steps of
+        a custom loop (Keras: ``ResumeCallback(summaries=...)``).
+
+        Args:
+            step: the step the scalars are written at (an int or an int64 tensor).
+            writer: a `tf.summary.SummaryWriter`; None writes to the default writer.
+        """
+        self._observer.write_summaries(step, writer)
+
+    def log_stats(self, every: float | None = 60.0, *, logger: logging.Logger | None = None,
+                  level: int = logging.INFO) -> None:
+        """Logs a one-line summary of the stage figures every `every` seconds (a daemon
+        thread); None stops it.
+
+        The line: records and records/s delivered in the interval, the bottleneck stage
+        and the records/s it allows, the data wait per step. To `logger` (default: the
+        ``resumeloader.stats`` logger) at `level`.
+        """
+        self._observer.log_every(every, logger or observe.LOGGER, level)
 
     # -- the pipeline ----------------------------------------------------------------
     @property
@@ -473,7 +538,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         # dataset, and a dataset holding it back would make a cycle that only the cyclic
         # garbage collector frees, its worker processes with it.
         ds = self._delivery.dataset(
-            self._position.read, rest_of_epoch=rest_of_epoch, watch=self._position.ledger.watch
+            self._position.read, rest_of_epoch=rest_of_epoch, watch=self._position.watch
         )
         # Keras fixes an epoch's length from the cardinality at fit start, so the
         # one-epoch dataset (whose first epoch may be short after a resume) keeps it

@@ -14,7 +14,10 @@ advance is dropped when the loop ends: the loop already counted its batches).
 
 `Position` also keeps the loader's `resumeloader.handout.consumption.Ledger`, through
 which every move is checked, and starts the live loop (`resumeloader.handout.loop`),
-with the batches `start` began for it if the position is still theirs.
+with the batches `start` began for it if the position is still theirs. With a
+`resumeloader.core.board.Consumer` it tells it what the consumer waited for: each
+step of a live loop, and each eager advance after a ``dataset()`` iteration's batches
+(`watch`).
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import numpy as np
 import tensorflow as tf
 
 from resumeloader import errors
+from resumeloader.core import board as board_lib
 from resumeloader.core import positions, validate
-from resumeloader.handout import consumption
+from resumeloader.handout import consumption, stream
 from resumeloader.handout import loop as loop_lib
 from resumeloader.tfdata import ordering, prefetch
 
@@ -86,10 +90,14 @@ class Position:
 
     Args:
         layout: the loader's batch arithmetic.
+        consumer: told what the consumer waited for (see the module docstring), or None.
     """
 
-    def __init__(self, layout: positions.Layout) -> None:
+    def __init__(
+        self, layout: positions.Layout, consumer: board_lib.Consumer | None = None
+    ) -> None:
         self._layout = layout
+        self._consumer = consumer
         self.ledger = consumption.Ledger(layout)
         # Batches of a known number of records: a graph advance is a count (see above).
         self._counted = layout.known_counts and not layout.skips
@@ -185,6 +193,8 @@ class Position:
         self._write(end)
         self.ledger.moved()
         self._moved_to(end)
+        if self._consumer is not None and end != start:
+            self._consumer.advanced(end)
 
     def _advance_in_graph(self, num_batches: Any) -> None:
         """``pending += num_batches`` in the graph being traced: one op for a constant
@@ -248,13 +258,32 @@ class Position:
             started[1].close()
             started = None
         made = started[1] if started is not None else batches(position)
-        loop = loop_lib.EagerLoop(made, position, origin=origin, on_close=self._ended)
+        loop = loop_lib.EagerLoop(made, position, origin=origin, on_close=self._ended,
+                                  consumer=self._consumer)
         try:
             self.ledger.open_loop(loop)
         except BaseException:
             loop.live = False  # never started: nothing to hand back
             raise
         return loop
+
+    def watch(
+        self, position: int, tasks: Iterator[Any], *, counter: stream.Counter | None = None
+    ) -> tuple[Iterator[Any], Callable[[int], None]]:
+        """The watch of a ``dataset()`` iteration (`consumption.Ledger.watch`), which also
+        tells the consumer meter when the iteration starts and each batch is produced
+        (not for batches made in a graph, which give a `counter` instead)."""
+        tasks, produced = self.ledger.watch(position, tasks, counter=counter)
+        consumer = self._consumer
+        if consumer is None:
+            return tasks, produced
+        consumer.started()
+
+        def observed(end: int) -> None:
+            produced(end)
+            consumer.produced(end)
+
+        return tasks, observed
 
     def start(self, batches: Callable[[int], Iterator[Any]]) -> prefetch.Started:
         """Begins ``batches(position)`` now, for the next loop if it starts at this

@@ -22,9 +22,17 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from resumeloader.core import board as board_lib
 from resumeloader.core import exiting, handoff
 
-__all__ = ["Started", "prefetched", "to_tensors"]
+__all__ = ["PREFETCHED", "Started", "prefetched", "rows", "to_tensors"]
+
+#: The gauge of the batches ready when the consumer asks for one.
+PREFETCHED = "prefetched"
+#: The meter of the conversion to tensors (the hand-off to TensorFlow).
+_HAND_OFF = "hand-off"
+# The queue's depth is sampled when the consumer asks for one batch in this many.
+_GAUGE_EVERY = 8
 
 _POLL_SECONDS = 0.1
 _JOIN_SECONDS = 0.25
@@ -76,7 +84,37 @@ def _to_tensor(leaf: Any) -> Any:
     return _tensor(leaf) if type(leaf) is np.ndarray else tf.convert_to_tensor(leaf)
 
 
-def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
+def _converted(batches: Iterator[Any], board: board_lib.Board | None) -> Iterator[Any]:
+    """The tensors of `batches`, each conversion timed as the hand-off in `board`."""
+    if board is None:
+        for batch in batches:
+            yield to_tensors(batch)
+        return
+    place = board.here()
+    meter = place[_HAND_OFF]
+    for batch in batches:
+        count = rows(batch)
+        lap = place.lap(_HAND_OFF, count)
+        tensors = to_tensors(batch)
+        if lap is not None:
+            lap.lap(meter, count)
+        yield tensors
+
+
+def rows(batch: Any) -> int:
+    """The rows of a batch: the leading dimension of its first leaf (0 if it has none)."""
+    if type(batch) is np.ndarray:
+        return len(batch) if batch.ndim else 0
+    leaf = batch
+    while isinstance(leaf, (dict, tuple, list)) and leaf:
+        leaf = next(iter(leaf.values())) if isinstance(leaf, dict) else leaf[0]
+    shape = getattr(leaf, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) and shape[0] is not None else 0
+
+
+def prefetched(
+    make_batches: Callable[[], Iterator[Any]], depth: int, board: board_lib.Board | None = None
+) -> Iterator[Any]:
     """Yields the tensors of ``make_batches()``'s batches, produced up to `depth` ahead.
 
     With `depth` 0 the batches are produced in the caller's thread. An exception of
@@ -84,13 +122,19 @@ def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterato
     the batches before it. Closing the returned generator (a ``break``, an exception,
     Ctrl-C) stops the producer: it waits up to 0.25 s for it to close the batch
     generator, and leaves a producer stalled in user code behind as a daemon thread
-    that stops after its current batch.
+    that stops after its current batch. With a `board` each conversion to tensors is
+    timed (the hand-off) and the batches ready when the consumer asks are sampled
+    (`PREFETCHED`).
     """
     if depth <= 0:
-        for batch in make_batches():
-            yield to_tensors(batch)
+        batches = make_batches()
+        try:
+            yield from _converted(batches, board)
+        finally:
+            batches.close()  # type: ignore[attr-defined]
         return
     slots: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    gauge = None if board is None else board.gauge(PREFETCHED, depth)
     stop = threading.Event()
     join_seconds = _JOIN_SECONDS  # a local: the finally below may run at interpreter exit
 
@@ -110,9 +154,9 @@ def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterato
         # made: a source stalled in user code must not hold up the exit.
         batches = make_batches()
         try:
-            for batch in batches:
+            for tensors in _converted(batches, board):
                 with exiting.busy():
-                    if not offer(to_tensors(batch)) or stop.is_set():
+                    if not offer(tensors) or stop.is_set():
                         return
             with exiting.busy():
                 offer(_End())
@@ -126,7 +170,11 @@ def prefetched(make_batches: Callable[[], Iterator[Any]], depth: int) -> Iterato
     thread = threading.Thread(target=produce, name="resumeloader-prefetch", daemon=True)
     thread.start()
     try:
+        asked = 0
         while True:
+            asked += 1
+            if gauge is not None and asked % _GAUGE_EVERY == 1:
+                gauge.sample(slots.qsize())
             item = slots.get()
             if isinstance(item, _End):
                 return

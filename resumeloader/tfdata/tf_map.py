@@ -9,6 +9,11 @@ distributed input and — when there are tensor stages — ``for batch in loader
 same function in the same runtime in every path, so the same bytes. Each finishing
 function is a `tf.function` traced once per batch shape and shared by every dataset
 of the loader, so a new iteration does not trace the user's function again.
+
+With `timed`, each tensor stage's calls, records and wall time (``tf.timestamp`` before
+and after it, inside the graph) are added to variables per call (`Timers`), which
+``loader.stats()`` reads: a few microseconds per batch, only for pipelines with
+tensor stages.
 """
 
 from __future__ import annotations
@@ -21,7 +26,43 @@ from resumeloader.core import spec as spec_lib
 from resumeloader.stages import base
 from resumeloader.tfdata import graph
 
-__all__ = ["Finisher"]
+__all__ = ["Finisher", "Timers"]
+
+
+class Timers:
+    """Per tensor stage: calls, records and wall seconds, as variables the graph adds to."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        with tf.init_scope():
+            self._calls = tf.Variable([0] * len(names), dtype=tf.int64, trainable=False)
+            self._records = tf.Variable([0] * len(names), dtype=tf.int64, trainable=False)
+            self._wall = tf.Variable([0.0] * len(names), dtype=tf.float64, trainable=False)
+
+    def timed(self, number: int, fn: Any, data: Any, seeds: tf.Tensor) -> Any:
+        """``fn(data, seeds)``, its calls, records and wall time added to stage `number`."""
+        start = tf.timestamp()
+        with tf.control_dependencies([start]):
+            data = fn(data, seeds)
+        with tf.control_dependencies(tf.nest.flatten(data, expand_composites=True)):
+            end = tf.timestamp()
+        one = tf.one_hot(number, len(self.names), dtype=tf.int64)
+        added = tf.group(
+            self._calls.assign_add(one),
+            self._records.assign_add(one * tf.cast(tf.shape(seeds)[0], tf.int64)),
+            self._wall.assign_add(tf.cast(one, tf.float64) * (end - start)),
+        )
+        with tf.control_dependencies([added]):
+            return tf.nest.map_structure(tf.identity, data, expand_composites=True)
+
+    def read(self) -> dict[str, tuple[int, ...]]:
+        """Each stage's counts as a `resumeloader.core.meters.Meter` holds them."""
+        calls, records = self._calls.numpy(), self._records.numpy()
+        wall = self._wall.numpy()
+        return {
+            name: (int(calls[i]), int(records[i]), int(records[i]), 0, int(wall[i] * 1e9), 0, 0)
+            for i, name in enumerate(self.names)
+        }
 
 
 class Finisher:
@@ -31,13 +72,16 @@ class Finisher:
         spec: the per-record spec.
         stages: the pipeline's tensor stages, in order.
         with_metadata: whether the loader's elements are ``(batch, metadata)``.
+        timers: counts and times the stages (named in order), or None.
     """
 
     def __init__(
-        self, spec: spec_lib.RecordSpec, stages: tuple[base.TensorStage, ...], with_metadata: bool
+        self, spec: spec_lib.RecordSpec, stages: tuple[base.TensorStage, ...], with_metadata: bool,
+        timers: Timers | None = None,
     ) -> None:
         self.spec = spec
         self.stages = stages
+        self.timers = timers if stages else None
         self.with_metadata = with_metadata
         #: Whether the generator pairs batches with metadata (the stages need the seeds).
         self.seeded = with_metadata or bool(stages)
@@ -113,7 +157,10 @@ class Finisher:
             data = graph.assemble(self.spec, data, batch_dim)
         if not stages:
             return (data, meta) if self.seeded else data
-        for stage in self.stages:
+        for number, stage in enumerate(self.stages):
             assert meta is not None  # the stages make the generator pair batches with seeds
-            data = stage.fn(data, meta["seed"])
+            if self.timers is None:
+                data = stage.fn(data, meta["seed"])
+            else:
+                data = self.timers.timed(number, stage.fn, data, meta["seed"])
         return (data, meta) if self.with_metadata else data

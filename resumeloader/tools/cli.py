@@ -1,5 +1,5 @@
 """The ``resumeloader`` command: ``demo``, ``inspect``, ``show``, ``verify -- CMD ...``,
-``index URL...`` and ``plan MODULE:FACTORY``.
+``index URL...``, ``plan MODULE:FACTORY`` and ``profile MODULE:FACTORY``.
 
 * ``demo`` trains a small Keras model (`resumeloader.tools.demo`), SIGKILLs it at random
   steps, resumes it each time, and compares it with an uninterrupted run.
@@ -15,10 +15,14 @@
 * ``plan`` prints what the order of your loader will read over given steps (GETs and
   bytes, read-ahead and cache) and how well it shuffles beside tf.data, without
   reading a record (`resumeloader.tools.plan`).
+* ``profile`` times each stage of your pipeline for some batches without a model, names
+  the bottleneck and measures the settings that keep the stream
+  (`resumeloader.tools.profile`).
 
 No command imports TensorFlow in this process unless your code needs it: ``show``
 given a function that builds a `ResumableLoader` (its start-up lines are kept out of
-the output), ``plan`` given a module that imports it; the training runs in subprocesses.
+the output), ``plan`` given a module that imports it, ``profile`` always (it runs your
+loader); the training runs in subprocesses.
 """
 
 from __future__ import annotations
@@ -179,6 +183,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     index.add_argument("paths", nargs="+", help="URLs (s3://, gs://, ...), globs, or files")
     index.add_argument("--index-dir", help="where local files' indexes go (the default cache)")
+    profile = sub.add_parser(
+        "profile",
+        help="time each stage of your pipeline, name the bottleneck, measure settings",
+        description="Builds your loader or pipeline, consumes --batches batches without a "
+        "model with every batch timed, and prints each stage's cost per record, the records/s "
+        "it allows and the bottleneck; then measures the worker kinds and counts and prefetch "
+        "depths on fresh loaders of the same pipeline (and the block order for data in "
+        "storage) and recommends the fastest measured setting.",
+    )
+    profile.add_argument("factory", metavar="MODULE:FACTORY",
+                         help="a function returning your ResumableLoader or Pipeline")
+    profile.add_argument("--batches", type=int, default=50, metavar="N",
+                         help="batches profiled (50)")
+    profile.add_argument("--trial-batches", type=int, default=None, metavar="N",
+                         help="batches timed per setting tried (default: half of --batches, "
+                         ">= 10)")
+    profile.add_argument("--no-tune", action="store_true",
+                         help="only the per-stage table: try no settings")
+    profile.add_argument("--json", action="store_true", help="one JSON object")
     return parser
 
 
@@ -219,7 +242,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "index":
             from resumeloader.tools import index as index_tool
 
-            return index_tool.main(args.paths, out, index_dir=args.index_dir)
+            return index_tool.main(args.paths, out, index_dir=args.index_dir, err=err)
+        if args.action == "profile":
+            from resumeloader.tools import profile as profile_tool
+
+            if args.batches < 2:
+                msg = f"--batches must be at least 2. Received: --batches {args.batches}."
+                raise ValueError(msg)
+            return profile_tool.main(
+                args.factory, out, batches=args.batches, tune=not args.no_tune,
+                trial_batches=args.trial_batches, as_json=args.json,
+            )
         _check_workdir(args.workdir)
         if args.action == "demo":
             return _demo(args, out, err)

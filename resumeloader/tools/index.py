@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from concurrent import futures
 from typing import Any
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from resumeloader.sources import remote_index
 from resumeloader.sources import tfrecord_index as index_lib
 from resumeloader.sources.storage import locations, objects, options
@@ -23,8 +25,11 @@ from resumeloader.sources.storage import locations, objects, options
 __all__ = ["main"]
 
 
-def main(paths: Sequence[str], out: Any, *, index_dir: str | None = None) -> int:
-    """Indexes every TFRecord file or object `paths` names; prints one line per file."""
+def main(
+    paths: Sequence[str], out: Any, *, index_dir: str | None = None, err: Any = None
+) -> int:
+    """Indexes every TFRecord file or object `paths` names; prints one line per file on
+    `out` and, given a console `err`, a progress bar of files and records on it."""
     folder = index_dir or index_lib.default_dir()
     reads = options.ObjectReads()
 
@@ -38,10 +43,19 @@ def main(paths: Sequence[str], out: Any, *, index_dir: str | None = None) -> int
 
     done = records = 0
     found = locations.expand(list(paths), "TFRecord")
-    with futures.ThreadPoolExecutor(max(1, min(reads.concurrency, len(found)))) as pool:
+    progress = Progress(
+        TextColumn("indexing"), BarColumn(), MofNCompleteColumn(), TextColumn("files,"),
+        TextColumn("{task.fields[records]:,} records"), TimeElapsedColumn(),
+        console=err, disable=err is None,
+    )
+    with progress, futures.ThreadPoolExecutor(
+        max(1, min(reads.concurrency, len(found)))
+    ) as pool:
+        bar = progress.add_task("indexing", total=len(found), records=0)
         for line, count in pool.map(index, found):  # in order, several at once
             out.print(line, soft_wrap=True)
             done, records = done + 1, records + count
+            progress.update(bar, completed=done, records=records)
     kind = "object" if done == 1 else "objects"
     out.print(f"indexed {done} {kind}, {records} records")
     return 0

@@ -34,7 +34,13 @@ from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import produce
 
-__all__ = ["Backend", "check_picklable", "in_order", "needs_workers", "timed_out"]
+__all__ = [
+    "IN_FLIGHT", "Backend", "check_picklable", "in_flight", "in_order", "needs_workers",
+    "timed_out",
+]
+
+#: The gauge of the tasks in flight (submitted, not handed back) when one is handed back.
+IN_FLIGHT = "in flight"
 
 Task = plan_lib.Task
 Produced = produce.Produced
@@ -106,6 +112,7 @@ def in_order(
     result: Callable[[Task, F], Produced],
     cancel: Callable[[F], Any],
     window: int | Callable[[], int],
+    gauge: Any = None,
 ) -> Iterator[tuple[Task, Produced]]:
     """``(task, its batches)`` in task order, at most `window` tasks submitted ahead.
 
@@ -117,6 +124,8 @@ def in_order(
         window: the most tasks submitted and not yet handed back; or a function
             returning it, asked again after each task handed back (a window that
             follows a cluster growing or shrinking).
+        gauge: a `resumeloader.core.board.Gauge` sampling the tasks in flight each
+            time one is handed back, or None.
     """
     size = window if callable(window) else lambda: window
     pending: deque[tuple[Task, F]] = deque()
@@ -136,6 +145,8 @@ def in_order(
         fill()
         while pending:
             task, future = pending.popleft()
+            if gauge is not None:
+                gauge.sample(len(pending) + 1)
             batches = result(task, future)
             del future
             fill()
@@ -143,6 +154,12 @@ def in_order(
     finally:
         for _, future in pending:
             cancel(future)
+
+
+def in_flight(producer: produce.BatchProducer, window: int) -> Any:
+    """The `IN_FLIGHT` gauge of `producer`'s board (capacity `window`), or None."""
+    board = producer.board
+    return None if board is None else board.gauge(IN_FLIGHT, window)
 
 
 def needs_workers(workers: Any) -> None:

@@ -35,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from resumeloader.workers import failures, messages, produce, shm
+from resumeloader.core import board as board_lib
+from resumeloader.core import meters
+from resumeloader.workers import failures, messages, produce, shm, timing
 
 __all__ = ["SLOTS", "main"]
 
@@ -103,7 +105,9 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
     setup_error: dict[str, Any] | None = None
     try:
         pipeline, spec = pickle.loads(payload)
-        producer = produce.BatchProducer(pipeline, spec, hand_over=False)
+        board = board_lib.Board() if meters.enabled() else None
+        producer = produce.BatchProducer(pipeline, spec, hand_over=False, board=board)
+        report = timing.Report(board)
     except Exception as err:
         setup_error = failures.describe(err)
     conn.send(messages.Reply(-1, 0, messages.READY, None))
@@ -142,7 +146,8 @@ def _serve(conn: connection.Connection, sock: socket.socket) -> None:
                     produced = producer.batch(task)
                     arrays, header = produced.flatten(producer.output_spec.treespec)
                     placement, new = writer.write([np.ascontiguousarray(a) for a in arrays])
-                    done = messages.Done(placement, header, producer.skips.take(task))
+                    done = messages.Done(placement, header, producer.skips.take(task),
+                                         report.take())
                     reply = messages.Reply(seq, session, messages.OK, done)
                 except Exception as err:
                     reply = messages.Reply(seq, session, messages.ERROR, failures.describe(err))

@@ -175,6 +175,8 @@ class DaskBackend(long_lived.LongLivedBackend):
         return self._started().client
 
     def _open(self) -> Any:
+        # Closed at exit: a generator thread still running must not start another cluster.
+        exiting.check("batches on the Dask cluster")
         if self._payload is None:
             self._payload, self._prefix = payload(self._producer)
         connection = _modules()[1].Connection
@@ -187,6 +189,7 @@ class DaskBackend(long_lived.LongLivedBackend):
         return backend.in_order(
             tasks, submit=lambda task: cluster.submit(task, task_key(prefix, task)),
             result=self._result, cancel=_modules()[1].release, window=lambda: self.window,
+            gauge=backend.in_flight(self._producer, self.window),
         )
 
     def _result(self, task: Task, pending: Any) -> produce.Produced:
@@ -194,11 +197,16 @@ class DaskBackend(long_lived.LongLivedBackend):
         if cluster is None:
             msg = "The loader's Dask backend was closed during an iteration."
             raise RuntimeError(msg)
+        board = self._producer.board
         kind, body, extra = cluster.result(task, pending, self._workers.timeout)
         if kind != "ok":
             raise failures.rebuild(task, body, kind, extra)
-        if extra:
-            self._producer.skips.put(task, extra)
+        skips, report = extra
+        if skips:
+            self._producer.skips.put(task, skips)
+        if report is not None and board is not None:
+            delta, counts = report
+            board.merge(delta, counts, name=f"Dask worker {delta[0]}")
         produced: produce.Produced = body
         return produced
 

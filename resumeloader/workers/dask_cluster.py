@@ -13,10 +13,15 @@ as a fresh interpreter with the parent's ``sys.path``. Not `distributed.LocalClu
 process workers: those are started by `multiprocessing`'s spawn, which runs the user's
 ``__main__`` again in every worker, so a training script without an ``if __name__ ==
 "__main__":`` guard fails to start its cluster (each worker re-runs the script and
-refuses to start processes while it is being imported). On Linux a worker is killed by
-the kernel when the thread that started it ends (``PR_SET_PDEATHSIG``), so a killed
-training job leaves no worker behind; a worker also closes itself when its scheduler
-is gone.
+refuses to start processes while it is being imported). Each worker runs in a session
+of its own, out of the terminal's process group: a Ctrl-C reaches the training process
+alone, which closes the cluster. On Linux a worker is killed by the kernel when the
+thread that started it ends (``PR_SET_PDEATHSIG``), so a killed training job leaves no
+worker behind; a worker also closes itself when its scheduler is gone.
+
+A wait for a batch (`Connection.result`) is one gather of its result, bounded as a
+whole by ``Workers.timeout``; before the deadline it asks the scheduler what became of
+the task, and the `WorkerError` of a timeout says it.
 
 Imported only by `resumeloader.workers.dask_backend` once ``kind="dask"`` is chosen.
 No TensorFlow here.
@@ -31,6 +36,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from concurrent import futures
 from typing import Any
@@ -51,7 +57,9 @@ Task = plan_lib.Task
 #: How long the workers of a new local cluster may take to join it.
 START_SECONDS = 60.0
 _POLL_SECONDS = 0.05  # how often a wait for a batch checks for interpreter exit
+_ASK_SECONDS = 2.0  # how long before its deadline a wait asks what became of its task
 _CLOSE_SECONDS = 10.0
+_STEP_SECONDS = 0.5  # how often a start checks for interpreter exit
 _BOOT = (
     "import sys; sys.path[:] = {path!r}\n"
     "if sys.platform.startswith('linux'):\n"
@@ -81,6 +89,9 @@ class _WorkerProcess(spec_lib.ProcessInterface):
         self.process = await asyncio.create_subprocess_exec(
             sys.executable, "-c", _BOOT.format(path=list(sys.path)), self.scheduler,
             "--spec", spec, stdin=subprocess.DEVNULL,
+            # Not in the terminal's process group: Ctrl-C is the training process's to
+            # handle (it closes the cluster); the workers die with it (PDEATHSIG).
+            start_new_session=True,
         )
         await super().start()
 
@@ -91,8 +102,11 @@ class _WorkerProcess(spec_lib.ProcessInterface):
                 children = psutil.Process(process.pid).children(recursive=True)
             except psutil.Error:
                 children = []
-            for child in [*children, process]:
-                with contextlib.suppress(ProcessLookupError, psutil.Error):
+            # The nanny first: killed after its children, it would relaunch them.
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            for child in children:
+                with contextlib.suppress(psutil.Error):
                     child.kill()
             await process.wait()
         await super().close()
@@ -120,7 +134,7 @@ def start(num_workers: int) -> tuple[Any, Any]:
     try:
         client = distributed.Client(cluster, set_as_default=False)
         try:
-            client.wait_for_workers(num_workers, timeout=START_SECONDS)
+            _wait_for_workers(client, num_workers)
         except BaseException:
             client.close()
             raise
@@ -136,6 +150,20 @@ def start(num_workers: int) -> tuple[Any, Any]:
             raise TimeoutError(msg) from err
         raise
     return cluster, client
+
+
+def _wait_for_workers(client: Any, num_workers: int) -> None:
+    """Waits until `num_workers` workers joined (TimeoutError after `START_SECONDS`),
+    checking for interpreter exit twice a second (an exit must not wait for a start)."""
+    deadline = time.monotonic() + START_SECONDS
+    while True:
+        exiting.check("a local Dask cluster")
+        try:
+            client.wait_for_workers(num_workers, timeout=_STEP_SECONDS)
+            return
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise
 
 
 def release(pending: Any) -> None:
@@ -181,6 +209,11 @@ class Connection:
     def submit(self, task: Task, key: str) -> Any:
         """Submits `task` under `key`; a task that cannot be submitted fails when its
         result is asked for (in task order)."""
+        if self.local is not None and not threading.main_thread().is_alive():
+            # The interpreter is exiting: the scheduler in this process can no longer
+            # take a task (its thread pool is shut down; it would log an error).
+            msg = "The interpreter is exiting: no more tasks for the local Dask cluster."
+            return _Failed(RuntimeError(msg))
         try:
             if self.client.status != "running":
                 raise ConnectionError(f"the client's status is {self.client.status!r}")
@@ -191,25 +224,71 @@ class Connection:
             return _Failed(self.lost(task, err))
 
     def result(self, task: Task, pending: Any, timeout: float | None) -> tuple[Any, Any, Any]:
-        """The task's reply, waiting at most `timeout` seconds (None: as long as the
-        cluster lives), raising `WorkerError` for what Dask could not make."""
+        """The task's reply, made and transferred within `timeout` seconds, raising
+        `WorkerError` for what Dask could not make and for a timeout (naming the
+        cluster's workers and the task's state, asked of the scheduler before the
+        deadline). None waits as long as it takes: with every worker gone, until one
+        joins; with a worker stalled in the transfer, until the scheduler drops it."""
         if isinstance(pending, _Failed):
             raise pending.error
-        done = threading.Event()
-        pending.add_done_callback(lambda _: done.set())
-        waited = 0.0
-        while not done.wait(_POLL_SECONDS):
-            exiting.check("batches on the Dask cluster")
-            waited += _POLL_SECONDS
-            if timeout is not None and waited > timeout:
-                what = (
-                    "the Dask cluster has not made it (no worker free, or a stalled map_fn "
-                    "or source?); the task was released and the next iteration submits it "
-                    "again."
-                )
-                raise backend.timed_out(task, timeout, what)
+        deadline = ask_at = None
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
+            ask_at = deadline - min(_ASK_SECONDS, timeout / 4)
+        waiting = self._gathering(task, pending)
+        question: futures.Future | None = None
+        asked = 0.0
         try:
-            reply: tuple[Any, Any, Any] = pending.result()
+            while not futures.wait([waiting], _POLL_SECONDS).done:
+                exiting.check("batches on the Dask cluster")
+                now = time.monotonic()
+                if question is None and ask_at is not None and now >= ask_at:
+                    question, asked = self._asking(task, pending.key), now
+                if deadline is not None and now > deadline:
+                    assert timeout is not None and question is not None
+                    # A tiny timeout gives the question a moment more.
+                    what = self._stalled(question, asked, max(deadline, asked + 0.1))
+                    raise backend.timed_out(task, timeout, what)
+            return self._reply(task, waiting, pending)
+        finally:
+            waiting.cancel()  # a wait given up stops its gather
+            if question is not None:
+                question.cancel()
+
+    def _asking(self, task: Task, key: str) -> futures.Future:
+        """The scheduler's answer to `_ask` about `key`, on its way."""
+        try:
+            return self._in_loop(self._ask(key))
+        except RuntimeError as err:
+            raise self.lost(task, err) from err
+
+    def _in_loop(self, coroutine: Any) -> futures.Future:
+        """`coroutine` running in the client's event loop."""
+        try:
+            return asyncio.run_coroutine_threadsafe(coroutine, self.client.loop.asyncio_loop)
+        except RuntimeError:  # the client's event loop is closed
+            coroutine.close()
+            raise
+
+    def _gathering(self, task: Task, pending: Any) -> futures.Future:
+        """The gather of `pending`'s result in the client's event loop: one wait for the
+        task and its result's transfer (a finished task whose worker died before the
+        transfer is made again, and the same gather waits for it). A failed task is
+        skipped instead of raised (`_reply` asks its future for the error): a raising
+        gather given up would log "Task exception was never retrieved"."""
+        try:
+            return self._in_loop(self.client.gather([pending], errors="skip", asynchronous=True))
+        except RuntimeError as err:
+            raise self.lost(task, err) from err
+
+    def _reply(self, task: Task, waiting: futures.Future, pending: Any) -> tuple[Any, Any, Any]:
+        """The finished gather's reply; what Dask could not make as a `WorkerError`."""
+        try:
+            gathered = waiting.result()
+            # Skipped: the task failed or was cancelled; its future raises at once.
+            reply: tuple[Any, Any, Any] = (
+                gathered[0] if gathered else pending.result(timeout=_ASK_SECONDS)
+            )
         except distributed.KilledWorker as err:
             raise self._killed(task, err) from err
         except (asyncio.CancelledError, futures.CancelledError, OSError) as err:
@@ -219,6 +298,55 @@ class Connection:
         except Exception as err:  # the task itself failed: it never reached our code
             raise self._failed(task, err) from err
         return reply
+
+    async def _ask(self, key: str) -> tuple[int, dict[str, int], str, int]:
+        """The cluster's workers, its running workers' threads, the task's state and
+        the number of tasks being run, from the scheduler (bounded by `_ASK_SECONDS`)."""
+
+        async def ask() -> tuple[int, dict[str, int], str, int]:
+            scheduler = self.client.scheduler
+            workers = await scheduler.ncores()
+            running = await scheduler.ncores_running()
+            status = await scheduler.get_task_status(keys=[key])
+            processing = await scheduler.processing()
+            state = status.get(key) or "forgotten"
+            return len(workers), running, state, sum(len(keys) for keys in processing.values())
+
+        return await asyncio.wait_for(ask(), _ASK_SECONDS)
+
+    def _stalled(self, question: futures.Future, asked: float, until: float) -> str:
+        """What the scheduler, asked at `asked` (`time.monotonic()`), said by `until` about
+        a task that did not arrive in time."""
+        released = " The task was released; the next iteration submits it again."
+        try:
+            answer = question.result(timeout=max(0.0, until - time.monotonic()))
+            workers, running, state, processing = answer
+        except Exception as err:  # a scheduler that does not answer is the answer
+            what = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            return (
+                f"the Dask scheduler at {self.address} did not say what became of the "
+                f"task within {until - asked:.2g} s ({what})." + released
+            )
+        if not running:
+            gone = "every worker is gone" if not workers else (
+                f"its {workers} worker{'s are' if workers != 1 else ' is'} paused or closing"
+            )
+            return (
+                f"the Dask cluster at {self.address} has no running worker ({gone}: "
+                f"nothing is made until one joins or resumes); the task is {state!r} on "
+                "its scheduler." + released
+            )
+        why = {
+            "memory": "made, but its result did not arrive from the worker holding it (a "
+            "stalled or unreachable worker?)",
+            "processing": "being made (a stalled map_fn or source?)",
+        }.get(state, "waiting for a worker (workers busy with other work?)")
+        return (
+            f"the Dask cluster at {self.address} has {len(running)} running "
+            f"worker{'s' if len(running) != 1 else ''} ({sum(running.values())} threads) "
+            f"processing {processing} task{'s' if processing != 1 else ''}; the task is "
+            f"{state!r} on its scheduler: {why}." + released
+        )
 
     def lost(self, task: Task, err: BaseException) -> errors.WorkerError:
         return _error(

@@ -26,18 +26,22 @@ from typing import Any
 
 import distributed
 
+from resumeloader.core import board as board_lib
+from resumeloader.core import meters
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import failures, produce
+from resumeloader.workers import failures, produce, timing
 
 __all__ = ["ERROR", "OK", "SETUP_ERROR", "PipelinePlugin", "make_batches"]
 
-OK = "ok"  # (OK, Produced, skips)
+OK = "ok"  # (OK, Produced, (skips, counts or None))
 ERROR = "error"  # (ERROR, worker name, failure description): making the batch raised
 SETUP_ERROR = "setup_error"  # (SETUP_ERROR, worker name, description): no producer
 
 _lock = threading.Lock()
 # digest -> [plugins registered with it on this worker, its producer or setup failure]
 _producers: dict[str, list[Any]] = {}
+# What the storage layer had counted in this worker process at the last report.
+_storage: dict[str, int] = {}
 
 
 class PipelinePlugin(distributed.WorkerPlugin):
@@ -65,7 +69,8 @@ class PipelinePlugin(distributed.WorkerPlugin):
         made: Any
         try:
             pipeline, spec = pickle.loads(self.payload)
-            made = produce.BatchProducer(pipeline, spec, hand_over=False)
+            board = board_lib.Board() if meters.enabled() else None
+            made = produce.BatchProducer(pipeline, spec, hand_over=False, board=board)
         except Exception as err:  # reported by each task that needs it
             made = failures.describe(err)
         with _lock:
@@ -85,9 +90,12 @@ def make_batches(digest: str, task: plan_lib.Task) -> tuple[Any, Any, Any]:
     """The batch task: `task`'s batches made by the pipeline of `digest` on this worker.
 
     Returns:
-        ``(OK, Produced, skips)``, or ``(ERROR | SETUP_ERROR, worker name, description)``.
+        ``(OK, Produced, (skips, counts))`` (counts: what this worker's thread counted
+        since its last task, `timing.Report`), or ``(ERROR | SETUP_ERROR, worker name,
+        description)``.
     """
-    name = f"Dask worker {distributed.get_worker().address}"
+    address = distributed.get_worker().address
+    name = f"Dask worker {address}"
     with _lock:
         entry = _producers.get(digest)
     if entry is None:
@@ -103,4 +111,10 @@ def make_batches(digest: str, task: plan_lib.Task) -> tuple[Any, Any, Any]:
         produced = producer.batch(task)
     except Exception as err:
         return ERROR, name, failures.describe(err)
-    return OK, produced, producer.skips.take(task)
+    report = None
+    if producer.board is not None:
+        _, alive, cpu, changed = producer.board.here().take()
+        with _lock:
+            storage = timing.storage_counts(_storage)
+        report = (address, alive, cpu, changed), storage
+    return OK, produced, (producer.skips.take(task), report)

@@ -63,6 +63,7 @@ class Done(NamedTuple):
     placement: Placement
     header: tuple[list[int], bool]  # what `produce.Produced.unflatten` needs besides arrays
     skips: list[dict[str, Any]]  # the task's replaced records (the parent logs them)
+    counts: Any = None  # what the worker counted since its last reply (`timing.Report`)
 
 
 class Reply(NamedTuple):

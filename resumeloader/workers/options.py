@@ -35,7 +35,9 @@ class Workers:
 
     Args:
         num_workers: workers making batches in parallel; 0 (the default) makes them
-            in the thread that iterates the loader.
+            in the thread that iterates the loader; ``"auto"`` (the same as
+            ``kind="auto"``) lets the loader choose the kind and count from measured
+            batches, and change them as it runs (`AutoBackend`), the stream unchanged.
         kind: ``"inline"`` (the calling thread; the default for 0 workers),
             ``"thread"`` (daemon threads; the default otherwise) or ``"process"``
             (spawned processes that receive the pipeline pickled once and return
@@ -47,11 +49,16 @@ class Workers:
             extra; a cluster given by ``options=DaskOptions(client=...)`` or
             ``DaskOptions(address=...)``, or a local cluster of `num_workers`
             processes), retried there when a worker is lost.
+            ``"auto"``: none, threads or processes, chosen and re-chosen from what
+            the batches measure, under a CPU and a RAM budget (``options=Tuning(...)``);
+            every decision is logged and in ``loader.stats().decisions``.
         timeout: seconds to wait for one batch from a worker before raising a
             `WorkerError` naming it (a stalled process worker is stopped and replaced
-            by the next iteration; a process's start-up is not counted); None (the
-            default) waits as long as the worker lives. Needs ``num_workers >= 1``
-            (or a Dask cluster).
+            by the next iteration; a process's start-up is not counted; on a Dask
+            cluster, the whole wait, the result's transfer included, and the error
+            says what the scheduler reports); None (the default) waits as long as the
+            worker lives (on Dask: until a worker makes and delivers the batch, without
+            end if every worker is gone). Needs ``num_workers >= 1`` (or a Dask cluster).
         window: the most batch tasks in flight (being made or waiting to be handed
             out); None: the kind's default (2 per worker for threads and processes,
             2 per thread of the cluster for Dask).
@@ -64,8 +71,8 @@ class Workers:
     Examples:
         >>> Workers(2, kind="process", timeout=30)
         Workers(num_workers=2, kind='process', timeout=30.0, window=None)
-        >>> Workers().kind, Workers(2).kind
-        ('inline', 'thread')
+        >>> Workers().kind, Workers(2).kind, Workers("auto").kind
+        ('inline', 'thread', 'auto')
     """
 
     num_workers: int = 0
@@ -94,6 +101,17 @@ class Workers:
                 f"{_REMOVED[name]}."
             )
             raise TypeError(msg)
+        if isinstance(num_workers, str):
+            if num_workers != "auto" or kind not in (None, "auto"):
+                expected = "a non-negative integer or 'auto'"
+                if num_workers == "auto":
+                    expected = f"a number with kind={kind!r}, or 'auto' without a kind"
+                msg = (
+                    f"`num_workers` must be {expected}. Received: "
+                    f"num_workers={num_workers!r:.80}."
+                )
+                raise ValueError(msg)
+            num_workers, kind = 0, "auto"
         fields = {"num_workers": num_workers, "kind": kind, "timeout": timeout,
                   "window": window, "options": options}
         for name, value in fields.items():
@@ -107,6 +125,8 @@ class Workers:
             for field in dataclasses.fields(self)
             if field.name != "options" or self.options != _default_options(self.kind)
         ]
+        if self.kind == "auto":  # no count: it is chosen
+            shown = ["'auto'", *(s for s in shown[2:] if not s.endswith("=None"))]
         return f"Workers({', '.join(shown)})"
 
     def __post_init__(self) -> None:

@@ -57,6 +57,7 @@ class ProcessBackend(long_lived.LongLivedBackend):
         return processes.ProcessPool(
             payload, producer.output_spec, self._workers.num_workers,
             timeout=self._workers.timeout, on_skips=producer.skips.put, window=self.window,
+            board=producer.board,
         )
 
     def _run(

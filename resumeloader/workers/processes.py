@@ -32,10 +32,19 @@ from typing import Any
 import numpy as np
 
 from resumeloader import errors
+from resumeloader.core import board as board_lib
 from resumeloader.core import exiting, handoff
 from resumeloader.core import spec as spec_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import backend, child, failures, messages, produce, worker_process
+from resumeloader.workers import (
+    backend,
+    child,
+    failures,
+    messages,
+    produce,
+    timing,
+    worker_process,
+)
 
 Task = plan_lib.Task
 
@@ -64,6 +73,8 @@ class ProcessPool:
             stopped and a `WorkerError` raised; None waits as long as the worker lives.
         on_skips: ``on_skips(task, skips)`` receives the replaced records of a
             batch (the error policy's), before the batch is yielded.
+        board: where the workers' counts are merged and the copies out of shared
+            memory timed (`resumeloader.core.board`), or None.
         window: the most tasks taken ahead of the consumer (at most `SLOTS` of them
             sent to each worker at a time); `SLOTS` per worker when None.
     """
@@ -77,8 +88,10 @@ class ProcessPool:
         timeout: float | None,
         on_skips: Callable[[Task, list[Any]], None] | None = None,
         window: int | None = None,
+        board: board_lib.Board | None = None,
     ) -> None:
         self._payload = payload
+        self._board = board
         self._window = window or SLOTS * num_workers
         self._on_skips = on_skips
         self._spec = spec
@@ -107,6 +120,7 @@ class ProcessPool:
         queue: deque[_Item] = deque()
         session = -1
         waiting_since: float | None = None
+        gauge = None if self._board is None else self._board.gauge(backend.IN_FLIGHT, self._window)
         try:
             while True:
                 exiting.check("batches of the worker processes")
@@ -143,6 +157,8 @@ class ProcessPool:
                         raise self._timed_out(head)
                     continue
                 waiting_since = None
+                if gauge is not None:
+                    gauge.sample(len(queue))
                 queue.popleft()
                 yield head.task, self._unpack(head, *outcome)
         finally:
@@ -229,6 +245,10 @@ class ProcessPool:
             if reply.session == self._session and reply.kind != messages.SKIPPED:
                 body = reply.body
                 if reply.kind == messages.OK:
+                    board = self._board
+                    if board is not None and body.counts is not None:
+                        delta, counts = body.counts
+                        board.merge(delta, counts, name=f"process worker {worker.index}")
                     body = (self._copy(worker, body), body.skips)
                 self._results[reply.seq] = (reply.kind, body)
         if not ready:  # a dead worker whose socket a grandchild keeps open
@@ -245,6 +265,9 @@ class ProcessPool:
 
     def _copy(self, worker: worker_process.WorkerProcess, done: messages.Done) -> produce.Produced:
         buffer = worker.blocks[done.placement.slot].buf
+        lap = None
+        if self._board is not None:
+            lap = self._board.here().lap(timing.TRANSFER, sum(done.header[0]))
         # Into recycled memory (`core/buffers.py`): the block is the worker's again as
         # soon as this returns, and a fresh batch-sized allocation per batch would
         # page-fault once TensorFlow has set malloc's mmap threshold.
@@ -252,7 +275,11 @@ class ProcessPool:
             handoff.copy(np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset))
             for dtype, shape, offset in done.placement.layout
         ]
-        return produce.Produced.unflatten(self._spec.treespec, arrays, done.header)
+        produced = produce.Produced.unflatten(self._spec.treespec, arrays, done.header)
+        if lap is not None:
+            records = sum(produced.counts)
+            lap.lap(lap.place[timing.TRANSFER], records, timing.nbytes(arrays))
+        return produced
 
     def _take(self, item: _Item) -> tuple[str, Any] | None:
         return None if item.seq is None else self._results.pop(item.seq, None)

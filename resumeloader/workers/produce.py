@@ -11,7 +11,9 @@ the batch wire format (`resumeloader.core.wire`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
 import dataclasses
 import functools
 from collections.abc import Callable, Iterator
@@ -21,13 +23,14 @@ import numpy as np
 import optree
 
 from resumeloader import errors
-from resumeloader.core import buffers, handoff, wire
+from resumeloader.core import board as board_lib
+from resumeloader.core import buffers, handoff, meters, wire
 from resumeloader.core import spec as spec_lib
 from resumeloader.sources import base as sources_base
 from resumeloader.stages import base as stages_base
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import checks, records, skips
+from resumeloader.workers import checks, records, skips, timing
 
 __all__ = ["BatchProducer", "Produced"]
 
@@ -86,14 +89,20 @@ class BatchProducer:
             allocation, whose pages fault in once its malloc patch is on: 0.79 ms
             against 0.05 ms for a 1.5 MB batch, measured. False in worker processes,
             whose batches are copied out anyway.
+        board: where each batch's stages are counted and timed (`core/board.py`,
+            per batch, in the calling thread's place); None counts nothing.
     """
 
     def __init__(
         self, pipeline: pipeline_lib.Pipeline, spec: spec_lib.RecordSpec | None = None,
-        *, hand_over: bool = True,
+        *, hand_over: bool = True, board: board_lib.Board | None = None,
     ) -> None:
         self.pipeline = pipeline.python_part()
         self._hand_over = hand_over
+        #: Where batches are counted (None: not counted).
+        self.board = board
+        #: The meter names of the stages run here.
+        self.names = timing.Names.of(pipeline)
         #: The pipeline's seed: the one every stage receives with the epoch.
         self._seed = pipeline.seed
         self._source = pipeline.source
@@ -125,6 +134,7 @@ class BatchProducer:
         #: The spec of one row of the batches (what the batch stage and the batch map
         #: stages make of records).
         self.output_spec = self._map_specs[-1]
+        self._encodes = self.output_spec.variable
 
     def record(self, index: int, *, epoch: int, position: int) -> Any:
         """Reads record `index` and runs the record stages; user errors become `RecordError`."""
@@ -133,15 +143,18 @@ class BatchProducer:
     def batch(self, task: plan_lib.Task) -> Produced:
         """The batches of `task`'s records, whose first record sits at ``task.position``;
         a failing record raises `RecordError` or is replaced, as the error policy says."""
+        lap = None
+        if self.board is not None:
+            lap = self.board.here().lap(timing.PRODUCE, len(task.indices))
         try:
-            return self._batch(task)
+            return self._batch(task, lap)
         except errors.RecordError:
             if self._policy is None:
                 raise
-        return self._batch_replacing(task)
+        return self._batch_replacing(task, lap)
 
-    def _batch(self, task: plan_lib.Task) -> Produced:
-        return self._grouped(self._columns(task), task)
+    def _batch(self, task: plan_lib.Task, lap: meters.Lap | None = None) -> Produced:
+        return self._grouped(self._columns(task, lap), task, lap)
 
     def groups(self, task: plan_lib.Task, *, replacing: bool = False) -> list[stages_base.Group]:
         """The batches of a windowed stage's window `task` as groups of its slots (which
@@ -163,29 +176,62 @@ class BatchProducer:
                 window=task.window,
             )
 
-    def _columns(self, task: plan_lib.Task) -> list[Any]:
-        """The checked leaves of `task`'s records, column by column."""
+    def _columns(self, task: plan_lib.Task, lap: meters.Lap | None = None) -> list[Any]:
+        """The checked leaves of `task`'s records, column by column (timed by `lap`)."""
         indices, epoch, position = task.indices, task.epoch, task.position
         if self.reads_batches:
-            return self._read_batch(indices, epoch=epoch, position=position)
-        return self._records.columns(self.spec, indices, epoch=epoch, position=position)
+            columns = self._read_batch(indices, epoch=epoch, position=position)
+            if lap is not None:
+                lap.lap(lap.place[timing.READ], len(indices))
+            return columns
+        if lap is None:
+            return self._record_columns(task)
+        return timing.split(
+            lap, self.names, len(indices), lambda: self._record_columns(task),
+            lambda spent: functools.partial(self._timed(spent)._record_columns, task),
+        )
+
+    def _timed(self, spent: collections.Counter[str]) -> BatchProducer:
+        """A copy whose source and record stages add their time to ``spent[name]``."""
+        twin = copy.copy(self)
+        source: Any = timing.Timed(self._source, timing.READ, spent)  # a Source's face
+        stages: Any = tuple(timing.Timed(stage, name, spent)
+                            for stage, name in zip(self._stages, self.names.records, strict=True))
+        twin._records = records.Records(source, stages, seed=self._seed)
+        return twin
+
+    def _record_columns(self, task: plan_lib.Task) -> list[Any]:
+        """The checked leaves of `task`'s records read and staged record by record."""
+        return self._records.columns(self.spec, task.indices, epoch=task.epoch,
+                                     position=task.position)
 
     # -- the batch stage's part ------------------------------------------------------
-    def _grouped(self, columns: list[Any], task: plan_lib.Task) -> Produced:
-        """The task's batches from its records' checked `columns`."""
+    def _grouped(
+        self, columns: list[Any], task: plan_lib.Task, lap: meters.Lap | None = None
+    ) -> Produced:
+        """The task's batches from its records' checked `columns` (timed by `lap`)."""
         with self._naming_group_errors(task):
             made = self._batch_stage.batches(
                 columns, self.spec, seed=self._seed, epoch=task.epoch,
                 window=task.window,
             )
+        if lap is not None:
+            lap.lap(lap.place[self.names.batch], len(task.indices), out=sum(made.counts))
         batches = made.leaves
         if self._maps:
             starts = np.cumsum([0, *made.counts[:-1]]).tolist()
             batches = [
-                self._mapped(leaves, task, start, count)
+                self._mapped(leaves, task, start, count, lap)
                 for leaves, start, count in zip(batches, starts, made.counts, strict=True)
             ]
-        return Produced([self._encoded(leaves) for leaves in batches], made.counts, made.rows)
+        produced = Produced([self._encoded(leaves) for leaves in batches], made.counts,
+                            made.rows)
+        if lap is not None:
+            meter = lap.place[self.names.batch]
+            if self._encodes:
+                lap.more(meter)  # the wire encoding of variable leaves
+            meter.bytes_out += sum([timing.nbytes(leaves) for leaves in batches])
+        return produced
 
     @contextlib.contextmanager
     def _naming_group_errors(self, task: plan_lib.Task) -> Iterator[None]:
@@ -202,12 +248,17 @@ class BatchProducer:
                 msg, record_index=index, epoch=task.epoch, position=position
             ) from err
 
-    def _mapped(self, leaves: list[Any], task: plan_lib.Task, start: int, count: int) -> list[Any]:
+    def _mapped(
+        self, leaves: list[Any], task: plan_lib.Task, start: int, count: int,
+        lap: meters.Lap | None = None,
+    ) -> list[Any]:
         """A batch's leaves run through the batch map stages (a plain stage's batch: its
-        rows are the task's records from `start` on), each result checked."""
+        rows are the task's records from `start` on), each result checked (and timed)."""
         indices, position = task.indices[start : start + count], task.position + start
         batch = optree.tree_unflatten(self._map_specs[0].treespec, leaves)
-        for stage, spec in zip(self._maps, self._map_specs[1:], strict=True):
+        for number, (stage, spec) in enumerate(
+            zip(self._maps, self._map_specs[1:], strict=True)
+        ):
             try:
                 batch = stage.apply_batch(
                     batch, seed=self._seed, epoch=task.epoch, indices=indices
@@ -219,14 +270,18 @@ class BatchProducer:
             leaves = checks.batch(spec, batch, indices, epoch=task.epoch, position=position,
                                   what=f"The `{stage.name}` function")
             batch = optree.tree_unflatten(spec.treespec, leaves)
+            if lap is not None:
+                lap.lap(lap.place[self.names.maps[number]], count)
         return leaves
 
     # -- the error policy's path: only for a batch in which a record failed --------
-    def _batch_replacing(self, task: plan_lib.Task) -> Produced:
+    def _batch_replacing(self, task: plan_lib.Task, lap: meters.Lap | None = None) -> Produced:
         """`task`'s batches made again record by record, each failing record replaced as
         the error policy says; the replacements are left in `skips`."""
         columns, skips = self._columns_replacing(task)
-        produced = self._grouped(columns, task)
+        if lap is not None:  # the failed try and the records read again
+            lap.lap(lap.place[timing.READ], len(task.indices))
+        produced = self._grouped(columns, task, lap)
         self.skips.put(task, skips)
         return produced
 

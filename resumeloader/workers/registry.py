@@ -21,6 +21,7 @@ BACKENDS: dict[str, str] = {
     "thread": "resumeloader.workers.threads:ThreadBackend",
     "process": "resumeloader.workers.process_backend:ProcessBackend",
     "dask": "resumeloader.workers.dask_backend:DaskBackend",
+    "auto": "resumeloader.workers.auto_backend:AutoBackend",
 }
 
 

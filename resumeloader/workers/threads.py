@@ -65,6 +65,7 @@ class ThreadBackend:
             yield from backend.in_order(
                 tasks, submit=threads.submit, result=threads.result,
                 cancel=lambda future: future.cancel(), window=self.window,
+                gauge=backend.in_flight(self._producer, self.window),
             )
         finally:
             threads.close()

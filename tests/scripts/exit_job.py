@@ -2,7 +2,7 @@
 top, no ``__main__`` guard, the map_fn in ``__main__``. It consumes a few batches of a
 loader and ends; the interpreter then exits with the loader's threads still producing.
 
-    python exit_job.py {dataset,loop,fit} {0,thread,process} [CHECKPOINT_DIR]
+    python exit_job.py {dataset,loop,fit} {0,thread,process,dask} [CHECKPOINT_DIR]
 
 * ``dataset``: ``next()`` on an iterator of ``loader.dataset()`` (kept in a global), with
   ``loader.advance()`` after each batch;

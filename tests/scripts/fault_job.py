@@ -8,7 +8,8 @@ no ``if __name__ == "__main__":`` guard, TensorFlow imported at the top, and the
 resumes from that file. It prints ``start PID`` first, ``batch K`` after each batch,
 ``stalling PID`` when the map_fn or the source reaches record --stall-at (then sleeps
 for an hour) and ``done ...`` at the end, each line flushed. With --tf-flag, column 1
-of each record says whether the process that made it had imported TensorFlow.
+of each record says whether the process that made it had imported TensorFlow. With
+--worker-type dask, a local Dask cluster of --workers processes makes the batches.
 """
 
 import argparse
@@ -26,7 +27,7 @@ import resumeloader
 parser = argparse.ArgumentParser()
 parser.add_argument("workdir", type=pathlib.Path)
 parser.add_argument("--workers", type=int, default=2)
-parser.add_argument("--worker-type", default="process")
+parser.add_argument("--worker-type", default="process", choices=["thread", "process", "dask"])
 parser.add_argument("--prefetch", type=int, default=2)
 parser.add_argument("--consume", choices=["loop", "dataset"], default="loop")
 parser.add_argument("--stall", choices=["none", "map", "source"], default="none")

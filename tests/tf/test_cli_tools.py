@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import _limits
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -32,7 +33,7 @@ def _tf_checkpoint(directory, **loader_args):
     return loader
 
 
-def _python(code, cwd, *, stdout=subprocess.PIPE, timeout=120):
+def _python(code, cwd, *, stdout=subprocess.PIPE, timeout=_limits.PROCESS):
     """Runs `code` in a fresh interpreter (TensorFlow not imported yet)."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd,
                           stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=timeout,
@@ -163,7 +164,7 @@ def test_show_any_range_into_a_closed_pipe_streams_in_bounded_memory(tmp_path):
     assert child.stdout is not None and child.stderr is not None
     head = [child.stdout.readline() for _ in range(10)]
     child.stdout.close()
-    child.wait(timeout=120)
+    child.wait(timeout=_limits.PROCESS)
 
     assert head[0].startswith("records of the batches asked for")
     assert head[1].split() == list(show_lib._COLUMNS)
@@ -181,7 +182,7 @@ def test_show_of_a_loader_function_prints_no_tensorflow_startup_lines(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "resumeloader", "show", "ck", "--pipeline",
          "show_job:loader", "--steps", "5", "--format", "tsv"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        cwd=tmp_path, capture_output=True, text=True, timeout=_limits.PROCESS, check=False,
     )
 
     assert result.returncode == 0, result.stderr

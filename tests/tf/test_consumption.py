@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 
+import _limits
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -450,11 +451,11 @@ def test_sigterm_save_during_step_keeps_the_batch_only_excluding_in_flight(tmp_p
             if line.strip() == "in step 3":
                 job.send_signal(signal.SIGTERM)
                 break
-        assert job.wait(timeout=60) == 128 + signal.SIGTERM
+        assert job.wait(timeout=_limits.EXIT) == 128 + signal.SIGTERM
     finally:
         job.kill()
     resumed = subprocess.run([*command, "-1"], capture_output=True, text=True, env=env,
-                             cwd=tmp_path, timeout=120, check=False)
+                             cwd=tmp_path, timeout=_limits.PROCESS, check=False)
 
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert resumed.stdout.splitlines()[0] == "in step 0"

@@ -1,10 +1,10 @@
 """The Dask backend against real clusters: exact through worker loss, rescaling, resume.
 
-Two clusters, each shared by the module: the session's ``distributed.LocalCluster`` of
-2 process workers in this process (`_dask.local`), and a scheduler plus 2 workers
-started as separate processes with the ``dask scheduler`` / ``dask worker`` commands
-(`_dask.CliCluster`). Every test runs on both and compares the stream, byte for byte,
-with the one made without workers. Loopback only, ephemeral ports, bounded waits.
+Two clusters, each shared by the session: a ``distributed.LocalCluster`` of 2 process
+workers in this process (`_dask.local`), and a scheduler plus 2 workers started as
+separate processes with the ``dask scheduler`` / ``dask worker`` commands (`_dask.cli`).
+Every test runs on both and compares the stream, byte for byte, with the one made
+without workers. Loopback only, ephemeral ports, bounded waits.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import _dask
+import _limits
 import _worker_fns as fns
 import numpy as np
 import psutil
@@ -24,8 +25,6 @@ import pytest
 
 import resumeloader
 from resumeloader import DaskOptions, RecordError, WorkerError, Workers
-
-pytestmark = pytest.mark.timeout(240)
 
 NUM_RECORDS, BATCH, EPOCHS = 40, 4, 2
 NUM_BATCHES = NUM_RECORDS // BATCH * EPOCHS
@@ -86,17 +85,18 @@ class _Cli:
     def remove_worker(self) -> None:
         first = self.cluster.workers.pop(0)  # one of the original workers, gracefully
         first.send_signal(signal.SIGTERM)
-        first.wait(30)
+        first.wait(_limits.EXIT)
 
     def settle(self, count: int = 2) -> None:
         _dask.wait_for(lambda: len(self.client.nthreads()) == count, f"{count} workers")
 
+    def close(self) -> None:
+        self.client.close()
 
-@pytest.fixture(scope="module")
+
+@pytest.fixture
 def cli_cluster():
-    cluster = _dask.CliCluster(2)
-    yield cluster
-    cluster.close()
+    return _dask.cli()
 
 
 @pytest.fixture(params=KINDS)
@@ -107,6 +107,8 @@ def cluster(request):
     handle.settle(2)
     yield handle
     handle.settle(2)
+    if not local:
+        handle.close()
 
 
 def _kill_a_busy_worker(client) -> list[str]:
@@ -186,7 +188,6 @@ def test_dask_checkpoint_resumes_on_a_fresh_cluster_of_another_size(cluster, ref
         fresh.close()
 
 
-@pytest.mark.timeout(240)
 @pytest.mark.parametrize("kind", KINDS)
 def test_dask_scheduler_killed_mid_epoch_raises_worker_error_then_resumes(
     kind, reference, tmp_path
@@ -311,7 +312,6 @@ class _LocalClusterProcess:
 # One run per kind of cluster (4 processes each, ~30 s on a shared 2-core machine): the
 # job only sees a scheduler address, whichever kind of cluster serves it.
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", KINDS)
 def test_dask_verify_keras_fit_killed_twice_reports_identical(kind, request, tmp_path,
                                                               monkeypatch):
@@ -336,7 +336,8 @@ def test_dask_verify_keras_fit_killed_twice_reports_identical(kind, request, tmp
 
     monkeypatch.setattr(_harness, "kill_and_restart", spy)
     argv = ["verify", "--workdir", str(tmp_path / "verify"), "--kill-at=step:4",
-            "--kill-at=step:10", "--timeout", "240", "--", sys.executable, str(script)]
+            "--kill-at=step:10", "--timeout", str(_limits.PROCESS), "--",
+            sys.executable, str(script)]
     try:
         status = cli.main(argv)
     finally:
@@ -347,3 +348,15 @@ def test_dask_verify_keras_fit_killed_twice_reports_identical(kind, request, tmp
     assert report.identical, str(report)
     assert (report.reference_steps, report.resumed_steps, report.processes) == (21, 21, 3)
     assert report.weights_identical is True
+
+
+def test_dask_workers_counts_reach_the_loaders_stats():
+    """Each Dask worker's stage counts travel back with its batches and add up exactly."""
+    loader = _loader(_Local().workers())
+    _ = [batch for batch in loader]
+    stats = loader.stats()
+    mapped = stats.stage("map_fn")
+    assert mapped is not None and (mapped.batches, mapped.records_in) == (NUM_BATCHES,
+                                                                          NUM_RECORDS * EPOCHS)
+    assert all(w.name.startswith("Dask worker tcp://127.0.0.1:") for w in stats.workers)
+    assert mapped.where.endswith("Dask workers") or mapped.where.startswith("Dask worker")

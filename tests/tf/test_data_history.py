@@ -12,6 +12,7 @@ import random
 import sys
 from pathlib import Path
 
+import _limits
 import _worker_fns
 import numpy as np
 import pytest
@@ -297,7 +298,7 @@ def test_curriculum_job_killed_before_and_after_the_change_resumes_exactly(tmp_p
     before the change and after the skip, trains on the uninterrupted run's batches."""
     report = harness.kill_and_restart(
         [sys.executable, str(SCRIPT)], kill_points=["step:3", "step:14"], workdir=tmp_path,
-        timeout=300,
+        timeout=_limits.PROCESS,
     )
     assert report.identical, "\n".join(report.details())
     assert report.weights_identical

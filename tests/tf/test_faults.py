@@ -2,8 +2,8 @@
 without a ``__main__`` guard. The job (scripts/fault_job.py) imports TensorFlow at the
 top, has no guard, and defines its map_fn and source in ``__main__``.
 
-Each test is bounded: a job that hangs fails the test (the bounds are far above the
-expected times, which benchmarks/faults.py measures).
+Each test is bounded: a job that hangs fails the test (the bounds, tests/_limits.py, are
+far above the expected times, which benchmarks/faults.py measures).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import signal
 
 import _faults
+import _limits
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -20,13 +21,15 @@ CTRL_C_CASES = [
     ("--workers", "0", "--prefetch", "2", "--stall", "source"),
     ("--workers", "2", "--worker-type", "thread", "--stall", "map"),
     ("--workers", "2", "--worker-type", "process", "--stall", "map"),
+    # A local Dask cluster (2 worker processes, each a nanny and its worker).
+    ("--workers", "2", "--worker-type", "dask", "--stall", "map"),
 ]
 CTRL_C_IDS = [
-    "0-workers-prefetch-thread-source-stall", "2-threads-map-stall", "2-processes-map-stall"
+    "0-workers-prefetch-thread-source-stall", "2-threads-map-stall", "2-processes-map-stall",
+    "dask-map-stall",
 ]
 
 
-@pytest.mark.timeout(300)
 def test_process_group_sigkill_leaves_nothing_and_resumes_exactly(tmp_path):
     """SIGKILL of the whole job (parent and workers): no process, no /dev/shm entry left;
     the restarted job consumes exactly the uninterrupted stream."""
@@ -43,43 +46,55 @@ def test_process_group_sigkill_leaves_nothing_and_resumes_exactly(tmp_path):
     assert _faults.records(tmp_path) == _faults.reference()
 
 
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("options", CTRL_C_CASES, ids=CTRL_C_IDS)
 def test_ctrl_c_on_stalled_job_exits(tmp_path, options):
     """One SIGINT to the job's process group while the map_fn or source stalls for an
-    hour: every process of the job exits (bounded wait: 60 s)."""
+    hour: every process of the job exits (bounded wait: `_limits.EXIT`)."""
     job = _faults.Job(tmp_path, *options)
     job.wait_for("stalling")
     pids = job.pids()
     job.signal_group(signal.SIGINT)
-    outcome = job.finish(pids, timeout=60)
+    outcome = job.finish(pids)
     assert outcome.processes_left == []
     assert outcome.returncode == -signal.SIGINT  # KeyboardInterrupt, not a hang or a crash
     assert outcome.shm_left == {}
 
 
-@pytest.mark.timeout(300)
+def test_ctrl_c_mid_epoch_of_dataset_on_local_dask_cluster_exits(tmp_path):
+    """One SIGINT to the process group of a job iterating ``dataset()`` on a local Dask
+    cluster, between batches: the job and its cluster's processes all exit (bounded
+    wait: `_limits.EXIT`)."""
+    options = ("--workers", "2", "--worker-type", "dask", "--consume", "dataset")
+    job = _faults.Job(tmp_path, *options, "--step-seconds", "0.05")
+    job.wait_for("batch 5")
+    pids = job.pids()
+    job.signal_group(signal.SIGINT)
+    outcome = job.finish(pids)
+    assert len(pids) >= 5  # the job, 2 nannies and their 2 worker processes
+    assert outcome.processes_left == []
+    assert outcome.returncode == -signal.SIGINT
+
+
 def test_parent_sigkill_during_stalled_map_fn_workers_exit(tmp_path):
     """SIGKILL of the parent alone while a worker sits in an hour-long map_fn: the
-    workers exit on their own (bounded wait: 30 s, far below the stall)."""
+    workers exit on their own (bounded wait: `_limits.EXIT`, far below the stall)."""
     job = _faults.Job(tmp_path, "--stall", "map")
     job.wait_for("stalling")
     pids = job.pids()
     os.kill(job.proc.pid, signal.SIGKILL)
-    outcome = job.finish(pids, timeout=30)
+    outcome = job.finish(pids)
     assert len(pids) == 3
     assert outcome.processes_left == []
     assert outcome.shm_left == {}
 
 
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("stdin_script", [False, True], ids=["script-file", "python-stdin"])
 def test_script_without_main_guard_runs_once_with_process_workers(tmp_path, stdin_script):
     """A script with no __main__ guard that imports TensorFlow at the top, its map_fn in
     __main__, runs once with 2 process workers and yields the exact stream; the workers
     import neither the script nor TensorFlow."""
     job = _faults.Job(tmp_path, "--tf-flag", stdin_script=stdin_script)
-    done = job.wait_for("done", timeout=240)
+    done = job.wait_for("done", timeout=_limits.PROCESS)
     outcome = job.finish([job.proc.pid])
     assert outcome.returncode == 0
     assert [line for line in outcome.output if line.startswith("start")] == [

@@ -6,6 +6,7 @@ import itertools
 import subprocess
 import sys
 
+import _limits
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -203,7 +204,7 @@ def test_array_source_dataset_peak_memory_bounded(where, num_loaders, tmp_path):
         [sys.executable, "-c", _MEMORY_CODE, where, "3000000", str(num_loaders)],
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=_limits.PROCESS,
         check=True,
     )
     added = float(result.stdout.strip().splitlines()[-1])

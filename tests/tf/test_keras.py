@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
+import _exits
 import _keras_job as job
+import _limits
 import _pages
 import keras
 import numpy as np
@@ -280,18 +281,17 @@ def test_epoch_dataset_not_a_loader_raises():
 
 @pytest.mark.slow
 def test_fit_killed_by_sigkill_resumes_same_batches_and_weights(tmp_path, tmp_path_factory):
-    """A fit SIGKILLed mid-epoch in a subprocess and restarted equals the uninterrupted fit."""
+    """A fit SIGKILLed mid-epoch in a subprocess and restarted equals the uninterrupted fit
+    (both processes forked in turn from one warm interpreter that imported TensorFlow)."""
     want_log, want_weights = reference(tmp_path_factory, "epoch-dataset")
-    script = Path(job.__file__)
-    root = script.parent.parent
     ckpt, output = tmp_path / "ckpt", tmp_path / "result.json"
-    command = [sys.executable, str(script), str(ckpt), str(output), str(EPOCHS)]
-    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
-    killed = subprocess.run([*command, "10"], cwd=root, env=env, capture_output=True, timeout=120)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
-    assert not output.exists()
-    resumed = subprocess.run(command, cwd=root, env=env, capture_output=True, timeout=120)
-    assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
+    args = [str(ckpt), str(output), str(EPOCHS)]
+    jobs = [{"script": job.__file__, "args": [*args, "10"], "log": str(tmp_path / "killed.log")},
+            {"script": job.__file__, "args": args, "log": str(tmp_path / "resumed.log")}]
+    killed, resumed = _exits.run_forked(jobs, workdir=tmp_path, parallel=1,
+                                        limit=_limits.EXIT, timeout=2 * _limits.PROCESS)
+    assert killed["returncode"] == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-2000:]
+    assert resumed["returncode"] == 0, (tmp_path / "resumed.log").read_text()[-2000:]
     result = json.loads(output.read_text())
     log = {int(k): v for k, v in result["log"].items()}
     first = min(log)
@@ -514,7 +514,8 @@ def test_verify_proving_it_keras_script_killed_twice_is_identical(tmp_path):
     # Mid-epoch 6 (saved EarlyStopping state and metrics matter) and mid-epoch 7, the
     # epoch at whose end the uninterrupted run stops (56 steps of 7 per epoch).
     argv = ["verify", "--workdir", str(tmp_path / "verify"), "--kill-at=step:45",
-            "--kill-at=step:52", "--timeout", "240", "--", sys.executable, str(script)]
+            "--kill-at=step:52", "--timeout", str(_limits.PROCESS), "--", sys.executable,
+            str(script)]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_harness, "kill_and_restart", spy)
         status = cli.main(argv)

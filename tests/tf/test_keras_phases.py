@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import _keras_phases as job
+import _limits
 import numpy as np
 import pytest
 
@@ -128,7 +129,7 @@ def test_verify_keras_fit_killed_in_every_phase_is_identical(tmp_path):
 
     report = harness.kill_and_restart(
         [sys.executable, str(Path(job.__file__)), "outputs"], kill_points=points,
-        workdir=work, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "3"},
+        workdir=work, timeout=_limits.PROCESS, env={"TF_CPP_MIN_LOG_LEVEL": "3"},
     )
 
     assert report.identical, str(report)

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 
+import _limits
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -511,7 +512,7 @@ def test_checkpoint_restored_in_new_process_continues_stream(tmp_path):
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=_limits.PROCESS,
         check=False,
     )
 

@@ -442,7 +442,6 @@ def test_mix_inspect_reports_offset_in_mixture_epoch():
 
 # -- across processes: SIGKILL and resume through `resumeloader verify` ---------------------
 @pytest.mark.slow
-@pytest.mark.timeout(300)  # four TensorFlow processes in turn, on a loaded machine
 def test_mix_verify_sigkill_70_30_mixture_reports_identical(tmp_path, capsys):
     """The 70/30 mixture job killed with SIGKILL twice resumes identically (one kill mid-save)."""
     argv = [

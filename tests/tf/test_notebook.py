@@ -12,6 +12,7 @@ import pathlib
 import re
 from typing import Any
 
+import _limits
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -24,13 +25,14 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The notebook after executing every cell in a fresh python3 kernel."""
+    """The notebook after executing every cell in a fresh python3 kernel (once it is
+    ready: nbclient waits for its first answer, up to `_limits.START`)."""
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     workdir = tmp_path_factory.mktemp("notebook")
     client = NotebookClient(
         notebook,
-        timeout=180,
-        startup_timeout=120,
+        timeout=_limits.PROCESS,  # per cell: a hang only
+        startup_timeout=_limits.START,
         kernel_name="python3",
         resources={"metadata": {"path": str(workdir)}},
     )

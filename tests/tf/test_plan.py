@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 
+import _limits
 import pytest
 from _objstore_fixtures import put_tfrecords
 
@@ -208,7 +209,7 @@ def test_plan_of_a_pipeline_factory_imports_no_tensorflow(tmp_path):
         "print('tensorflow' in sys.modules, status)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
+                            timeout=_limits.PROCESS)
     assert result.stdout.strip().splitlines()[-1] == "False 0", result.stderr
     kinds = [json.loads(line)["kind"] for line in result.stdout.splitlines()[:-1]]
     assert kinds.count("row") == 10 and kinds.count("shuffle") == 2

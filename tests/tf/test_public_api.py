@@ -61,9 +61,10 @@ FROM_PIPELINE_PARAMETERS = [
 LOADER_MEMBERS = [
     "advance", "batch_at", "batch_size", "batches_left_in_epoch", "batches_per_epoch",
     "close", "dataset", "describe", "deserialize", "drop_remainder", "element_spec", "epoch",
-    "excluding_in_flight", "exhausted", "from_pipeline", "get_state", "num_epochs",
+    "excluding_in_flight", "exhausted", "from_pipeline", "get_state", "log_stats", "num_epochs",
     "num_records", "pipeline", "plan", "position", "records_at", "sampler", "seed",
-    "serialize", "set_state", "shard", "start_prefetch", "step", "with_metadata", "workers",
+    "serialize", "set_state", "shard", "start_prefetch", "stats", "step", "with_metadata",
+    "workers", "write_summaries",
 ]
 STAGES = [
     "BatchMapStage", "BatchStage", "BlockStage", "BucketStage", "FixedBatchStage", "Group",

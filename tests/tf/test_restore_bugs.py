@@ -19,6 +19,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import _limits
 import _pipelines
 import numpy as np
 import pytest
@@ -117,7 +118,7 @@ def test_resume_with_op_determinism_equals_uninterrupted_stream():
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=_limits.PROCESS,
         check=False,
     )
 

@@ -87,8 +87,10 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -
         try:
             async with gate:
                 _counts["gets"] += 1
-                left = max(0.001, min(reads.timeout, deadline - loop.time()))
+                sent = loop.time()
+                left = max(0.001, min(reads.timeout, deadline - sent))
                 data = await asyncio.wait_for(protocols.get_once(obj, start, stop), left)
+                _counts["get_ns"] += int((loop.time() - sent) * 1e9)
             if len(data) != stop - start:
                 raise _ShortBody(errno.EIO, f"short body: {len(data)} of {stop - start} bytes")
             _counts["bytes"] += len(data)
@@ -205,8 +207,11 @@ def read(
         found = [spans.Span(a, b, _submit(o, a, b, reads), False) for o, a, b in ranges]
     out = []
     wait = reads.deadline + reads.timeout + 5.0
+    _counts["ranges"] += len(ranges)
     for (_, start, stop), span in zip(ranges, found, strict=True):
         assert span is not None
+        if span.future.done():
+            _counts["cached"] += 1
         try:
             data = span.future.result(timeout=wait)
         except concurrent.futures.TimeoutError as err:
@@ -320,8 +325,11 @@ class DryReads:
 
 
 def stats() -> dict[str, int]:
-    """This process's GETs (tries included), retries and bytes received so far."""
-    return {key: int(_counts[key]) for key in ("gets", "retries", "bytes")}
+    """This process's GETs (tries included), retries, bytes received and nanoseconds
+    spent in GETs so far; and the ranges read and how many of them were read already
+    (by an earlier GET or read-ahead) when asked for."""
+    return {key: int(_counts[key])
+            for key in ("gets", "retries", "bytes", "get_ns", "ranges", "cached")}
 
 
 def clear() -> None:

@@ -173,12 +173,15 @@ def test_index_is_kept_by_version_so_a_second_build_reads_no_object(s3_store, tm
 
 
 def test_sidecar_index_lets_a_fresh_machine_skip_the_scan(s3_store, tmp_path, monkeypatch, capsys):
-    """`resumeloader index URL` writes sidecars; a fresh cache reads them, not the objects."""
+    """`resumeloader index URL` writes sidecars (a progress bar on stderr); a fresh cache reads
+    them, not the objects."""
     url, every = put_tfrecords(s3_store, files=3, count=50)
     for key, value in s3_store.environment.items():
         monkeypatch.setenv(key, value)
     assert cli.main(["index", url]) == 0
-    assert "3 objects, 150 records" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "3 objects, 150 records" in printed.out
+    assert "3/3 files, 150 records" in printed.err  # the progress display, on stderr
     fetch.clear()
     s3_store.proxy.clear()
     src = source(s3_store, url, tmp_path / "fresh")

@@ -11,7 +11,7 @@ import _worker_fns as fns
 import numpy as np
 import pytest
 
-from resumeloader import DaskOptions, Pipeline, RecordError, Workers
+from resumeloader import DaskOptions, Pipeline, RecordError, Tuning, Workers
 from resumeloader.stages.plan import Plan
 from resumeloader.workers import backend, produce, registry
 
@@ -21,6 +21,8 @@ EXAMPLES = {
     "thread": Workers(2, kind="thread", window=3),
     "process": Workers(2, kind="process"),
     "dask": None,  # the session's LocalCluster, started on first use: `_workers("dask")`
+    # Every two batches another kind or count: the stream must not change.
+    "auto": Workers("auto", options=Tuning(decide=fns.flip_workers)),
 }
 KINDS = sorted(registry.BACKENDS)
 

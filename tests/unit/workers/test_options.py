@@ -32,10 +32,16 @@ def test_workers_default_kind_follows_the_number_of_workers():
      ({"window": 3}, ValueError, "`window` needs num_workers >= 1"),
      ({"num_workers": 2, "kind": "inline"}, ValueError, "kind='inline'"),
      ({"kind": "thread"}, ValueError, "kind='thread' needs num_workers >= 1"),
-     ({"kind": "process"}, ValueError, "kind='process' needs num_workers >= 1")],
+     ({"kind": "process"}, ValueError, "kind='process' needs num_workers >= 1"),
+     ({"num_workers": "fast"}, ValueError, "a non-negative integer or 'auto'"),
+     ({"num_workers": "auto", "kind": "thread"}, ValueError, "'auto' without a kind"),
+     ({"num_workers": 2, "kind": "auto"}, ValueError, "chooses the number of workers"),
+     ({"kind": "auto", "window": 2}, ValueError, "`window` is not an option of kind='auto'"),
+     ({"kind": "auto", "options": 3}, TypeError, "a Tuning or None")],
     ids=["negative", "float", "unknown-kind", "timeout-zero", "timeout-nan", "timeout-str",
          "window-zero", "timeout-inline", "window-inline", "inline-with-workers",
-         "threads-without-workers", "processes-without-workers"],
+         "threads-without-workers", "processes-without-workers", "fast", "auto-thread",
+         "auto-count", "auto-window", "auto-options"],
 )
 def test_workers_invalid_raises_naming_field(kwargs, error, fragment):
     """Each invalid field, or one its kind cannot take, is refused on construction."""

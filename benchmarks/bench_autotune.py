@@ -1,0 +1,148 @@
+"""``Workers("auto")`` against hand-picked workers and tf.data's AUTOTUNE, same ``map_fn``.
+
+    python benchmarks/bench_autotune.py [--quick]
+
+(w) Records/s in steady state and CPU microseconds per record (the process and its
+    worker processes), batch 128, endless shuffled loaders, for three ``map_fn``s:
+    (a) GIL-holding pure Python (`_common.burn_python`, calibrated to ~2 ms per
+    record), (b) GIL-releasing NumPy (`_common.numpy_work`, 64x64 matrix products,
+    single-threaded BLAS) and (c) a cheap stage (`_common.identity`). Contenders:
+    resumeloader with 0 workers, 2 thread and 2 process workers (`bench_map_fn.py`'s
+    contenders), ``Workers("auto")`` and plain tf.data with the same function in
+    ``map(numpy_function, num_parallel_calls=AUTOTUNE)``. The hand-picked ones and tf.data
+    are measured after 4 batches (start-up excluded); ``Workers("auto")`` after it
+    decided (its trials excluded: their batches and seconds are in the table, with the
+    decision). Interleaved rounds, medians (`_common.interleaved`).
+
+Absolute numbers depend on the machine and its load; the ratios in one run are the
+result.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+import _common  # noqa: E402
+import _results  # noqa: E402
+import bench_map_fn  # noqa: E402
+import numpy as np  # noqa: E402
+from _common import BATCH, SEED  # noqa: E402
+from _results import Column, Report, Table, Target  # noqa: E402
+
+ZERO, THREADS, PROCESSES = "0 workers", "2 thread workers", "2 process workers"
+AUTO, TF = "`Workers(\"auto\")`", "tf.data `map(numpy_function, AUTOTUNE)`"
+HAND_PICKED = (ZERO, THREADS, PROCESSES)
+# What each Workers("auto") loader decided, per workload: (decision, batches, seconds).
+_DECIDED: dict[str, list[tuple[str, int, float]]] = {}
+
+
+def _auto_rate(source: np.ndarray, fn: Callable[..., Any], workload: str) -> Callable[[], float]:
+    """Records/s of a fresh Workers("auto") loader once it decided (trials excluded)."""
+    import resumeloader
+
+    def measure() -> float:
+        start = time.perf_counter()
+        loader = resumeloader.ResumableLoader(
+            source, batch_size=BATCH, seed=SEED, map_fn=fn, workers=resumeloader.Workers("auto"))
+        iterator = iter(loader)
+        batches = 0
+        while not loader.stats().decisions:
+            next(iterator)
+            batches += 1
+        decision = loader.stats().decisions[-1]
+        chosen = f"{decision['kind']} x {decision['num_workers']}"
+        _DECIDED.setdefault(workload, []).append(
+            (chosen, batches, time.perf_counter() - start))
+        print(f"  auto decided {chosen} after {batches} batches: {decision['why']}",
+              file=sys.stderr)
+        rate = _common.steady_rate(lambda: iterator)
+        loader.close()
+        return rate
+
+    return measure
+
+
+def _workload(name: str, source: np.ndarray, fn: Callable[..., Any],
+              rounds: int) -> tuple[dict[str, float], dict[str, float | None]]:
+    contenders = {
+        ZERO: bench_map_fn._ours(source, fn),
+        THREADS: bench_map_fn._ours(source, fn, 2),
+        PROCESSES: bench_map_fn._ours(source, fn, 2, "process"),
+        AUTO: _auto_rate(source, fn, name),
+        TF: lambda: _common.steady_rate(lambda: _common.plain_tf(source, fn)),
+    }
+    rates = _common.interleaved(contenders, rounds)
+    return rates, {name: _common.cpu_us(name) for name in contenders}
+
+
+def autotune(quick: bool) -> tuple[Table, list[Target]]:
+    rounds = 1 if quick else 3
+    start = _results.load_average()
+    gil_us = _common.calibrate_burn(2000.0)
+    small = np.random.default_rng(1).random((4_000, 16), np.float32)
+    mats = np.random.default_rng(2).random((4_000, 64, 64), np.float32)
+    numpy_us = _common.per_call_us(_common.numpy_work, mats[0], 500)
+    cheap_us = _common.per_call_us(_common.identity, small[0], 2_000)
+    workloads = {
+        f"(a) GIL-holding Python (~{gil_us / 1000:.1f} ms)": (small, _common.burn_python),
+        f"(b) GIL-releasing NumPy (~{numpy_us:.0f} us)": (mats, _common.numpy_work),
+        f"(c) cheap stage (~{cheap_us:.1f} us)": (small, _common.identity),
+    }
+    measured = {name: _workload(name, source, fn, rounds)
+                for name, (source, fn) in workloads.items()}
+    table = Table(
+        "autotune", "(w) `Workers(\"auto\")` against hand-picked workers and tf.data AUTOTUNE",
+        "bench_autotune.py",
+        f"Batch {BATCH}, endless shuffled loaders; records/s after 4 batches (start-up "
+        "excluded; `Workers(\"auto\")`: after its decision), median of "
+        f"{rounds} interleaved round(s); CPU budget {os.cpu_count()} cores. 'decided' is "
+        "what `Workers(\"auto\")` chose in each round, after how many batches and seconds.",
+        [Column("workload", "workload"), Column("pipeline", "pipeline"),
+         Column("rate", "records/s", ",.0f"), _results.cpu_column(),
+         Column("vs_best", "/ best hand-picked", ".2f"), Column("decided", "decided")],
+    )
+    targets = []
+    for workload, (rates, cpus) in measured.items():
+        best = max(HAND_PICKED, key=lambda n: rates[n])
+        for name, rate in rates.items():
+            decided = ""
+            if name == AUTO:
+                decided = "; ".join(f"{c} ({b} batches, {s:.1f} s)"
+                                    for c, b, s in _DECIDED.get(workload, []))
+            table.add(workload=workload, pipeline=name, rate=rate, cpu_us=cpus[name],
+                      vs_best=rate / rates[best], decided=decided)
+        label = workload.split(" (~")[0]
+        targets += [
+            Target(f"(w) {label}: auto / best hand-picked ({best})", rates[AUTO] / rates[best],
+                   0.9, item="31.4, autotune"),
+            Target(f"(w) {label}: auto / tf.data AUTOTUNE", rates[AUTO] / rates[TF], 1.0,
+                   item="31.4, autotune",
+                   cpu_value=cpus[TF] / cpus[AUTO] if cpus[TF] and cpus[AUTO] else None),
+        ]
+    table.finish(start)
+    return table, targets
+
+
+def run(quick: bool) -> Report:
+    """The table and its targets."""
+    table, targets = autotune(quick)
+    return Report([table], targets)
+
+
+def main() -> None:
+    _common.script_main(run, __doc__, "one round")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""`Place`, `Lap`: what one place counts of a loader's stages — per batch, never per record.
+
+Each place where stages run — the thread handing batches out, each worker thread, a
+worker process, a Dask worker — counts into its own `Place`, so no two threads write
+the same counter and no lock is taken on the hot path. A batch's run through a chain
+of stages at a place is a *lap* of some kind (the producer's, the sampler's, the
+hand-off's): every lap is counted (laps and records, exactly), and one lap in
+`every` of each kind (from the second on: `timed_lap`) is *timed*: at each stage
+boundary `Lap.lap` reads ``time.perf_counter_ns`` once and adds to that stage's
+`Meter`. On one timed lap in `CPU_EVERY` the thread's CPU time
+(``time.thread_time_ns``, a system call) is read at the same boundaries. A stage's
+figures are the timed laps' scaled by laps / timed laps
+(`resumeloader.core.stats.Stats`): its time is an estimate from one batch in `every`,
+its batches and records are exact. Timing every batch would cost more than the
+cheapest pipelines spend per batch; the environment variable
+``RESUMELOADER_STATS=all`` times every batch (`every` 1, for profiling),
+``RESUMELOADER_STATS=0`` counts nothing.
+
+A place in another process sends what it counted since its last reply (`Place.take`)
+with the batch it made; the loader's `resumeloader.core.board.Board` merges it.
+Counting never changes a batch. Pure Python: no NumPy, no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+__all__ = [
+    "CPU_EVERY", "ENV", "EVERY", "FIELDS", "HAND_OUT", "KIND_FIELDS", "SPLIT_EVERY",
+    "WORKER_THREADS", "Kind", "Lap", "Meter", "Place", "enabled", "every", "timed", "timed_lap",
+]
+
+#: The environment variable: ``0`` (or ``off``) counts nothing, ``all`` times every
+#: batch, anything else (or unset) one batch in `EVERY`.
+ENV = "RESUMELOADER_STATS"
+#: By default a place times one lap in this many of each kind (`timed_lap`).
+EVERY = 8
+#: A timed lap reads the thread's CPU time on one in this many timed laps.
+CPU_EVERY = 4
+#: A timed lap times a record loop's parts on one in this many timed laps.
+SPLIT_EVERY = 16
+#: The place every thread that is not a worker thread counts in.
+HAND_OUT = "hand-out"
+#: The name prefix of worker threads (each counts in a place of its own).
+WORKER_THREADS = "resumeloader-worker-"
+#: What a `Meter` counts, in the order `Meter.values` gives them.
+FIELDS = ("batches", "records_in", "records_out", "bytes_out", "wall_ns", "cpu_ns", "cpu_wall_ns")
+#: What a `Kind` counts, in the order `Kind.values` gives them.
+KIND_FIELDS = ("laps", "timed", "records", "timed_records")
+
+_now = time.perf_counter_ns
+_cpu = time.thread_time_ns
+_OFF = ("0", "off", "false", "no")
+
+
+def timed_lap(number: int, every: int) -> bool:
+    """Whether lap `number` (from 1) is timed: with `every` 1 each one, else the second
+    and then one in `every` (the first carries start-up costs — TensorFlow's first
+    conversion, a worker's imports — that would weigh as `every` laps)."""
+    return every == 1 or (number >= 2 and (number - 2) % every == 0)
+
+
+def enabled() -> bool:
+    """Whether loaders made now count (``RESUMELOADER_STATS`` is not ``0``/``off``)."""
+    return os.environ.get(ENV, "1").strip().lower() not in _OFF
+
+
+def every() -> int:
+    """One lap in how many is timed: 1 with ``RESUMELOADER_STATS=all``, else `EVERY`."""
+    return 1 if os.environ.get(ENV, "").strip().lower() == "all" else EVERY
+
+
+class Meter:
+    """What one stage did on the timed laps at one place: batches, records in and out,
+    bytes out, wall time, and the CPU time and wall time of the laps whose CPU time
+    was read.
+
+    Attributes:
+        kind: the kind of the laps that time it (`Place.lap`).
+    """
+
+    __slots__ = (*FIELDS, "kind")
+
+    def __init__(self) -> None:
+        self.batches = self.records_in = self.records_out = self.bytes_out = 0
+        self.wall_ns = self.cpu_ns = self.cpu_wall_ns = 0
+        self.kind = ""
+
+    def values(self) -> tuple[int, ...]:
+        """The counts, in `FIELDS` order."""
+        return (self.batches, self.records_in, self.records_out, self.bytes_out,
+                self.wall_ns, self.cpu_ns, self.cpu_wall_ns)
+
+    def add(self, values: tuple[int, ...] | list[int]) -> None:
+        """Adds counts given in `FIELDS` order."""
+        (batches, records_in, records_out, bytes_out, wall, cpu, cpu_wall) = values
+        self.batches += batches
+        self.records_in += records_in
+        self.records_out += records_out
+        self.bytes_out += bytes_out
+        self.wall_ns += wall
+        self.cpu_ns += cpu
+        self.cpu_wall_ns += cpu_wall
+
+
+class Kind:
+    """The laps of one kind at one place: all of them and the timed ones, with their
+    records; and the `Lap` object the timed ones reuse."""
+
+    __slots__ = (*KIND_FIELDS, "lap", "name")
+
+    def __init__(self, place: Place, name: str) -> None:
+        self.name = name
+        self.laps = self.timed = self.records = self.timed_records = 0
+        self.lap = Lap(place, self)
+
+    def values(self) -> tuple[int, ...]:
+        """The counts, in `KIND_FIELDS` order."""
+        return self.laps, self.timed, self.records, self.timed_records
+
+    def add(self, values: tuple[int, ...] | list[int]) -> None:
+        """Adds counts given in `KIND_FIELDS` order."""
+        self.laps += values[0]
+        self.timed += values[1]
+        self.records += values[2]
+        self.timed_records += values[3]
+
+
+class Place(dict[str, Meter]):
+    """The meters of one place, by stage name (a missing stage's meter is made on use).
+
+    Args:
+        name: the place (``"hand-out"``, ``"resumeloader-worker-0"``, ...).
+        parallel: how many calls it runs at once (tf.data's parallel map: the cores).
+        every: it times one lap in this many of each kind.
+    """
+
+    def __init__(self, name: str, *, parallel: int = 1, every: int = EVERY) -> None:
+        super().__init__()
+        self.name = name
+        self.parallel = parallel
+        self.every = every
+        self.born_ns = _now()
+        #: Nanoseconds it has existed, as its own process tells (a remote place).
+        self.alive_ns: int | None = None
+        #: CPU nanoseconds of its whole process, as that process tells (a remote place).
+        self.process_cpu_ns: int | None = None
+        #: Nanoseconds measured per stage on the sampled records of record-by-record
+        #: loops (how `Lap.split` divides such a loop's time among its stages).
+        self.shares: dict[str, int] = {}
+        #: The laps of each kind.
+        self.kinds: dict[str, Kind] = {}
+        self._sent: dict[str, tuple[int, ...]] = {}
+        self._sent_kinds: dict[str, tuple[int, ...]] = {}
+
+    def __missing__(self, stage: str) -> Meter:
+        meter = self[stage] = Meter()
+        return meter
+
+    def lap(self, kind: str, records: int) -> Lap | None:
+        """Counts a lap of `kind` over `records` records; returns its `Lap`, restarted
+        now, if this lap is timed (`timed_lap`), else None."""
+        counter = self.kinds.get(kind)
+        if counter is None:
+            counter = self.kinds[kind] = Kind(self, kind)
+        counter.laps += 1
+        counter.records += records
+        if not timed_lap(counter.laps, self.every):
+            return None
+        counter.timed += 1
+        counter.timed_records += records
+        lap = counter.lap
+        lap.splits = counter.timed % SPLIT_EVERY == 1
+        lap.sampled = counter.timed % CPU_EVERY == 1
+        lap._cpu = _cpu() if lap.sampled else -1
+        lap._last = _now()
+        return lap
+
+    def take(self) -> tuple[str, int, int, dict[str, Any]]:
+        """What was counted since the last `take`, to send to the board that hands
+        batches out: ``(name, ns alive, process CPU ns, changes)``."""
+        changed: dict[str, Any] = {}
+        for stage, meter in list(self.items()):
+            values = meter.values()
+            sent = self._sent.get(stage)
+            if values != sent:
+                changed[stage] = (meter.kind, _minus(values, sent))
+                self._sent[stage] = values
+        kinds = {}
+        for kind, counter in list(self.kinds.items()):
+            values = counter.values()
+            sent = self._sent_kinds.get(kind)
+            if values != sent:
+                kinds[kind] = _minus(values, sent)
+                self._sent_kinds[kind] = values
+        return (self.name, _now() - self.born_ns, time.process_time_ns(),
+                {"stages": changed, "kinds": kinds})
+
+    def merge(self, changes: dict[str, Any]) -> None:
+        """Adds the changes another process's place sent (`take`)."""
+        for stage, (kind, values) in changes["stages"].items():
+            meter = self[stage]
+            meter.kind = kind
+            meter.add(values)
+        for kind, values in changes["kinds"].items():
+            counter = self.kinds.get(kind)
+            if counter is None:
+                counter = self.kinds[kind] = Kind(self, kind)
+            counter.add(values)
+
+
+def _minus(values: tuple[int, ...], sent: tuple[int, ...] | None) -> tuple[int, ...]:
+    return values if sent is None else tuple(a - b for a, b in zip(values, sent, strict=True))
+
+
+class Lap:
+    """A timed lap: one batch through consecutive stages at one place; `lap` closes
+    the stage that ran since the previous boundary.
+
+    Attributes:
+        place: where it runs (its meters by stage name).
+        kind: its kind's counts.
+        sampled: whether this lap reads the thread's CPU time.
+        splits: whether its record loops are timed part by part
+            (`resumeloader.workers.timing.split`).
+    """
+
+    __slots__ = ("_cpu", "_last", "kind", "place", "sampled", "splits")
+
+    def __init__(self, place: Place, kind: Kind) -> None:
+        self.place = place
+        self.kind = kind
+        self.sampled = self.splits = False
+        self._last = _now()
+        self._cpu = -1
+
+    def _close(self, meter: Meter) -> int:
+        """Adds the time since the previous boundary to `meter`; returns it."""
+        now = _now()
+        wall = now - self._last
+        meter.wall_ns += wall
+        if self._cpu >= 0:
+            cpu = _cpu()
+            meter.cpu_ns += cpu - self._cpu
+            meter.cpu_wall_ns += wall
+            self._cpu = cpu
+        self._last = now
+        return wall
+
+    def lap(self, meter: Meter, records: int, nbytes: int = 0, *, out: int | None = None) -> int:
+        """Closes a stage of `records` records in (`out` out, default the same) and
+        `nbytes` bytes out: its time since the previous boundary goes to `meter`.
+        Returns that time in ns."""
+        meter.kind = self.kind.name
+        meter.batches += 1
+        meter.records_in += records
+        meter.records_out += records if out is None else out
+        meter.bytes_out += nbytes
+        return self._close(meter)
+
+    def more(self, meter: Meter) -> None:
+        """Adds the time since the previous boundary to `meter` (a stage already counted
+        for this batch, e.g. its batches' encoding after the batch map stages)."""
+        self._close(meter)
+
+    def split(self, shares: list[tuple[Meter, int]], records: int) -> None:
+        """Closes several stages that ran interleaved (record by record) since the
+        previous boundary: the time is divided among the meters in proportion to
+        `shares` (each a meter and the ns measured on its sampled records)."""
+        now = _now()
+        wall = now - self._last
+        cpu = _cpu() if self._cpu >= 0 else -1
+        total = sum(ns for _, ns in shares) or 1
+        name = self.kind.name
+        for meter, ns in shares:
+            part = wall * ns // total
+            meter.kind = name
+            meter.batches += 1
+            meter.records_in += records
+            meter.records_out += records
+            meter.wall_ns += part
+            if cpu >= 0:
+                meter.cpu_ns += (cpu - self._cpu) * ns // total
+                meter.cpu_wall_ns += part
+        if cpu >= 0:
+            self._cpu = cpu
+        self._last = now
+
+
+def timed(iterator: Any, place_of: Any, stage: str, records: Any) -> Any:
+    """`iterator`'s items, each `next` a lap of kind `stage` at ``place_of()`` (the
+    calling thread's place, asked once), timed into its meter `stage` on one lap in
+    `Place.every`, with ``records(item)`` records. (The laps of `Place.lap`, inline:
+    this runs once per batch, for the cheapest of stages.)"""
+    it = iter(iterator)
+    place = place_of()
+    meter = place[stage]
+    kind = place.kinds.get(stage)
+    if kind is None:
+        kind = place.kinds[stage] = Kind(place, stage)
+    every = place.every
+    while True:
+        timing = timed_lap(kind.laps + 1, every)
+        start = _now() if timing else 0
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        count = records(item)
+        kind.laps += 1
+        kind.records += count
+        if timing:
+            meter.wall_ns += _now() - start
+            meter.kind = stage
+            meter.batches += 1
+            meter.records_in += count
+            meter.records_out += count
+            kind.timed += 1
+            kind.timed_records += count
+        yield item
+
+

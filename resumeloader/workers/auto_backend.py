@@ -1,0 +1,307 @@
+"""`AutoBackend`: ``Workers("auto")``, batches made by the backend the measurements choose.
+
+It runs one backend (no workers, threads or processes) at a time and may change to
+another at any batch boundary inside an iteration: the tasks the old one took and did
+not hand back are given to the new one, first (a task is a pure function of the
+pipeline and its position: made again, it gives the same bytes), so no batch is lost
+or repeated and the stream is that of ``Workers()``. What to run comes from
+`resumeloader.workers.tuning` (trial windows, then settled, re-checked every
+`Tuning.every` batches); each decision is logged (INFO, ``resumeloader.workers``) and
+kept on the loader's board (``loader.stats().decisions``). No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from resumeloader.stages import plan as plan_lib
+from resumeloader.workers import backend, options, produce, timing, tuning
+
+__all__ = ["LOGGER", "AutoBackend"]
+
+LOGGER = logging.getLogger("resumeloader.workers")
+Task = plan_lib.Task
+Choice = tuning.Choice
+_now = time.perf_counter_ns
+_cpu = time.thread_time_ns
+
+
+class AutoBackend:
+    """``Workers("auto")``: the worker kind and count chosen, and re-chosen, from measured
+    batches, under a CPU and a RAM budget (`tuning.Tuning`, given as ``options=``).
+
+    Args:
+        workers: its options (``num_workers`` 0; ``timeout`` passed on to the workers).
+        producer: what makes each task's batches.
+    """
+
+    kind: ClassVar[str] = "auto"
+    option_fields: ClassVar[tuple[str, ...]] = ("timeout",)
+    options_type: ClassVar[type | None] = tuning.Tuning
+    # No workers asked for: a path that makes batches in TensorFlow without Python (in-memory
+    # arrays gathered) is taken, as with no workers; otherwise this backend makes them.
+    parallel: ClassVar[bool] = False
+
+    def __init__(self, workers: options.Workers, producer: produce.BatchProducer) -> None:
+        self._workers = workers
+        self._producer = producer
+        self._tuning: tuning.Tuning = workers.options
+        try:
+            backend.check_picklable(producer.pipeline, kind="process")
+            picklable = True
+        except TypeError:
+            picklable = False
+        self._tuner = tuning.Tuner(
+            cpus=tuning.cpu_budget(self._tuning), memory=tuning.memory_budget(self._tuning),
+            processes=picklable,
+        )
+        self._clock = _Clock()
+        self._timed = _TimedProducer(producer, self._clock)
+        self._lock = threading.Lock()
+        self._children: dict[Choice, Any] = {}
+        self._choice = self._tuner.restart()
+        self._trial: _Trial | None = _Trial(self._choice, self._tuning)
+        self._handed = 0  # batches handed out, over every run
+        self._settled_at = 0
+        #: Every decision: ``{"batch", "kind", "num_workers", "why"}``.
+        self.decisions: list[dict[str, Any]] = []
+
+    @classmethod
+    def check(cls, workers: options.Workers) -> None:
+        if workers.num_workers:
+            msg = (
+                "kind='auto' chooses the number of workers itself. Received: "
+                f"num_workers={workers.num_workers}. Expected: Workers('auto'), or a number "
+                "with kind='thread' or 'process'."
+            )
+            raise ValueError(msg)
+
+    # -- what it runs now ----------------------------------------------------------------
+    @property
+    def choice(self) -> Choice:
+        """The kind and count making batches now."""
+        return self._choice
+
+    @property
+    def reads_in_this_process(self) -> bool:
+        return self._child(self._choice).reads_in_this_process
+
+    @property
+    def window(self) -> int:
+        """The most tasks in flight: the largest window of the backends it ran."""
+        current = self._child(self._choice)
+        with self._lock:
+            return max([current.window, *(c.window for c in self._children.values())])
+
+    def _child(self, choice: Choice) -> Any:
+        with self._lock:
+            child = self._children.get(choice)
+            if child is None:
+                workers = options.Workers(
+                    choice.num_workers, kind=choice.kind,
+                    timeout=self._workers.timeout if choice.num_workers else None,
+                )
+                made = self._producer if choice.kind == "process" else self._timed
+                child = self._children[choice] = workers.backend(made)  # type: ignore[arg-type]
+            return child
+
+    # -- the run ---------------------------------------------------------------------
+    def start(self) -> None:
+        pass  # the chosen backend starts with the run
+
+    def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, produce.Produced]]:
+        feed = _Feed(tasks)
+        asked = _now()
+        while True:
+            choice = self._choice
+            produced = self._child(choice).run(feed.tasks())
+            try:
+                for task, made in produced:
+                    feed.handed(task)
+                    got = _now()
+                    yield task, made
+                    held = _now()
+                    self._after(made, got - asked, held - got)
+                    asked = held
+                    if self._choice != choice:
+                        break
+                else:
+                    return
+            finally:
+                produced.close()
+            feed.rewind()  # what the old backend took and did not hand back comes first
+            if self._trial is None and self._tuning.decide is None:
+                self._stop_processes()  # settled: process workers not chosen free their memory
+
+    def _after(self, made: produce.Produced, wait: int, hold: int) -> None:
+        """Counts a batch handed out; decides what makes the next ones."""
+        self._handed += 1
+        decide = self._tuning.decide
+        if decide is not None:
+            chosen = tuning.parse_decision(decide(self._handed))
+            if chosen is not None and chosen != self._choice:
+                self._decide(chosen, "Tuning.decide")
+            return
+        trial = self._trial
+        if trial is None:
+            if self._handed - self._settled_at >= self._tuning.every:
+                self._choice = self._tuner.restart()
+                self._trial = _Trial(self._choice, self._tuning)
+            return
+        if not trial.add(made, wait, hold, self._clock, self._producer):
+            return
+        trial.measure.rss_bytes = self._rss(trial.choice)
+        following = self._tuner.next(trial.choice, trial.measure)
+        if following is not None:
+            LOGGER.debug("Workers('auto') at batch %d: trying %s after %s", self._handed,
+                         following, trial.measure.describe())
+            self._choice = following
+            self._trial = _Trial(following, self._tuning)
+            return
+        self._trial = None
+        self._settled_at = self._handed
+        self._decide(self._tuner.best(), self._tuner.summary())
+
+    def _decide(self, chosen: Choice, why: str) -> None:
+        decision = {"batch": self._handed, "kind": chosen.kind,
+                    "num_workers": chosen.num_workers, "why": why}
+        self.decisions.append(decision)
+        board = self._producer.board
+        if board is not None:
+            board.decisions.append(decision)
+        LOGGER.info("Workers('auto') at batch %d: %s (%s)", self._handed, chosen, why)
+        self._choice = chosen
+
+    def _rss(self, choice: Choice) -> int:
+        """The resident memory of `choice`'s worker processes (0 for others, or unknown)."""
+        child = self._children.get(choice)
+        total = 0
+        for pid in getattr(child, "pids", ()) if choice.kind == "process" else ():
+            try:
+                with open(f"/proc/{pid}/status", encoding="ascii") as lines:
+                    for line in lines:
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1]) * 1024
+            except OSError:
+                pass
+        return total
+
+    def _stop_processes(self) -> None:
+        """Process workers not chosen give their memory back (they start again if chosen)."""
+        for choice, child in list(self._children.items()):
+            if choice.kind == "process" and choice != self._choice:
+                child.close()
+
+    # -- the lifetime ----------------------------------------------------------------
+    def close(self) -> None:
+        for child in list(self._children.values()):
+            child.close()
+
+    def release(self) -> None:
+        for child in list(self._children.values()):
+            child.release()
+
+    def describe(self) -> str:
+        last = self.decisions[-1] if self.decisions else None
+        when = "measuring" if last is None else f"since batch {last['batch']}"
+        return f"auto: {self._choice} now ({when}), in order"
+
+
+class _Feed:
+    """A run's tasks, those taken by a backend and not handed back given again first."""
+
+    def __init__(self, tasks: Iterator[Task]) -> None:
+        self._tasks = tasks
+        self._again: collections.deque[Task] = collections.deque()
+        self._taken: collections.deque[Task] = collections.deque()
+
+    def tasks(self) -> Iterator[Task]:
+        while True:
+            if self._again:
+                task = self._again.popleft()
+            else:
+                following = next(self._tasks, None)
+                if following is None:
+                    return
+                task = following
+            self._taken.append(task)
+            yield task
+
+    def handed(self, task: Task) -> None:
+        taken = self._taken.popleft()
+        assert taken is task, "a backend handed back a task out of order"
+
+    def rewind(self) -> None:
+        self._again.extendleft(reversed(self._taken))
+        self._taken.clear()
+
+
+class _Clock:
+    """Wall and thread CPU time of the producer's calls in this process (any thread)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.wall = self.cpu = 0
+
+    def add(self, wall: int, cpu: int) -> None:
+        with self.lock:
+            self.wall += wall
+            self.cpu += cpu
+
+
+class _TimedProducer:
+    """A `BatchProducer` whose `batch` calls are timed on a `_Clock` (all else the same)."""
+
+    def __init__(self, producer: produce.BatchProducer, clock: _Clock) -> None:
+        self._producer = producer
+        self._clock = clock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def batch(self, task: Task) -> produce.Produced:
+        wall, cpu = _now(), _cpu()
+        try:
+            return self._producer.batch(task)
+        finally:
+            self._clock.add(_now() - wall, _cpu() - cpu)
+
+
+class _Trial:
+    """One candidate's trial window: start-up batches skipped, then measured."""
+
+    def __init__(self, choice: Choice, options: tuning.Tuning) -> None:
+        self.choice = choice
+        self.batches = options.trial_batches
+        self.least_ns = int(options.trial_seconds * 1e9)
+        self.skip = tuning.warmup(choice)
+        self.measure = tuning.Measure()
+        self._started = (0, 0)
+        self._began = 0
+
+    def add(self, made: produce.Produced, wait: int, hold: int, clock: _Clock,
+            producer: produce.BatchProducer) -> bool:
+        """Counts a batch; whether the trial is over."""
+        if self.skip:
+            self.skip -= 1
+            if not self.skip:
+                self._started, self._began = (clock.wall, clock.cpu), _now()
+            return False
+        m = self.measure
+        m.batches += 1
+        m.wait_ns += wait
+        m.hold_ns += hold
+        if not m.batch_bytes and made.batches:
+            spec = producer.output_spec.treespec
+            m.batch_bytes = timing.nbytes(spec.flatten_up_to(made.batches[0]))
+        if m.batches < self.batches or _now() - self._began < self.least_ns:
+            return False
+        m.elapsed_ns = _now() - self._began
+        m.work_wall_ns = clock.wall - self._started[0]
+        m.work_cpu_ns = clock.cpu - self._started[1]
+        return True

@@ -1,0 +1,204 @@
+"""The per-stage counters (`core/meters.py`): per batch, sampled, per place, merged."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from resumeloader.core import board as board_lib
+from resumeloader.core import meters, stats
+
+
+def _stage(board: board_lib.Board, name: str) -> stats.Stage:
+    stage = stats.Stats.of(board.snapshot()).stage(name)
+    assert stage is not None
+    return stage
+
+
+def test_lap_closes_each_stage_with_its_records_bytes_and_time():
+    """A timed lap adds its batch, records, bytes and the time since the last boundary."""
+    place = meters.Place("here", every=1)
+    lap = place.lap("produce", 128)
+    assert lap is not None
+    time.sleep(0.002)
+    lap.lap(place["read"], 128, 4096)
+    lap.lap(place["batch"], 128, 8192, out=2)
+    read, batch = place["read"], place["batch"]
+    assert (read.batches, read.records_in, read.records_out, read.bytes_out) == (1, 128, 128, 4096)
+    assert (batch.records_in, batch.records_out, batch.bytes_out) == (128, 2, 8192)
+    assert read.wall_ns >= 2_000_000  # at least the sleep
+
+
+def test_one_lap_in_every_is_timed_from_the_second_on():
+    """Laps 2, 2 + every, ... return a `Lap` (the first carries start-up costs); the others
+    are only counted."""
+    place = meters.Place("here", every=4)
+    timed = [place.lap("produce", 10) is not None for _ in range(10)]
+    assert timed == [False, True, False, False, False, True, False, False, False, True]
+    kind = place.kinds["produce"]
+    assert (kind.laps, kind.timed, kind.records, kind.timed_records) == (10, 3, 100, 30)
+
+
+def test_every_lap_is_timed_with_every_1():
+    """With every=1 (RESUMELOADER_STATS=all) the first lap is timed too."""
+    place = meters.Place("here", every=1)
+    assert all(place.lap("produce", 1) is not None for _ in range(3))
+
+
+def test_stats_scale_timed_laps_to_exact_batches_and_records():
+    """Batches and records are exact although only one lap in `every` is timed."""
+    board = board_lib.Board(["read"], every=4)
+    place = board.here()
+    for size in [8] * 10 + [3]:
+        lap = place.lap("produce", size)
+        if lap is not None:
+            lap.lap(place["read"], size)
+    read = _stage(board, "read")
+    assert (read.batches, read.records_in) == (11, 83)
+
+
+def test_environment_variable_all_times_every_lap(monkeypatch):
+    """RESUMELOADER_STATS=all: every lap is timed; unset: one in EVERY."""
+    monkeypatch.setenv(meters.ENV, "all")
+    assert meters.every() == 1 and board_lib.Board().every == 1
+    monkeypatch.delenv(meters.ENV)
+    assert meters.every() == meters.EVERY
+
+
+def test_cpu_time_is_read_on_some_timed_laps_and_kept_beside_their_wall():
+    """CPU time is read on one timed lap in CPU_EVERY; the wall of those laps is kept too."""
+    place = meters.Place("here", every=1)
+    for _ in range(2 * meters.CPU_EVERY):
+        lap = place.lap("produce", 1)
+        assert lap is not None
+        sum(range(1000))
+        lap.lap(place["read"], 1)
+    read = place["read"]
+    assert read.batches == 2 * meters.CPU_EVERY
+    assert 0 < read.cpu_wall_ns < read.wall_ns
+
+
+def test_split_divides_a_loop_in_proportion_to_the_sampled_times():
+    """A record loop's time goes to its stages in proportion to their sampled times."""
+    place = meters.Place("here", every=1)
+    lap = place.lap("produce", 64)
+    assert lap is not None
+    time.sleep(0.001)
+    lap.split([(place["read"], 3_000), (place["map_fn"], 1_000)], 64)
+    read, mapped = place["read"], place["map_fn"]
+    total = read.wall_ns + mapped.wall_ns
+    assert abs(read.wall_ns - 3 * total // 4) <= 1
+    assert read.records_in == mapped.records_in == 64
+
+
+def test_take_sends_only_what_changed_since_the_last_take():
+    """`take` is a delta: a second take without new batches carries no stage."""
+    place = meters.Place("process worker 0", every=1)
+    place.lap("produce", 10).lap(place["read"], 10, 100)  # type: ignore[union-attr]
+    name, alive, cpu, first = place.take()
+    assert name == "process worker 0" and alive > 0 and cpu > 0
+    kind, values = first["stages"]["read"]
+    assert kind == "produce" and values[:4] == (1, 10, 10, 100)
+    assert first["kinds"]["produce"] == (1, 1, 10, 10)
+    assert place.take()[3] == {"stages": {}, "kinds": {}}
+
+
+def test_board_merges_deltas_of_places_elsewhere_under_their_names():
+    """Deltas of two worker processes add up under each one's name; counts add up too."""
+    board = board_lib.Board(["read"])
+    for index in range(2):
+        remote = meters.Place("MainThread", every=2)
+        for _ in range(3):
+            lap = remote.lap("produce", 4)
+            if lap is not None:
+                lap.lap(remote["read"], 4)
+        board.merge(remote.take(), {"storage.gets": 2}, name=f"process worker {index}")
+        board.merge(remote.take(), name=f"process worker {index}")
+    snapshot = board.snapshot()
+    assert sorted(p["name"] for p in snapshot["places"]) == ["process worker 0",
+                                                              "process worker 1"]
+    assert snapshot["counts"] == {"storage.gets": 4}
+    read = _stage(board, "read")
+    assert (read.batches, read.records_in, read.where) == (6, 24, "2 process workers")
+    json.dumps(snapshot)
+
+
+def test_each_worker_thread_counts_into_its_own_place():
+    """Worker threads never share a place: two threads' laps land in two places, none lost."""
+    board = board_lib.Board(every=1)
+
+    def work() -> None:
+        place = board.here()
+        for _ in range(1000):
+            place.lap("produce", 1).lap(place["read"], 1)  # type: ignore[union-attr]
+
+    threads = [threading.Thread(target=work, name=f"resumeloader-worker-{i}") for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    places = board.snapshot()["places"]
+    assert sorted(p["name"] for p in places) == ["resumeloader-worker-0", "resumeloader-worker-1"]
+    assert [p["stages"]["read"]["batches"] for p in places] == [1000, 1000]
+
+
+def test_other_threads_share_the_hand_out_place():
+    """Threads that are not worker threads (tf.data's, a prefetch thread) count in one place."""
+    board = board_lib.Board()
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(board.here()), name="tf_data_thread")
+    thread.start()
+    thread.join()
+    assert seen == [board.here()] and board.here().name == meters.HAND_OUT
+
+
+def test_watched_counts_report_only_what_grew_after_registration():
+    """A process counter read at registration is the baseline of the board's counts."""
+    source = {"gets": 5, "bytes": 100}
+    board = board_lib.Board()
+    board.watch_counts(lambda: dict(source), "storage")
+    source["gets"] += 3
+    assert board.snapshot()["counts"] == {"storage.gets": 3}
+
+
+def test_consumer_times_asked_and_got_steps():
+    """`handed` counts a step's wait, and the time between steps as the consumer's."""
+    consumer = board_lib.Consumer()
+    consumer.handed(100, 150)
+    consumer.handed(400, 420)
+    assert (consumer.steps, consumer.wait_ns, consumer.max_wait_ns) == (2, 70, 50)
+    assert consumer.compute_ns == 400 - 150
+
+
+def test_consumer_matches_advances_to_the_batches_produced():
+    """An eager advance to a batch's end counts one step; an unknown end counts none."""
+    consumer = board_lib.Consumer()
+    consumer.started()
+    consumer.produced(4)
+    consumer.produced(8)
+    consumer.advanced(4)
+    consumer.advanced(8)
+    assert consumer.steps == 2
+    consumer.advanced(100)  # never produced (e.g. a graph advance's batches)
+    assert consumer.steps == 2
+
+
+@pytest.mark.parametrize("value, on", [("0", False), ("off", False), ("1", True), ("all", True),
+                                       ("", True)], ids=["0", "off", "1", "all", "empty"])
+def test_enabled_follows_the_environment_variable(monkeypatch, value, on):
+    """RESUMELOADER_STATS=0/off switches counting off; anything else leaves it on."""
+    monkeypatch.setenv(meters.ENV, value)
+    assert meters.enabled() is on
+
+
+@pytest.mark.parametrize("every", [1, 3], ids=["all", "one-in-3"])
+def test_timed_counts_each_item_of_an_iterator_exactly(every):
+    """`timed` counts one lap per item with its records; the end is not a lap."""
+    board = board_lib.Board(["sampler"], every=every)
+    items = list(meters.timed(iter([[1, 2], [3], [4, 5, 6], [7]]), board.here, "sampler", len))
+    assert items == [[1, 2], [3], [4, 5, 6], [7]]
+    sampler = _stage(board, "sampler")
+    assert (sampler.batches, sampler.records_in) == (4, 7)
