@@ -35,10 +35,12 @@ import numpy as np
 import optree
 import tensorflow as tf
 
-from resumeloader.core import buffers, handoff, positions
+from resumeloader.core import buffers, handoff, meters, positions
+from resumeloader.handout import engine as engine_lib
 from resumeloader.handout import stream
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import prefetch
+from resumeloader.workers import timing
 
 __all__ = ["CHUNK_BYTES", "MAX_BATCHES", "batches"]
 
@@ -86,26 +88,31 @@ _ALIGN = buffers.ALIGNMENT
 
 
 def batches(
-    plan: plan_lib.Plan,
+    engine: engine_lib.Engine,
     columns: list[np.ndarray],
     treespec: Any,
     position: int,
-    *,
-    labelled: bool,
 ) -> Generator[tuple[Any, int], None, None]:
-    """``(batch, the position after it)`` of `plan`'s batches from normalised `position`,
-    as eager tensors: each batch's leaves are `columns` gathered at its task's record
-    indices, structured by `treespec`, paired with its metadata when `labelled`.
+    """``(batch, the position after it)`` of `engine`'s plan's batches from normalised
+    `position`, as eager tensors: each batch's leaves are `columns` gathered at its
+    task's record indices, structured by `treespec`, paired with its metadata when the
+    engine's batches are labelled. The engine's board (if any) counts the sampler per
+    batch, the read and the batch stage per chunk, the hand-off per batch.
 
     Raises:
         IndexError: a record index is outside a column (checked once per chunk).
     """
+    plan, labelled, board = engine.plan, engine.labelled, engine.board
     layout: positions.Layout = plan.layout
     seed = plan.pipeline.seed
     rows = len(columns[0])
     record_bytes = max(1, sum(math.prod(c.shape[1:]) * c.dtype.itemsize for c in columns))
     limit = max(1, min(MAX_BATCHES, CHUNK_BYTES // (record_bytes * max(1, layout.batch_size))))
     tasks: Iterator[plan_lib.Task] = plan.tasks(position, layout)
+    place: meters.Place | None = None
+    if board is not None:
+        tasks = meters.timed(tasks, board.here, timing.SAMPLER, _records)
+        place, batch_stage = board.here(), engine.producer.names.batch
     size = 1
     while True:
         chunk = list(itertools.islice(tasks, size))
@@ -116,6 +123,7 @@ def batches(
         indices = chunk[0].indices if len(chunk) == 1 else np.concatenate(
             [task.indices for task in chunk])
         indices = handoff.check_indices(indices, rows)
+        lap = None if place is None else place.lap(timing.PRODUCE, len(indices))
         # Per column: the chunk's rows, whether they may be handed over, bytes per row
         # (a chunk starts aligned, so a batch does when its offset in bytes is).
         gathered = []
@@ -123,17 +131,28 @@ def batches(
             out, in_place = _gather(column, indices)
             row = out.itemsize * math.prod(out.shape[1:])
             gathered.append((out, in_place and row > 0, row))
+        if lap is not None:
+            assert place is not None
+            lap.lap(place[timing.READ], len(indices))
+            lap.lap(place[batch_stage], len(indices), sum(out.nbytes for out, *_ in gathered))
         del indices
         at = 0
         for task, count in zip(chunk, sizes, strict=True):
             stop = at + count
+            hand_off = None if place is None else place.lap(timing.HAND_OFF, count)
             leaves = [_tensor(out[at:stop], in_place and count > 0 and not at * row % _ALIGN)
                       for out, in_place, row in gathered]
             batch: Any = optree.tree_unflatten(treespec, leaves)
             if labelled:
                 value, meta = stream.labelled(batch, task, None, seed=seed, with_metadata=True)
                 batch = (value, prefetch.to_tensors(meta))
+            if hand_off is not None:
+                assert place is not None
+                hand_off.lap(place[timing.HAND_OFF], count)
             at = stop
             yield batch, layout.normalise(task.position + count)
         del gathered, chunk
 
+
+def _records(task: plan_lib.Task) -> int:
+    return len(task.indices)

@@ -93,8 +93,7 @@ class GatherPath(delivery.DeliveryPath):
         if (self.finisher.stages or engine.plan.layout.window is not None
                 or engine.quarantine is not None):
             return super().eager(position)
-        return eager_gather.batches(engine.plan, self._leaves, self._treespec, position,
-                                    labelled=engine.labelled)
+        return eager_gather.batches(engine, self._leaves, self._treespec, position)
 
     def source_row(self) -> delivery.Row:
         pipeline = self.engine.plan.pipeline

@@ -163,8 +163,7 @@ class GraphPath(delivery.DeliveryPath):
         path's dataset, each batch's end from the layout (no batch is reported to Python).
         """
         if not self.finisher.stages:
-            return eager_gather.batches(self.engine.plan, self._leaves, self._treespec,
-                                        position, labelled=self.engine.labelled)
+            return eager_gather.batches(self.engine, self._leaves, self._treespec, position)
         with self._eager_lock:
             if self._eager_dataset is None:
                 self._eager_dataset = self.dataset(lambda: self._eager_start, rest_of_epoch=False)
