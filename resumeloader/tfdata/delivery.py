@@ -196,9 +196,9 @@ class DeliveryPath:
         finally:
             batches.close()
 
-    def eager(self, position: int) -> stream.EagerBatches:
+    def eager(self, position: int) -> Iterator[tuple[Any, int]]:
         """Tensors of the plan's batches from `position`, with the position after each,
-        prepared by a Python thread.
+        prepared by a Python thread (a path may hand them out its own way).
 
         Up to `prefetch` batches ahead (2 for ``AUTOTUNE``; none for None or 0),
         without tf.data: no per-batch ``py_func`` round trip, no iterator start-up.

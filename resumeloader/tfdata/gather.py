@@ -5,8 +5,8 @@ per ``from_generator`` element; tf.data gathers a chunk's records with one gathe
 column in its own threads and splits the chunk into its batches (``unbatch`` of a
 ``[batches, batch_size, ...]`` tensor), which costs much less than converting a NumPy
 batch per ``from_generator`` call. The stream is identical to the produced paths': the
-same tasks, cut the same way (``for batch in loader`` reads each batch with one fancy
-index, through the engine).
+same tasks, cut the same way (``for batch in loader`` gathers a chunk of batches at a time
+with NumPy, in its own thread: `resumeloader.tfdata.eager_gather`).
 
 Each column is read where it is, nothing copied before the first batch
 (`resumeloader.tfdata.columns`). There is no size limit: nothing is embedded in a
@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from resumeloader.handout import engine as engine_lib
 from resumeloader.tfdata import columns as columns_lib
-from resumeloader.tfdata import delivery, generator, graph
+from resumeloader.tfdata import delivery, eager_gather, generator, graph
 
 __all__ = ["GatherPath"]
 
@@ -85,6 +85,15 @@ class GatherPath(delivery.DeliveryPath):
             indices, graph.element_spec(self.spec, self.batch_dim, seeded), with_metadata=seeded
         )
         return self.prefetched(self.finisher.map(ds, self.batch_dim))
+
+    def eager(self, position: int) -> Iterator[tuple[Any, int]]:
+        """As `DeliveryPath.eager`; without tensor stages, windows or a bad-record policy
+        the loop gathers a chunk of batches at a time itself (`eager_gather`)."""
+        engine = self.engine
+        if (self.finisher.stages or engine.plan.layout.window is not None
+                or engine.quarantine is not None):
+            return super().eager(position)
+        return eager_gather.batches(engine, self._leaves, self._treespec, position)
 
     def source_row(self) -> delivery.Row:
         pipeline = self.engine.plan.pipeline

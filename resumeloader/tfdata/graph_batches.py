@@ -151,11 +151,13 @@ class BatchIndices(NamedTuple):
 
 class Chunk(NamedTuple):
     """Consecutive batches of one epoch (`GraphBatches.refs`): their epoch, the position
-    of their first record and the record indices of all of them, in order."""
+    of their first record, the record indices of all of them in order, and what the
+    consumer made of them once for the whole chunk (`refs`'s ``rows``)."""
 
     epoch: tf.Tensor
     position: tf.Tensor
     indices: tf.Tensor
+    rows: tuple[tf.Tensor, ...] = ()
 
 
 class GraphBatches:
@@ -291,6 +293,7 @@ class GraphBatches:
         *,
         rest_of_epoch: bool,
         on_chunk: Callable[[tf.Tensor], list[Any]] | None = None,
+        rows: Callable[[tf.Tensor], tuple[tf.Tensor, ...]] | None = None,
     ) -> tf.data.Dataset:
         """The batches from position `start` (an int64 scalar tensor, e.g. inside a
         ``flat_map``) as ``(chunk, k)``: a `Chunk` and a batch's number in it.
@@ -299,7 +302,9 @@ class GraphBatches:
         indices once per chunk of up to `chunk_batches` batches, vectorised; a batch is
         then a reference to its chunk (`batch_in` slices it), with no function run per
         batch here. ``on_chunk(batches)``, if given, returns ops each chunk's indices
-        wait for (checks, counts), run once per chunk with the number of its batches.
+        wait for (checks, counts), run once per chunk with the number of its batches;
+        ``rows(indices)``, tensors whose first dimension follows the chunk's indices (a
+        gather done once per chunk), kept in `Chunk.rows` (`batch_rows` slices them).
         """
         layout, order = self.layout, self.order
         per_epoch, size = layout.records_per_epoch, layout.batch_size
@@ -323,7 +328,7 @@ class GraphBatches:
             return tf.data.Dataset.range(0, count, chunk).map(
                 _no_autograph(lambda b: self._chunk(e, offset + b * size,
                                                     tf.minimum(count - b, chunk), keys,
-                                                    on_chunk)))
+                                                    on_chunk, rows)))
 
         @_no_autograph
         def batches(part: Chunk, count: tf.Tensor) -> tf.data.Dataset:
@@ -333,14 +338,28 @@ class GraphBatches:
         return numbers.flat_map(epochs).flat_map(batches)
 
     def _chunk(self, epoch: tf.Tensor, offset: tf.Tensor, count: tf.Tensor, keys: tf.Tensor,
-               on_chunk: Callable[[tf.Tensor], list[Any]] | None) -> tuple[Chunk, tf.Tensor]:
+               on_chunk: Callable[[tf.Tensor], list[Any]] | None,
+               rows: Callable[[tf.Tensor], tuple[tf.Tensor, ...]] | None
+               ) -> tuple[Chunk, tf.Tensor]:
         """The `Chunk` of `count` batches from this shard's `offset` of `epoch` (a batch
         start), and `count`."""
         layout = self.layout
         records = tf.minimum(count * layout.batch_size, layout.records_per_epoch - offset)
         with tf.control_dependencies([] if on_chunk is None else on_chunk(count)):
             batch = self._indices(epoch, offset, records, keys, exact=False)
-        return Chunk(epoch, batch.position, batch.indices), count
+        made = () if rows is None else tuple(rows(batch.indices))
+        return Chunk(epoch, batch.position, batch.indices, made), count
+
+    @_no_autograph
+    def batch_rows(self, chunk: Chunk, k: Any) -> tuple[tf.Tensor, ...]:
+        """Batch `k`'s part of each of `chunk`'s rows (a slice of the first dimension:
+        no copy)."""
+        size = self.layout.batch_size
+        low = _int64(k) * size
+        sliced = tuple(rows[low : low + size] for rows in chunk.rows)
+        if self.layout.layout.drop_remainder:
+            sliced = tuple(tf.ensure_shape(r, [size, *r.shape[1:]]) for r in sliced)
+        return sliced
 
     @_no_autograph
     def batch_in(self, chunk: Chunk, k: Any) -> BatchIndices:

@@ -9,15 +9,17 @@ each batch gathered from the columns (`resumeloader.tfdata.columns`: ``tf.gather
 the array in place) in a parallel, ordered ``map`` (AUTOTUNE). No ``from_generator``,
 no Python per batch: Python runs once per iteration, when it begins, to read the
 position and tell the loader's ledger (a ``py_function``, as the generator of the
-other paths does). A column TensorFlow cannot address in place (``np.load``'s arrays
-sit 16 bytes off alignment) is gathered by NumPy in the same map, as on the gather path.
+other paths does). A column TensorFlow cannot address in place (large NumPy arrays, and
+``np.load``'s, sit 16 bytes off 64-byte alignment) is gathered by NumPy once per chunk
+of batches instead (`columns.Column.take`), each batch a slice of it (no copy): Python
+then runs once per chunk, not per batch, and nothing is copied before the first batch.
 
 The ledger's checks (`resumeloader.handout.consumption`) see such an iteration through
 its count (`stream.Counter`): once per chunk the graph checks that the iteration was not
 superseded (a newer iteration, a restore, a ``for batch in loader``) — failing the
 step with the ledger's message otherwise — and adds the chunk's batches to the count an
 eager ``advance()`` is checked against. ``for batch in loader`` reads the same batches
-through the engine (a NumPy gather per batch), as on the ``gather`` path; with tensor
+in its own thread, a chunk of batches per NumPy gather (`eager_gather`); with tensor
 stages through this dataset, each batch's end from the layout's arithmetic.
 """
 
@@ -35,7 +37,7 @@ from resumeloader.core import exiting
 from resumeloader.handout import engine as engine_lib
 from resumeloader.handout import stream
 from resumeloader.tfdata import columns as columns_lib
-from resumeloader.tfdata import delivery, gather, graph, graph_batches
+from resumeloader.tfdata import delivery, eager_gather, gather, graph, graph_batches
 
 __all__ = ["GraphPath"]
 
@@ -58,6 +60,8 @@ def _options() -> tf.data.Options:
 
 
 _OPTIONS = _options()
+#: The most bytes of rows a chunk gathered by NumPy holds (whole batches, at least one).
+CHUNK_BYTES = 8 << 20
 
 
 class GraphPath(delivery.DeliveryPath):
@@ -78,9 +82,15 @@ class GraphPath(delivery.DeliveryPath):
         found = engine.plan.pipeline.source.columns()
         assert found is not None
         self._leaves, self._treespec = found
-        self._columns: list[columns_lib.Column] | None = None
+        # Made here (nothing is copied or read): which columns NumPy gathers, per chunk.
+        self._columns = [columns_lib.Column(leaf) for leaf in self._leaves]
+        self._by_numpy = [n for n, column in enumerate(self._columns) if not column.in_place]
+        chunk = graph_batches.CHUNK_RECORDS
+        if self._by_numpy:
+            record = sum(self._leaves[n][:1].nbytes for n in self._by_numpy)
+            chunk = min(chunk, CHUNK_BYTES // max(1, record))
         #: The plan's batches as TensorFlow ops.
-        self.batches = graph_batches.GraphBatches(engine.plan)
+        self.batches = graph_batches.GraphBatches(engine.plan, chunk_records=chunk)
         with tf.init_scope():
             # The iteration whose chunks may be made (-1: none), and the batches of its
             # chunks made so far: what the ledger's checks read (`stream.Counter`).
@@ -106,9 +116,7 @@ class GraphPath(delivery.DeliveryPath):
         watch: delivery.Watch | None = None,
     ) -> tf.data.Dataset:
         batches, produced, current = self.batches, self._produced, self._serial
-        if self._columns is None:
-            self._columns = [columns_lib.Column(leaf) for leaf in self._leaves]
-        columns = self._columns
+        columns, by_numpy = self._columns, self._by_numpy
         labelled = self.finisher.seeded
         begin = _Begin(start, watch, self)
 
@@ -118,13 +126,18 @@ class GraphPath(delivery.DeliveryPath):
                 with tf.control_dependencies([valid]):
                     return [produced.assign_add(count, read_value=False)]
 
-            return batches.refs(position, rest_of_epoch=rest_of_epoch, on_chunk=on_chunk)
+            def rows(indices: tf.Tensor) -> tuple[tf.Tensor, ...]:
+                return tuple(columns[n].gather(indices) for n in by_numpy)
+
+            return batches.refs(position, rest_of_epoch=rest_of_epoch, on_chunk=on_chunk,
+                                rows=rows if by_numpy else None)
 
         def gathered(chunk: graph_batches.Chunk, k: tf.Tensor) -> Any:
             batch = batches.batch_in(chunk, k)
-            data = optree.tree_unflatten(
-                self._treespec, [column.gather(batch.indices) for column in columns]
-            )
+            sliced = dict(zip(by_numpy, batches.batch_rows(chunk, k), strict=True))
+            leaves = [sliced[n] if n in sliced else column.gather(batch.indices)
+                      for n, column in enumerate(columns)]
+            data = optree.tree_unflatten(self._treespec, leaves)
             return (data, batches.metadata(batch)) if labelled else data
 
         heads = tf.data.Dataset.range(1).map(lambda _: tf.py_function(begin, [], [tf.int64] * 2))
@@ -142,12 +155,15 @@ class GraphPath(delivery.DeliveryPath):
         self._serial.assign(serial, read_value=False)
         return serial
 
-    # -- for batch in loader, with tensor stages ----------------------------------------
-    def eager(self, position: int) -> stream.EagerBatches:
-        """As `DeliveryPath.eager`; with tensor stages the batches of this path's
-        dataset, each batch's end from the layout (no batch is reported to Python)."""
+    # -- for batch in loader ------------------------------------------------------------
+    def eager(self, position: int) -> Iterator[tuple[Any, int]]:
+        """The batches of ``for batch in loader`` from `position`, each with the position
+        after it: gathered by NumPy a chunk at a time in the loop's thread
+        (`resumeloader.tfdata.eager_gather`); with tensor stages the batches of this
+        path's dataset, each batch's end from the layout (no batch is reported to Python).
+        """
         if not self.finisher.stages:
-            return super().eager(position)
+            return eager_gather.batches(self.engine, self._leaves, self._treespec, position)
         with self._eager_lock:
             if self._eager_dataset is None:
                 self._eager_dataset = self.dataset(lambda: self._eager_start, rest_of_epoch=False)

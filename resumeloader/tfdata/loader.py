@@ -87,7 +87,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
             ``rng`` is a `numpy.random.Generator` keyed by (seed, epoch, record index).
         drop_remainder: drop each epoch's last batch when it is short.
         prefetch: batches prepared ahead of the consumer (by `dataset`'s
-            ``prefetch``, or a thread for ``for batch in loader``); None or 0 for none.
+            ``prefetch``, or a thread for ``for batch in loader``, except over in-memory
+            numeric arrays, which the loop gathers a chunk at a time); None or 0 for none.
         output_signature: the per-record structure of `tf.TensorSpec` (no batch
             dimension); inferred from record 0 when None.
         with_metadata: yield ``(batch, metadata)`` where metadata holds, per record,
@@ -561,8 +562,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
         A Python thread prepares up to `prefetch` batches ahead (2 for ``AUTOTUNE``,
         none for None or 0) and the batches are handed out as tensors without tf.data:
         no per-batch ``py_func`` round trip and no iterator start-up, the same stream as
-        `dataset`. Leaving the loop early stops the thread before it returns. Eager
-        only: inside a ``tf.function`` iterate `dataset` and call `advance`.
+        `dataset`. In-memory numeric arrays without Python or tensor stages need no
+        thread: the loop gathers a chunk of batches at a time with NumPy and hands each
+        out as a view of it (``prefetch`` does not apply). Leaving the loop early stops
+        the thread before it returns. Eager only: inside a ``tf.function`` iterate
+        `dataset` and call `advance`.
 
         A batch counts as consumed when it is handed out, so a checkpoint saved in the
         loop body (after the training step) resumes with the next batch; until the

@@ -9,6 +9,7 @@ import sys
 import _limits
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import resumeloader
 from resumeloader import Shard
@@ -223,3 +224,27 @@ def test_array_source_np_load_file_stream_equals_generic_path(tmp_path):
         assert len(got) == len(want) > 0
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_array_source_eager_loop_equals_generic_path(case):
+    """``for batch in loader`` over arrays (chunks gathered by NumPy in the loop's thread,
+    each batch a view of its chunk) hands out the per-record path's batches: values,
+    dtypes and shapes, and the same position after each."""
+    source, options = CASES[case]
+    kwargs = {"batch_size": 4, "seed": 9, "num_epochs": 2, **options}
+
+    def run(loader):
+        out = []
+        for batch in loader:
+            specs = tf.nest.map_structure(lambda t: (t.dtype, tuple(t.shape)), batch)
+            out.append((_leaves(batch), specs, loader.position))
+        return out
+
+    got = run(resumeloader.ResumableLoader(source, **kwargs))
+    want = run(resumeloader.ResumableLoader(_Records(source), **kwargs))
+    assert len(got) == len(want) > 0
+    for (a, spec_a, end_a), (b, spec_b, end_b) in zip(got, want, strict=True):
+        assert (spec_a, end_a) == (spec_b, end_b)
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)

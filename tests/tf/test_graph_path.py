@@ -5,6 +5,7 @@ stream as the other paths bit for bit (golden vectors shared with NumPy), no
 from __future__ import annotations
 
 import collections
+import threading
 
 import _golden
 import numpy as np
@@ -14,10 +15,24 @@ from tensorflow.core.framework import graph_pb2
 
 import resumeloader as rl
 from resumeloader.handout import engine as engine_lib
-from resumeloader.tfdata import graph_path, paths
+from resumeloader.tfdata import eager_gather, graph_path, paths
 
 _IMAGES = np.arange(37 * 3, dtype=np.float32).reshape(37, 3)
 _LABELS = np.arange(37, dtype=np.int64) % 5
+
+
+def _at_offset(array: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of `array` whose data starts `offset` bytes past a 64-byte boundary."""
+    raw = np.empty(array.nbytes + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    view = raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    view[...] = array
+    return view
+
+
+# One column TensorFlow reads in place (aligned), one gathered by NumPy per chunk (16
+# bytes off, as large NumPy and np.load arrays are).
+_MIXED = {"aligned": _at_offset(_IMAGES, 0), "unaligned": _at_offset(_LABELS, 16)}
 
 
 def _path(loader: rl.ResumableLoader) -> str:
@@ -43,6 +58,11 @@ GRAPH = {
         lambda: rl.Pipeline(_IMAGES, seed=4).shuffle().batch(6, drop_remainder=True),
         {"with_metadata": True}),
     "tf_map": (lambda: rl.Pipeline(_IMAGES, seed=5).shuffle().batch(5).tf_map(_double), {}),
+    "aligned-and-unaligned-columns": (
+        lambda: rl.Pipeline(_MIXED, seed=6).shuffle().batch(4), {"with_metadata": True}),
+    "unaligned-drop-remainder": (
+        lambda: rl.Pipeline(_at_offset(_IMAGES, 16), seed=7).shuffle().batch(
+            4, drop_remainder=True), {}),
 }
 
 OTHER = {
@@ -124,6 +144,16 @@ def test_graph_path_block_order_first_batch_is_the_golden_vector():
     assert next(iter(loader.dataset())).numpy().tolist() == expected
 
 
+def test_graph_path_gathers_unaligned_columns_once_per_chunk():
+    """A column TensorFlow cannot read in place is gathered by NumPy once per chunk of
+    batches (one Python call per chunk in the graph), the aligned one in place."""
+    loader = _loader(GRAPH["aligned-and-unaligned-columns"])
+    ops = _ops(loader.dataset())
+    assert ops["EagerPyFunc"] == 1  # the iteration's start
+    assert ops["PyFuncStateless"] == 1  # the chunk's NumPy gather
+    assert ops["GatherV2"] >= 1
+
+
 def _ops(ds: tf.data.Dataset) -> collections.Counter:
     graph = graph_pb2.GraphDef()
     policy = tf.data.experimental.ExternalStatePolicy.WARN
@@ -133,10 +163,12 @@ def _ops(ds: tf.data.Dataset) -> collections.Counter:
 
 
 def test_graph_path_dataset_has_no_generator_and_one_python_call():
-    """No from_generator; the only Python is the one call when an iteration begins."""
-    ops = _ops(_loader(GRAPH["tf_map"]).dataset())
+    """No from_generator; over an array TensorFlow reads in place, the only Python is
+    the one call when an iteration begins."""
+    pipeline = rl.Pipeline(_at_offset(_IMAGES, 0), seed=5).shuffle().batch(5).tf_map(_double)
+    ops = _ops(rl.ResumableLoader.from_pipeline(pipeline).dataset())
     assert ops["GeneratorDataset"] == 0
-    assert ops["EagerPyFunc"] + ops["PyFunc"] == 1
+    assert ops["EagerPyFunc"] + ops["PyFunc"] + ops["PyFuncStateless"] == 1
     assert ops["ParallelMapDatasetV2"] >= 1
 
 
@@ -197,3 +229,91 @@ def test_graph_path_eager_advance_past_produced_batches_raises():
             loader.advance(2)
             steps += 1
             assert steps < 100, "the over-count was never detected"
+
+
+def _loop(loader: rl.ResumableLoader, limit: int = 60) -> list:
+    """(batch, position after it) of ``for batch in loader``, at most `limit` batches."""
+    out = []
+    for batch in loader:
+        out.append((_numpy(batch), loader.position))
+        if len(out) == limit:
+            break
+    return out
+
+
+@pytest.mark.parametrize("start", [0, 7, 24], ids=["start-0", "mid-epoch", "next-epoch"])
+@pytest.mark.parametrize("name", GRAPH, ids=str)
+def test_graph_path_eager_loop_equals_the_gather_paths(name, start, monkeypatch):
+    """``for batch in loader`` on the graph path (chunks gathered by NumPy, split per
+    batch, in the loop's thread) hands out the gather path's batches bit for bit, each
+    with the same position after it, from any position, across epochs."""
+    def stream() -> list:
+        loader = _loader(GRAPH[name])
+        loader.advance(start // loader.batch_size)
+        return _loop(loader)
+
+    ours = stream()
+    monkeypatch.setattr(paths, "PATHS", tuple(p for p in paths.PATHS
+                                               if p is not graph_path.GraphPath))
+    assert ours == stream()
+    assert ours  # not vacuous
+
+
+def test_graph_path_eager_loop_chunks_grow_and_resume_inside_a_chunk():
+    """Chunks of 1, 2, 4, ... batches: a loop broken off inside a chunk and a fresh
+    loader restored from its state continue with the next batch, none lost or repeated."""
+    data = np.arange(5000, dtype=np.int64)
+    make = lambda: rl.ResumableLoader(data, batch_size=8, seed=11, num_epochs=2)  # noqa: E731
+    whole = [b for b, _ in _loop(make(), limit=400)]
+    for cut in (1, 2, 3, 6, 50):
+        loader = make()
+        head = [b for b, _ in _loop(loader, limit=cut)]
+        fresh = make()
+        fresh.set_state(loader.get_state())
+        assert fresh.position == cut * 8
+        tail = [b for b, _ in _loop(fresh, limit=400 - cut)]
+        assert head + tail == whole
+
+
+def test_graph_path_eager_loop_starts_no_thread():
+    """The batches are gathered in the loop's own thread: no producer thread runs."""
+    loader = rl.ResumableLoader(_at_offset(_IMAGES, 16), batch_size=4, seed=2, num_epochs=2)
+    before = {t.ident for t in threading.enumerate()}
+    for _ in loader:
+        assert {t.ident for t in threading.enumerate()} <= before
+
+
+def test_graph_path_eager_loop_gathers_and_checks_once_per_chunk(monkeypatch):
+    """Each column is gathered, and the record indices checked, once per chunk of
+    batches (1, 2, 4, ... up to MAX_BATCHES), not once per batch."""
+    calls = collections.Counter()
+    for owner, name in ((eager_gather, "_gather"), (eager_gather.handoff, "check_indices")):
+        real = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, _real=real, _name=name, **k: (
+            calls.update([_name]), _real(*a, **k))[1])
+    data = {"x": np.arange(4000, dtype=np.float32), "y": np.arange(4000) % 7}
+    loader = rl.ResumableLoader(data, batch_size=4, seed=1, num_epochs=1)
+    batches = sum(1 for _ in loader)
+    chunks = 1
+    while sum(min(2**k, eager_gather.MAX_BATCHES) for k in range(chunks)) < batches:
+        chunks += 1
+    assert batches == 1000
+    assert calls == {"check_indices": chunks, "_gather": 2 * chunks}
+
+
+@pytest.mark.parametrize("start", [0, 2, 6], ids=["start-0", "batch-2", "next-epoch"])
+def test_gather_path_eager_loop_with_skips_equals_the_produced_path(start, monkeypatch):
+    """A skipped range takes the gather path, whose loop gathers chunks itself too: the
+    same batches and positions as the produced path's loop, from any batch."""
+    def stream() -> tuple[str, list]:
+        loader = _loader(OTHER["skip"], num_epochs=2)
+        loader.advance(start)
+        return _path(loader), _loop(loader)
+
+    path, ours = stream()
+    monkeypatch.setattr(paths, "PATHS", tuple(
+        p for p in paths.PATHS if p.name not in ("graph", "gather")))
+    other, theirs = stream()
+    assert (path, other) == ("gather", "read_batch")
+    assert ours == theirs
+    assert ours  # not vacuous

@@ -106,7 +106,8 @@ def test_loader_tuple_of_arrays_source_yields_tuple_batches():
 
 
 def test_loader_array_source_reads_each_batch_with_one_fancy_index():
-    """An array source is read once per batch with an index array, never record by record."""
+    """An array source is read with index arrays, at most once per batch (the eager loop
+    reads a chunk of batches at once), never record by record."""
     source = np.arange(20).view(_CountingArray)
     source.calls = []
     loader = ResumableLoader(source, batch_size=8, seed=3, num_epochs=1, prefetch=None)
@@ -114,7 +115,8 @@ def test_loader_array_source_reads_each_batch_with_one_fancy_index():
 
     batches = _ids(loader)
 
-    assert source.calls == ["array"] * 3
+    assert set(source.calls) == {"array"}
+    assert 1 <= len(source.calls) <= 3
     assert sorted(i for batch in batches for i in batch) == list(range(20))
 
 

@@ -35,7 +35,8 @@ def _cifar(num_records: int) -> tuple[np.ndarray, np.ndarray]:
 def test_a_batch_buffer_is_not_reused_while_its_tensor_lives(workers):
     """Tensors of early batches keep their bytes while later batches recycle buffers."""
     images, labels = _cifar(2048)
-    loader = ResumableLoader((images, labels), batch_size=128, seed=4, num_epochs=3,
+    # 8 epochs: the inline loop's chunks grow to 21 batches, so same-size ones recur.
+    loader = ResumableLoader((images, labels), batch_size=128, seed=4, num_epochs=8,
                              workers=workers)
     reused_before = buffers.POOL.reused
     kept = []

@@ -274,3 +274,20 @@ def test_stats_count_the_reads_of_local_files(tmp_path):
     stats = loader.stats()
     assert stats.counts["storage.file_reads"] >= 5 and stats.counts["storage.file_bytes"] >= 4000
     assert "files: " in str(stats)
+
+
+def test_for_loop_over_arrays_counts_its_stages():
+    """``for batch in loader`` over arrays (chunks gathered in the loop): the sampler and
+    the hand-off count every batch, the read and the batch stage every record, the
+    consumer every step."""
+    loader = ResumableLoader(_DATA, batch_size=4, seed=1, num_epochs=2)
+    batches = [b for b in loader]
+    stats = loader.stats()
+    by_name = {s.name: s for s in stats.stages}
+    assert {"sampler", "read", "batch", "hand-off"} <= set(by_name)
+    for name in ("sampler", "hand-off"):
+        assert (by_name[name].batches, by_name[name].records_in) == (32, 128), name
+    for name in ("read", "batch"):
+        assert by_name[name].records_in == 128, name
+    assert by_name["batch"].bytes_out > 0  # from the timed laps
+    assert stats.steps == len(batches) == 32
