@@ -249,12 +249,14 @@ class Lap:
         self._last = now
         return wall
 
-    def lap(self, meter: Meter, records: int, nbytes: int = 0, *, out: int | None = None) -> int:
+    def lap(self, meter: Meter, records: int, nbytes: int = 0, *, out: int | None = None,
+            batches: int = 1) -> int:
         """Closes a stage of `records` records in (`out` out, default the same) and
-        `nbytes` bytes out: its time since the previous boundary goes to `meter`.
-        Returns that time in ns."""
+        `nbytes` bytes out, `batches` batches of them (several when a stage works a
+        chunk of batches at once): its time since the previous boundary goes to
+        `meter`. Returns that time in ns."""
         meter.kind = self.kind.name
-        meter.batches += 1
+        meter.batches += batches
         meter.records_in += records
         meter.records_out += records if out is None else out
         meter.bytes_out += nbytes

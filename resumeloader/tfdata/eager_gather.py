@@ -133,8 +133,9 @@ def batches(
             gathered.append((out, in_place and row > 0, row))
         if lap is not None:
             assert place is not None
-            lap.lap(place[timing.READ], len(indices))
-            lap.lap(place[batch_stage], len(indices), sum(out.nbytes for out, *_ in gathered))
+            lap.lap(place[timing.READ], len(indices), batches=len(chunk))
+            lap.lap(place[batch_stage], len(indices), sum(out.nbytes for out, *_ in gathered),
+                    batches=len(chunk))
         del indices
         at = 0
         for task, count in zip(chunk, sizes, strict=True):
