@@ -6,29 +6,15 @@ from __future__ import annotations
 import itertools
 import logging
 
+import _streams
 import _worker_fns as fns
-import numpy as np
 import pytest
 
-from resumeloader import Pipeline, Tuning, Workers
+from resumeloader import Tuning, Workers
 from resumeloader.core import board as board_lib
 from resumeloader.core import stats as stats_lib
 from resumeloader.stages.plan import Plan
 from resumeloader.workers import produce
-
-
-def _plan(map_fn=fns.augment, *, num_records: int = 61) -> Plan:
-    data = np.repeat(np.arange(num_records, dtype=np.float32), 3).reshape(num_records, 3)
-    return Plan(Pipeline(data, seed=11).shuffle().map(map_fn).batch(3), num_epochs=2)
-
-
-def _bytes(produced) -> list[tuple[int, bytes]]:
-    return [(task.position, out.batches[0].tobytes()) for task, out in produced]
-
-
-def _reference(plan: Plan) -> list[tuple[int, bytes]]:
-    producer = produce.BatchProducer(plan.pipeline)
-    return _bytes((task, producer.batch(task)) for task in plan.tasks(0, plan.layout))
 
 
 def _auto(plan: Plan, tuning: Tuning, board=None):
@@ -40,11 +26,11 @@ def _auto(plan: Plan, tuning: Tuning, board=None):
 def test_auto_flipping_every_two_batches_equals_the_calling_thread(start):
     """Decisions flipping between kinds and counts mid-run, from any position, lose and
     repeat no batch: the batches are those of no workers."""
-    plan = _plan()
-    reference = _reference(plan)
+    plan = _streams.plan()
+    reference = _streams.reference(plan)
     made = _auto(plan, Tuning(decide=fns.flip_workers))
     try:
-        got = _bytes(made.run(plan.tasks(reference[start][0], plan.layout)))
+        got = _streams.stream(made.run(plan.tasks(reference[start][0], plan.layout)))
     finally:
         made.close()
     assert got == reference[start:]
@@ -54,16 +40,16 @@ def test_auto_flipping_every_two_batches_equals_the_calling_thread(start):
 def test_auto_run_abandoned_mid_flip_then_resumed_in_a_fresh_backend_is_exact():
     """A run broken after a flip, resumed by another backend at the next batch's position
     (as a restore does), continues the same stream."""
-    plan = _plan()
-    reference = _reference(plan)
+    plan = _streams.plan()
+    reference = _streams.reference(plan)
     first = _auto(plan, Tuning(decide=fns.flip_workers))
     run = first.run(plan.tasks(0, plan.layout))
-    head = _bytes(itertools.islice(run, 7))
+    head = _streams.stream(itertools.islice(run, 7))
     run.close()
     first.close()
     second = _auto(plan, Tuning(decide=lambda n: fns.flip_workers(n + 1)))
     try:
-        tail = _bytes(second.run(plan.tasks(reference[7][0], plan.layout)))
+        tail = _streams.stream(second.run(plan.tasks(reference[7][0], plan.layout)))
     finally:
         second.close()
     assert head + tail == reference
@@ -72,15 +58,15 @@ def test_auto_run_abandoned_mid_flip_then_resumed_in_a_fresh_backend_is_exact():
 def test_auto_measured_decision_is_logged_once_and_on_the_board(caplog):
     """Measured trials end in a decision: one INFO line, the same on the board and in Stats;
     the batches are unchanged."""
-    plan = _plan(fns.slow, num_records=300)
+    plan = _streams.plan(fns.slow, num_records=300)
     board = board_lib.Board()
     made = _auto(plan, Tuning(trial_batches=2, trial_seconds=0.02, cpus=2), board)
     try:
         with caplog.at_level(logging.INFO, logger="resumeloader.workers"):
-            got = _bytes(made.run(plan.tasks(0, plan.layout)))
+            got = _streams.stream(made.run(plan.tasks(0, plan.layout)))
     finally:
         made.close()
-    assert got == _reference(plan)
+    assert got == _streams.reference(plan)
     assert made.decisions and made.decisions == board.snapshot()["decisions"]
     lines = [r.getMessage() for r in caplog.records if r.name == "resumeloader.workers"]
     assert len(lines) == len(made.decisions) and "\n" not in lines[0]
@@ -95,7 +81,7 @@ def test_auto_measured_decision_is_logged_once_and_on_the_board(caplog):
 
 def test_auto_decide_returning_a_bad_choice_raises_naming_the_hook():
     """A decide hook returning what cannot run is a ValueError naming Tuning.decide."""
-    plan = _plan()
+    plan = _streams.plan()
     made = _auto(plan, Tuning(decide=lambda n: ("thread", 0)))
     with pytest.raises(ValueError, match=r"Tuning\.decide"):
         list(made.run(plan.tasks(0, plan.layout)))
@@ -103,25 +89,25 @@ def test_auto_decide_returning_a_bad_choice_raises_naming_the_hook():
 
 def test_auto_ram_budget_too_small_for_workers_keeps_none():
     """With a RAM budget smaller than two batches in flight, no workers are kept."""
-    plan = _plan(fns.slow, num_records=120)
+    plan = _streams.plan(fns.slow, num_records=120)
     made = _auto(plan, Tuning(trial_batches=2, trial_seconds=0.02, cpus=2, memory_bytes=16))
     try:
-        got = _bytes(made.run(plan.tasks(0, plan.layout)))
+        got = _streams.stream(made.run(plan.tasks(0, plan.layout)))
     finally:
         made.close()
-    assert got == _reference(plan)
+    assert got == _streams.reference(plan)
     assert made.decisions[0]["kind"] == "inline"
     assert "over the RAM budget" in made.decisions[0]["why"]
 
 
 def test_auto_rechecks_after_every_batches_and_decides_again():
     """Settled, it runs its trials again after `every` batches: another decision."""
-    plan = _plan(fns.slow, num_records=300)
+    plan = _streams.plan(fns.slow, num_records=300)
     made = _auto(plan, Tuning(trial_batches=1, trial_seconds=0.02, cpus=1, every=4))
     try:
-        got = _bytes(made.run(plan.tasks(0, plan.layout)))
+        got = _streams.stream(made.run(plan.tasks(0, plan.layout)))
     finally:
         made.close()
-    assert got == _reference(plan)
+    assert got == _streams.reference(plan)
     batches = [d["batch"] for d in made.decisions]
     assert len(batches) >= 2 and batches[1] - batches[0] > 4

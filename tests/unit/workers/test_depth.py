@@ -9,11 +9,11 @@ import logging
 import time
 
 import _dask
+import _streams
 import _worker_fns as fns
-import numpy as np
 import pytest
 
-from resumeloader import DaskOptions, Pipeline, Tuning, Workers
+from resumeloader import DaskOptions, Tuning, Workers
 from resumeloader.core import board as board_lib
 from resumeloader.core import stats as stats_lib
 from resumeloader.stages.plan import Plan
@@ -26,20 +26,6 @@ WINDOWS = (1, 7, 2, 12, 3)
 
 def _flip(batches: int) -> int:
     return WINDOWS[batches // 2 % len(WINDOWS)]
-
-
-def _plan(map_fn=fns.augment, *, num_records: int = 61) -> Plan:
-    data = np.repeat(np.arange(num_records, dtype=np.float32), 3).reshape(num_records, 3)
-    return Plan(Pipeline(data, seed=11).shuffle().map(map_fn).batch(3), num_epochs=2)
-
-
-def _bytes(produced) -> list[tuple[int, bytes]]:
-    return [(task.position, out.batches[0].tobytes()) for task, out in produced]
-
-
-def _reference(plan: Plan) -> list[tuple[int, bytes]]:
-    producer = produce.BatchProducer(plan.pipeline)
-    return _bytes((task, producer.batch(task)) for task in plan.tasks(0, plan.layout))
 
 
 def _workers(kind: str) -> Workers:
@@ -60,13 +46,13 @@ def _backend(plan: Plan, workers: Workers, board=None, decide=_flip):
 def test_window_changing_every_two_batches_equals_the_calling_thread(kind, start, caplog):
     """A window of 1, 7, 2, 12, 3 tasks in turn, two batches each, from any position: the
     batches of no workers; each change one INFO line and one decision on the board."""
-    plan = _plan()
-    reference = _reference(plan)
+    plan = _streams.plan()
+    reference = _streams.reference(plan)
     board = board_lib.Board()
     made = _backend(plan, _workers(kind), board)
     try:
         with caplog.at_level(logging.INFO, logger="resumeloader.workers"):
-            got = _bytes(made.run(plan.tasks(reference[start][0], plan.layout)))
+            got = _streams.stream(made.run(plan.tasks(reference[start][0], plan.layout)))
     finally:
         made.close()
     assert got == reference[start:]
@@ -84,17 +70,17 @@ def test_window_changing_every_two_batches_equals_the_calling_thread(kind, start
 def test_window_run_abandoned_mid_change_then_resumed_in_a_fresh_backend_is_exact(kind):
     """A run broken after a change of window, resumed by another backend at the next
     batch's position (as a restore does), continues the same stream."""
-    plan = _plan()
-    reference = _reference(plan)
+    plan = _streams.plan()
+    reference = _streams.reference(plan)
     first = _backend(plan, _workers(kind))
     run = first.run(plan.tasks(0, plan.layout))
-    head = _bytes(itertools.islice(run, 9))
+    head = _streams.stream(itertools.islice(run, 9))
     run.close()
     first.close()
     assert first.depth.decisions
     second = _backend(plan, _workers(kind), decide=lambda n: _flip(n + 1))
     try:
-        tail = _bytes(second.run(plan.tasks(reference[9][0], plan.layout)))
+        tail = _streams.stream(second.run(plan.tasks(reference[9][0], plan.layout)))
     finally:
         second.close()
     assert head + tail == reference
@@ -102,7 +88,7 @@ def test_window_run_abandoned_mid_change_then_resumed_in_a_fresh_backend_is_exac
 
 def test_window_decide_returning_a_bad_window_raises_naming_the_hook():
     """A decide hook returning 0 is a ValueError naming it."""
-    plan = _plan()
+    plan = _streams.plan()
     made = _backend(plan, _workers("thread"), decide=lambda n: 0)
     with pytest.raises(ValueError, match=r"AutoDepth\.decide must return|window >= 1"):
         list(made.run(plan.tasks(0, plan.layout)))
@@ -112,14 +98,14 @@ def test_window_decide_returning_a_bad_window_raises_naming_the_hook():
 def test_window_measured_grows_while_the_consumer_waits_and_undoes_what_did_not_help():
     """Workers slower than the consumer: it waits nearly all its step, the window grows by
     one per worker; a larger window cannot make slow workers faster: undone."""
-    plan = _plan(fns.slow, num_records=120)
+    plan = _streams.plan(fns.slow, num_records=120)
     board = board_lib.Board()
     made = _backend(plan, _workers("thread"), board, decide=None)
     try:
-        got = _bytes(made.run(plan.tasks(0, plan.layout)))
+        got = _streams.stream(made.run(plan.tasks(0, plan.layout)))
     finally:
         made.close()
-    assert got == _reference(plan)
+    assert got == _streams.reference(plan)
     first, second = made.depth.decisions[:2]
     assert (first["window"], second["window"]) == (6, 4)
     assert "the consumer waited" in first["why"] and "did not help" in second["why"]
@@ -130,7 +116,7 @@ def test_window_measured_grows_while_the_consumer_waits_and_undoes_what_did_not_
 def test_window_measured_shrinks_when_the_consumer_never_waits():
     """A consumer slower than its workers never waits: the window shrinks by one, down to
     one task per worker."""
-    plan = _plan(num_records=90)
+    plan = _streams.plan(num_records=90)
     made = _backend(plan, _workers("thread"), decide=None)
     got = []
     try:
@@ -139,7 +125,7 @@ def test_window_measured_shrinks_when_the_consumer_never_waits():
             time.sleep(0.01)  # the consumer's step
     finally:
         made.close()
-    assert got == _reference(plan)
+    assert got == _streams.reference(plan)
     shrunk = [d for d in made.depth.decisions if d["why"] == "the consumer never waited"]
     assert shrunk
     assert all(d["window"] >= 2 for d in made.depth.decisions)  # one per worker, at least
@@ -194,8 +180,8 @@ def test_depth_over_the_ram_budget_shrinks_to_it():
 def test_auto_workers_tune_their_window_only_when_settled_and_decide_can_set_it():
     """Under Workers('auto'), a decide hook's (kind, n, window) sets the window: the stream
     of no workers, the window decisions among the worker decisions."""
-    plan = _plan()
-    reference = _reference(plan)
+    plan = _streams.plan()
+    reference = _streams.reference(plan)
     pairs = itertools.cycle([("thread", 2, 5), ("process", 2, 1), ("thread", 2, 2)])
     steps = {}
 
@@ -207,7 +193,7 @@ def test_auto_workers_tune_their_window_only_when_settled_and_decide_can_set_it(
     made = Workers("auto", options=Tuning(decide=decide)).backend(
         produce.BatchProducer(plan.pipeline))
     try:
-        got = _bytes(made.run(plan.tasks(0, plan.layout)))
+        got = _streams.stream(made.run(plan.tasks(0, plan.layout)))
     finally:
         made.close()
     assert got == reference
