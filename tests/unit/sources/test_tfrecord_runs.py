@@ -208,6 +208,24 @@ def test_object_bodies_are_received_into_recycled_memory(s3_store, tmp_path):
     assert buffers.POOL.allocated - allocated <= 2
 
 
+def _gets_of_each_way(store, src, batches, every, *, announced: bool) -> dict[str, int]:
+    """The proxy's GETs for `batches` read by `read_batch` and by `read_packed`, each
+    from a cold cache (every batch announced with `prefetch` first if `announced`);
+    both must give the records written."""
+    gets = {}
+    for way in ("read_batch", "read_packed"):
+        fetch.clear()
+        store.proxy.clear()
+        for indices in batches if announced else []:
+            src.prefetch(indices)
+        for indices in batches:
+            got = getattr(src, way)(indices)
+            got = got if way == "read_batch" else _strings(got)
+            assert got == [every[i] for i in indices]
+        gets[way] = store.proxy.reads
+    return gets
+
+
 @pytest.mark.parametrize("gap", [None, 4 << 10])
 def test_shuffled_objects_read_by_runs_cost_no_more_gets_than_record_by_record(
         s3_store, tmp_path, gap):
@@ -218,17 +236,7 @@ def test_shuffled_objects_read_by_runs_cost_no_more_gets_than_record_by_record(
     src = source(s3_store, url, tmp_path, reads=reads)
     rng = np.random.default_rng(4)
     batches = [rng.permutation(len(every))[:40] for _ in range(4)]
-    gets = {}
-    for way in ("read_batch", "read_packed"):
-        fetch.clear()
-        s3_store.proxy.clear()
-        for indices in batches:
-            src.prefetch(indices)
-        for indices in batches:
-            got = getattr(src, way)(indices)
-            got = got if way == "read_batch" else _strings(got)
-            assert got == [every[i] for i in indices]
-        gets[way] = s3_store.proxy.reads
+    gets = _gets_of_each_way(s3_store, src, batches, every, announced=True)
     assert gets["read_packed"] <= gets["read_batch"], gets
 
 
@@ -242,15 +250,5 @@ def test_objects_read_by_blocks_cost_the_gets_of_record_by_record_reads(s3_store
     batches = [np.sort(rng.permutation(np.arange(start, start + 32)))[::-1][:24]
                for start in (0, 40, 90, 118)]
     for ahead in (False, True):
-        gets = {}
-        for way in ("read_batch", "read_packed"):
-            fetch.clear()
-            s3_store.proxy.clear()
-            for indices in batches if ahead else []:
-                src.prefetch(indices)
-            for indices in batches:
-                got = getattr(src, way)(indices)
-                got = got if way == "read_batch" else _strings(got)
-                assert got == [every[i] for i in indices]
-            gets[way] = s3_store.proxy.reads
+        gets = _gets_of_each_way(s3_store, src, batches, every, announced=ahead)
         assert gets["read_packed"] <= gets["read_batch"], (ahead, gets)
