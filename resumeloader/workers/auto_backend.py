@@ -16,7 +16,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 from resumeloader.stages import plan as plan_lib
@@ -61,7 +61,7 @@ class AutoBackend:
             processes=picklable,
         )
         self._clock = _Clock()
-        self._timed = _TimedProducer(producer, self._clock)
+        self._timed = _TimedProducer(producer, self._clock, lambda: self._trial is not None)
         self._lock = threading.Lock()
         self._children: dict[Choice, Any] = {}
         self._choice = self._tuner.restart()
@@ -115,6 +115,7 @@ class AutoBackend:
                 if tuned is not None:
                     tuned.on_decision = self._window_decided
                     tuned.frozen = self._frozen
+                    tuned.memory = self._tuner.memory  # the Tuning's budget, not the default
             return child
 
     @property
@@ -297,16 +298,21 @@ class _Clock:
 
 
 class _TimedProducer:
-    """A `BatchProducer` whose `batch` calls are timed on a `_Clock` (all else the same)."""
+    """A `BatchProducer` whose `batch` calls are timed on a `_Clock` while `measuring()`
+    (a trial reads the clock; settled, batches are made without the clock calls)."""
 
-    def __init__(self, producer: produce.BatchProducer, clock: _Clock) -> None:
+    def __init__(self, producer: produce.BatchProducer, clock: _Clock,
+                 measuring: Callable[[], bool]) -> None:
         self._producer = producer
         self._clock = clock
+        self._measuring = measuring
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._producer, name)
 
     def batch(self, task: Task) -> produce.Produced:
+        if not self._measuring():
+            return self._producer.batch(task)
         wall, cpu = _now(), _cpu()
         try:
             return self._producer.batch(task)

@@ -50,6 +50,8 @@ class AutoDepth:
         on_decision: ``on_decision(decision)`` records a decision (default: logged and
             on the producer's board); a `Workers("auto")` backend takes its children's.
         frozen: while true, nothing is measured nor decided (a trial of its owner).
+        memory: the RAM budget of the batches in flight, in bytes (a `Workers("auto")`
+            backend sets its own `Tuning`'s before the run).
     """
 
     def __init__(self, producer: produce.BatchProducer, *, default: Callable[[], int],
@@ -57,7 +59,7 @@ class AutoDepth:
         self._producer = producer
         self._default = default
         self._kind, self._num_workers, self._where = kind, num_workers, where
-        self._memory = memory if memory is not None else tuning.memory_budget(tuning.Tuning())
+        self.memory = memory if memory is not None else tuning.memory_budget(tuning.Tuning())
         self._policy: tuning.Depth | None = None
         self._handed = 0
         self._skip = 0
@@ -77,7 +79,7 @@ class AutoDepth:
     def _started(self) -> tuning.Depth:
         if self._policy is None:
             default = self._default()
-            self._policy = tuning.Depth(default, floor=default // 2, memory=self._memory)
+            self._policy = tuning.Depth(default, floor=default // 2, memory=self.memory)
         return self._policy
 
     def timed(self, produced: Iterator[tuple[Task, produce.Produced]]

@@ -15,6 +15,7 @@ from resumeloader.core import board as board_lib
 from resumeloader.core import stats as stats_lib
 from resumeloader.stages.plan import Plan
 from resumeloader.workers import produce
+from resumeloader.workers.tuning import Choice
 
 
 def _auto(plan: Plan, tuning: Tuning, board=None):
@@ -53,6 +54,19 @@ def test_auto_run_abandoned_mid_flip_then_resumed_in_a_fresh_backend_is_exact():
     finally:
         second.close()
     assert head + tail == reference
+    assert first.decisions and second.decisions  # both runs did flip
+
+
+def test_auto_workers_windows_keep_the_tunings_ram_budget():
+    """The window of the workers `Workers("auto")` runs is budgeted by its `Tuning`'s
+    RAM budget, not by the default share of the machine's memory."""
+    plan = _streams.plan()
+    made = _auto(plan, Tuning(memory_bytes=1 << 20))
+    try:
+        child = made._child(Choice("thread", 2))
+        assert child.depth.memory == 1 << 20
+    finally:
+        made.close()
 
 
 def test_auto_measured_decision_is_logged_once_and_on_the_board(caplog):
