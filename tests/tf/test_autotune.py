@@ -66,12 +66,14 @@ def test_auto_restored_mid_epoch_continues_the_stream_of_no_workers(reference):
     ):
         fresh.set_state(state)
         assert head + _eager(fresh) == reference
+        assert fresh.stats().decisions  # the restored run flipped too
 
 
 def test_auto_restored_through_a_tf_checkpoint_with_no_workers(reference, tmp_path):
     """A checkpoint written by an auto loader restores into Workers() and back."""
     with _loader(FLIPPING) as auto:
         head = _eager(auto, steps=7)
+        assert auto.stats().decisions  # written by a loader that flipped
         path = tf.train.Checkpoint(loader=auto).write(str(tmp_path / "ckpt"))
     with _loader(None) as plain:
         tf.train.Checkpoint(loader=plain).read(path).assert_consumed()
