@@ -116,17 +116,22 @@ def test_a_truncated_file_is_refused_naming_it(tmp_path):
         src.read_packed(np.arange(120, 150))
 
 
-def test_a_kept_batch_stays_right_while_its_buffer_would_be_reused(local):
+def test_a_kept_batch_stays_right_while_its_buffer_would_be_reused(tmp_path):
     """The recycled buffers never alias a batch still held: 30 later batches of the same
-    size leave the first one's records as they were."""
-    src, every, _ = local
+    size, from the pool (records large enough for pooled memory), leave the first one's
+    records as they were."""
+    paths, every = _files(str(tmp_path), size=2000)
+    src = TFRecordSource(paths, index_dir=tmp_path / "index")
     first = np.arange(20, 70)
     kept = src.read_packed(first)
+    assert kept.nbytes >= buffers.MIN_BYTES  # a batch of pooled memory
     view = kept[100:]  # a view keeps the buffer too
     copy = view.copy()
+    reused = buffers.POOL.reused
     for start in range(30):
         indices = np.arange(start, start + 50) % len(every)
         assert _strings(src.read_packed(indices[::-1]))[-1] == every[indices[0]]
+    assert buffers.POOL.reused > reused  # later batches did recycle buffers
     assert _strings(kept) == [every[i] for i in first]
     assert (view == copy).all()
 
