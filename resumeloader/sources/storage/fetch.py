@@ -37,6 +37,7 @@ import dataclasses
 import errno
 import os
 import random
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -74,6 +75,7 @@ class _ShortBody(OSError):
 
 _semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
 _counts: collections.Counter[str] = collections.Counter()
+_counts_lock = threading.Lock()
 
 
 async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> Any:
@@ -208,17 +210,21 @@ def read(
         found = [spans.Span(a, b, _submit(o, a, b, reads), False) for o, a, b in ranges]
     out = []
     wait = reads.deadline + reads.timeout + 5.0
-    _counts["ranges"] += len(ranges)
+    with _counts_lock:  # callers' threads (the GETs' counts: the event loop's one thread)
+        _counts["ranges"] += len(ranges)
+    cached = 0
     for (_, start, stop), span in zip(ranges, found, strict=True):
         assert span is not None
         if span.future.done():
-            _counts["cached"] += 1
+            cached += 1
         try:
             data = span.future.result(timeout=wait)
         except concurrent.futures.TimeoutError as err:
             msg = f"No answer for bytes [{span.start}, {span.stop}) within {wait} s."
             raise TimeoutError(msg) from err
         out.append(memoryview(data)[start - span.start : stop - span.start])
+    with _counts_lock:
+        _counts["cached"] += cached
     return out
 
 
