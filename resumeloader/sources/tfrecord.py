@@ -9,8 +9,8 @@ files, an object's into ranged GETs), returned in the requested order, each chec
 against its CRC32C checksums. Records are the serialized bytes (typically
 ``tf.train.Example``): parse and decode them in TensorFlow with `Pipeline.tf_map`.
 
-A loader reads a batch with `read_packed` instead, without Python per record for
-local files: each run of neighbouring records (in the file) is read by one ``preadv``
+A loader reads a batch with `read_packed` instead, without a Python read per record
+for local files: each run of neighbouring records (in the file) is read by one ``preadv``
 straight into one recycled buffer, the batch's column of strings in the packed wire
 format (`resumeloader.core.wire.packed`: the runs as they lie in the files, and where
 each record's data starts); an object's records come through the span cache as for
@@ -18,7 +18,8 @@ each record's data starts); an object's records come through the span cache as f
 place, a run at a time when the source reads by blocks (`blocked`: runs are cut at
 block boundaries, so that each lies in its block's GET). The framing is checked with
 array operations, and each record's data by one CRC32C call (no library computes the
-checksums of many ranges in one call). A batch that fails a check is read again
+checksums of many ranges in one call): with `verify_checksums` that call is the
+Python left per record. A batch that fails a check is read again
 record by record, which names the record (file, number, byte offset).
 """
 
