@@ -122,8 +122,10 @@ def _processes() -> ResumableLoader:
 
 @register("auto-workers-map_fn", num_steps=9)
 def _auto() -> ResumableLoader:
+    # A map_fn of a few ms per batch: not "a cheap stage", so the measured trials switch
+    # backends mid-stream (with `augment` auto settled on no workers at its first batch).
     return ResumableLoader(
-        _IMAGES, batch_size=3, seed=22, num_epochs=2, map_fn=_worker_fns.augment,
+        _IMAGES, batch_size=3, seed=22, num_epochs=2, map_fn=_worker_fns.slow,
         workers=Workers("auto", options=Tuning(trial_batches=1, trial_seconds=0)),
     )
 
