@@ -48,7 +48,7 @@ WORKER_THREADS = "resumeloader-worker-"
 #: What a `Meter` counts, in the order `Meter.values` gives them.
 FIELDS = ("batches", "records_in", "records_out", "bytes_out", "wall_ns", "cpu_ns", "cpu_wall_ns")
 #: What a `Kind` counts, in the order `Kind.values` gives them.
-KIND_FIELDS = ("laps", "timed", "records", "timed_records")
+KIND_FIELDS = ("laps", "timed", "records", "timed_records", "batches", "timed_batches")
 
 _now = time.perf_counter_ns
 _cpu = time.thread_time_ns
@@ -114,11 +114,13 @@ class Kind:
     def __init__(self, place: Place, name: str) -> None:
         self.name = name
         self.laps = self.timed = self.records = self.timed_records = 0
+        self.batches = self.timed_batches = 0
         self.lap = Lap(place, self)
 
     def values(self) -> tuple[int, ...]:
         """The counts, in `KIND_FIELDS` order."""
-        return self.laps, self.timed, self.records, self.timed_records
+        return (self.laps, self.timed, self.records, self.timed_records, self.batches,
+                self.timed_batches)
 
     def add(self, values: tuple[int, ...] | list[int]) -> None:
         """Adds counts given in `KIND_FIELDS` order."""
@@ -126,6 +128,8 @@ class Kind:
         self.timed += values[1]
         self.records += values[2]
         self.timed_records += values[3]
+        self.batches += values[4]
+        self.timed_batches += values[5]
 
 
 class Place(dict[str, Meter]):
@@ -159,18 +163,21 @@ class Place(dict[str, Meter]):
         meter = self[stage] = Meter()
         return meter
 
-    def lap(self, kind: str, records: int) -> Lap | None:
-        """Counts a lap of `kind` over `records` records; returns its `Lap`, restarted
-        now, if this lap is timed (`timed_lap`), else None."""
+    def lap(self, kind: str, records: int, batches: int = 1) -> Lap | None:
+        """Counts a lap of `kind` over `records` records in `batches` batches (several
+        when a chunk of batches is made at once); returns its `Lap`, restarted now, if
+        this lap is timed (`timed_lap`), else None."""
         counter = self.kinds.get(kind)
         if counter is None:
             counter = self.kinds[kind] = Kind(self, kind)
         counter.laps += 1
         counter.records += records
+        counter.batches += batches
         if not timed_lap(counter.laps, self.every):
             return None
         counter.timed += 1
         counter.timed_records += records
+        counter.timed_batches += batches
         lap = counter.lap
         lap.splits = counter.timed % SPLIT_EVERY == 1
         lap.sampled = counter.timed % CPU_EVERY == 1
@@ -313,6 +320,7 @@ def timed(iterator: Any, place_of: Any, stage: str, records: Any) -> Any:
         count = records(item)
         kind.laps += 1
         kind.records += count
+        kind.batches += 1
         if timing:
             meter.wall_ns += _now() - start
             meter.kind = stage
@@ -321,6 +329,7 @@ def timed(iterator: Any, place_of: Any, stage: str, records: Any) -> Any:
             meter.records_out += count
             kind.timed += 1
             kind.timed_records += count
+            kind.timed_batches += 1
         yield item
 
 

@@ -47,14 +47,17 @@ def _kind(name: str) -> str:
 
 def _scaled(place: dict[str, Any], stage: str) -> dict[str, float]:
     """A place's figures of `stage`, from its timed laps to all its laps: times and bytes
-    scaled by laps / timed laps of its kind, records by records / timed records."""
+    scaled by laps / timed laps of its kind, records by records / timed records, batches
+    by batches / timed batches (a lap may make a chunk of batches)."""
     values = place["stages"][stage]
     kind = place.get("kinds", {}).get(values.get("kind", ""))
-    laps = records = 1.0
+    laps = records = batches = 1.0
     if kind is not None and kind["timed"]:
         laps = kind["laps"] / kind["timed"]
         records = kind["records"] / kind["timed_records"] if kind["timed_records"] else laps
-    out = {key: values[key] * laps for key in ("batches", "bytes_out", "wall_ns")}
+        batches = kind["batches"] / kind["timed_batches"] if kind["timed_batches"] else laps
+    out = {key: values[key] * laps for key in ("bytes_out", "wall_ns")}
+    out["batches"] = values["batches"] * batches
     out.update({key: values[key] * records for key in ("records_in", "records_out")})
     out.update({key: values[key] for key in ("cpu_ns", "cpu_wall_ns")})
     return out

@@ -123,7 +123,7 @@ def batches(
         indices = chunk[0].indices if len(chunk) == 1 else np.concatenate(
             [task.indices for task in chunk])
         indices = handoff.check_indices(indices, rows)
-        lap = None if place is None else place.lap(timing.PRODUCE, len(indices))
+        lap = None if place is None else place.lap(timing.PRODUCE, len(indices), len(chunk))
         # Per column: the chunk's rows, whether they may be handed over, bytes per row
         # (a chunk starts aligned, so a batch does when its offset in bytes is).
         gathered = []

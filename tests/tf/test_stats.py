@@ -277,17 +277,15 @@ def test_stats_count_the_reads_of_local_files(tmp_path):
 
 
 def test_for_loop_over_arrays_counts_its_stages():
-    """``for batch in loader`` over arrays (chunks gathered in the loop): the sampler and
-    the hand-off count every batch, the read and the batch stage every record, the
-    consumer every step."""
+    """``for batch in loader`` over arrays (chunks gathered in the loop): every stage
+    counts every batch and record (the read and the batch stage a chunk of batches per
+    lap, of growing sizes), the consumer every step."""
     loader = ResumableLoader(_DATA, batch_size=4, seed=1, num_epochs=2)
     batches = [b for b in loader]
     stats = loader.stats()
     by_name = {s.name: s for s in stats.stages}
     assert {"sampler", "read", "batch", "hand-off"} <= set(by_name)
-    for name in ("sampler", "hand-off"):
+    for name in ("sampler", "read", "batch", "hand-off"):
         assert (by_name[name].batches, by_name[name].records_in) == (32, 128), name
-    for name in ("read", "batch"):
-        assert by_name[name].records_in == 128, name
     assert by_name["batch"].bytes_out > 0  # from the timed laps
     assert stats.steps == len(batches) == 32

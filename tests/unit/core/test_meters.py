@@ -102,7 +102,8 @@ def test_take_sends_only_what_changed_since_the_last_take():
     assert name == "process worker 0" and alive > 0 and cpu > 0
     kind, values = first["stages"]["read"]
     assert kind == "produce" and values[:4] == (1, 10, 10, 100)
-    assert first["kinds"]["produce"] == (1, 1, 10, 10)
+    # laps, timed laps, records, timed records, batches, timed batches
+    assert first["kinds"]["produce"] == (1, 1, 10, 10, 1, 1)
     assert place.take()[3] == {"stages": {}, "kinds": {}}
 
 
