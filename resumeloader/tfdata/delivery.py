@@ -100,7 +100,8 @@ class DeliveryPath:
         # The generators of this path's datasets (see resumeloader.tfdata.generator).
         self.generators: list[Any] = []
         self._eager_lock = threading.Lock()
-        self._eager_dataset: tf.data.Dataset | None = None
+        #: The eager loops' pipeline and the op-determinism state it was built under.
+        self._eager_dataset: tuple[bool, tf.data.Dataset] | None = None
         self._eager_start = 0
         self._eager_ends: deque[int] = deque()
 
@@ -217,21 +218,28 @@ class DeliveryPath:
         )
         return stream.EagerBatches(tensors, ends)
 
+    def eager_pipeline(self, build: Callable[[], tf.data.Dataset]) -> tf.data.Dataset:
+        """The one tf.data pipeline every eager loop reuses, built by `build` — again if op
+        determinism was switched since (the tensor stages' timing depends on it)."""
+        state = graph.op_determinism()
+        if self._eager_dataset is None or self._eager_dataset[0] != state:
+            self._eager_dataset = (state, build())
+        return self._eager_dataset[1]
+
     def _eager_graph(self, position: int) -> stream.EagerBatches:
         # One tf.data pipeline serves every loop (building one costs ~50 ms); it reads
         # its start (and where to put the batches' ends) when its first batch is
         # produced, so both are set and the first batch taken under a lock: two loops
         # starting at once cannot mix up.
         with self._eager_lock:
-            if self._eager_dataset is None:
-                self._eager_dataset = self.dataset(
-                    lambda: self._eager_start,
-                    rest_of_epoch=False,
-                    watch=lambda _, tasks, counter=None: (tasks, self._eager_ends.append),
-                )
+            pipeline = self.eager_pipeline(lambda: self.dataset(
+                lambda: self._eager_start,
+                rest_of_epoch=False,
+                watch=lambda _, tasks, counter=None: (tasks, self._eager_ends.append),
+            ))
             self._eager_start = position
             ends = self._eager_ends = deque()
-            iterator = iter(self._eager_dataset)
+            iterator = iter(pipeline)
             first = next(iterator, None)
 
         def elements() -> Generator[Any, None, None]:

@@ -165,10 +165,10 @@ class GraphPath(delivery.DeliveryPath):
         if not self.finisher.stages:
             return eager_gather.batches(self.engine, self._leaves, self._treespec, position)
         with self._eager_lock:
-            if self._eager_dataset is None:
-                self._eager_dataset = self.dataset(lambda: self._eager_start, rest_of_epoch=False)
+            pipeline = self.eager_pipeline(
+                lambda: self.dataset(lambda: self._eager_start, rest_of_epoch=False))
             self._eager_start = position
-            iterator = iter(self._eager_dataset)
+            iterator = iter(pipeline)
             first = next(iterator, None)
         ends: deque[int] = deque()
         layout = self.engine.plan.layout

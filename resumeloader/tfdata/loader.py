@@ -35,7 +35,7 @@ from resumeloader.handout import engine as engine_lib
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import describe as describe_lib
-from resumeloader.tfdata import distribute, guard, observe, paths
+from resumeloader.tfdata import distribute, graph, guard, observe, paths
 from resumeloader.tfdata import position as position_lib
 from resumeloader.workers import options
 
@@ -222,7 +222,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
             self._layout, None if board is None else board.consumer
         )
         self._observer = observe.Observer(board)
-        self._dataset: tf.data.Dataset | None = None
+        #: The reused eager dataset and the op-determinism state it was built under.
+        self._dataset: tuple[bool, Any] | None = None
         # Gone (nothing holds it: it is in no cycle), the loader releases its worker
         # processes; an iteration still running keeps them until it ends.
         weakref.finalize(self, self._engine.backend.release)
@@ -531,9 +532,11 @@ class ResumableLoader(tf.train.experimental.PythonState):
             return guard.GuardedDataset(ds, finite=self.num_epochs is not None, count=None)
         # Building a from_generator dataset costs ~15 ms; it reads the position only when
         # iterated, so one eager dataset serves every iteration (restore -> first batch).
+        # Built again if op determinism was switched since (tensor stages are timed
+        # only without it: TensorFlow refuses tf.timestamp under it).
         reusable = not rest_of_epoch and tf.executing_eagerly()
-        if reusable and self._dataset is not None:
-            return self._dataset
+        if reusable and self._dataset is not None and self._dataset[0] == graph.op_determinism():
+            return self._dataset[1]
         # What the dataset calls holds the position, not the loader: the loader keeps the
         # dataset, and a dataset holding it back would make a cycle that only the cyclic
         # garbage collector frees, its worker processes with it.
@@ -553,7 +556,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         finite = rest_of_epoch or self.num_epochs is not None
         guarded = guard.GuardedDataset(ds, finite=finite, count=count)
         if reusable:
-            self._dataset = guarded
+            self._dataset = (graph.op_determinism(), guarded)
         return guarded
 
     def __iter__(self) -> Iterator[Any]:

@@ -43,29 +43,24 @@ class Timers:
         """``fn(data, seeds)``, its calls, records and wall time added to stage `number`.
 
         Under op determinism (``tf.config.experimental.enable_op_determinism()``, as it
-        is when the function is traced) TensorFlow refuses ``tf.timestamp``: the calls
-        and records are still counted, the wall time is not (it stays 0).
+        is when the function is traced: `Finisher` traces one function per state)
+        TensorFlow refuses ``tf.timestamp``: the calls and records are still counted,
+        the wall time is not (it stays 0).
         """
+        clocked = not graph.op_determinism()
         one = tf.one_hot(number, len(self.names), dtype=tf.int64)
-        counted = [
-            self._calls.assign_add(one),
-            self._records.assign_add(one * tf.cast(tf.shape(seeds)[0], tf.int64)),
-        ]
-        if graph.op_determinism():
-            data = fn(data, seeds)
-            with tf.control_dependencies(tf.nest.flatten(data, expand_composites=True)):
-                added = tf.group(*counted)
-            with tf.control_dependencies([added]):
-                return tf.nest.map_structure(tf.identity, data, expand_composites=True)
-        start = tf.timestamp()
-        with tf.control_dependencies([start]):
+        start = tf.timestamp() if clocked else None
+        with tf.control_dependencies([] if start is None else [start]):
             data = fn(data, seeds)
         with tf.control_dependencies(tf.nest.flatten(data, expand_composites=True)):
-            end = tf.timestamp()
-        added = tf.group(
-            *counted,
-            self._wall.assign_add(tf.cast(one, tf.float64) * (end - start)),
-        )
+            counts = [
+                self._calls.assign_add(one),
+                self._records.assign_add(one * tf.cast(tf.shape(seeds)[0], tf.int64)),
+            ]
+            if start is not None:
+                seconds = tf.timestamp() - start
+                counts.append(self._wall.assign_add(tf.cast(one, tf.float64) * seconds))
+            added = tf.group(*counts)
         with tf.control_dependencies([added]):
             return tf.nest.map_structure(tf.identity, data, expand_composites=True)
 
@@ -99,7 +94,7 @@ class Finisher:
         self.with_metadata = with_metadata
         #: Whether the generator pairs batches with metadata (the stages need the seeds).
         self.seeded = with_metadata or bool(stages)
-        self._functions: dict[tuple[int | None, bool, bool], Any] = {}
+        self._functions: dict[tuple[int | None, bool, bool, bool], Any] = {}
         self._specs: dict[int | None, Any] = {}
 
     def input_spec(self, batch_dim: int | None) -> Any:
@@ -143,7 +138,8 @@ class Finisher:
         )
         if not needed:
             return ds
-        key = (batch_dim, assemble, stages)
+        # Traced once per op-determinism state too: timed tensor stages read it (`Timers`).
+        key = (batch_dim, assemble, stages, graph.op_determinism())
         function = self._functions.get(key)
         if function is None:
             function = self._functions[key] = tf.function(

@@ -111,21 +111,28 @@ def test_tensor_stages_under_op_determinism_are_counted_not_timed():
     called when determinism is enabled"."""
     from tensorflow.python.framework import config as tf_config
 
+    loader = ResumableLoader.from_pipeline(
+        Pipeline(_DATA, seed=1).batch(4).tf_map(lambda batch, seeds: batch * 2), num_epochs=1)
+    start = loader.get_state()
+    batches = []
+    for batch in loader.dataset():  # built, traced and timed before determinism is on
+        batches.append(batch.numpy())
+        loader.advance()
+    timed = loader.stats().stage("tf_map")
+    assert timed is not None and timed.wall_s > 0
     tf.config.experimental.enable_op_determinism()
     try:
-        loader = ResumableLoader.from_pipeline(
-            Pipeline(_DATA, seed=1).batch(4).tf_map(lambda batch, seeds: batch * 2),
-            num_epochs=1)
-        batches = []
-        for batch in loader.dataset():
+        loader.set_state(start)
+        for batch in loader.dataset():  # the loader's reused dataset: built again
             batches.append(batch.numpy())
             loader.advance()
     finally:
         tf_config.disable_op_determinism()
     stage = loader.stats().stage("tf_map")
-    assert stage is not None and (stage.batches, stage.records_in) == (16, 64)
-    assert stage.wall_s == 0
-    assert len(batches) == 16
+    assert stage is not None and (stage.batches, stage.records_in) == (32, 128)
+    assert stage.wall_s == timed.wall_s  # counted, not timed, under determinism
+    assert len(batches) == 32
+    assert all((a == b).all() for a, b in zip(batches[:16], batches[16:], strict=True))
 
 
 def test_describe_shows_the_measured_figures_and_the_bottleneck():
