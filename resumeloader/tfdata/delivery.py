@@ -173,11 +173,14 @@ class DeliveryPath:
         )
         return self.prefetched(self.finisher.map(ds, batch_dim, rebatch=rebatch))
 
-    def _decoded(self, batches: Generator[Any, None, None]) -> Generator[Any, None, None]:
-        """The generator's elements: `batches` with their variable leaves decoded. Closing
-        it closes `batches` at once (and so their worker pool)."""
+    def _decoded(self, batches: Generator[Any, None, None], *, counted: bool = True
+                 ) -> Generator[Any, None, None]:
+        """The generator's elements: `batches` with their variable leaves decoded, each
+        decoding counted as the hand-off unless not `counted` (the eager loop counts its
+        hand-off where it converts). Closing it closes `batches` at once (and so their
+        worker pool)."""
         spec, seeded = self.spec, self.finisher.seeded
-        board = self.engine.board
+        board = self.engine.board if counted else None
         try:
             if not spec.variable:
                 yield from batches
@@ -255,7 +258,8 @@ class DeliveryPath:
         if not self.spec.variable:
             yield from batches
             return
-        with contextlib.closing(self._decoded(batches)) as decoded:
+        # `prefetch.prefetched` counts this loop's hand-off (once per batch).
+        with contextlib.closing(self._decoded(batches, counted=False)) as decoded:
             for item in decoded:
                 tensors = tf.nest.map_structure(tf.convert_to_tensor, item)
                 yield self.finisher.eager(tensors, self.batch_dim)

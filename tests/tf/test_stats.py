@@ -265,6 +265,12 @@ def test_hand_off_of_variable_leaves_counts_each_batchs_rows(with_metadata):
         loader.advance()
     hand_off = loader.stats().stage("hand-off")
     assert hand_off is not None and (hand_off.batches, hand_off.records_in) == (8, 30)
+    # `for batch in loader`: decoded and converted by the loop, each batch counted once.
+    looped = ResumableLoader(records, batch_size=4, seed=0, num_epochs=1,
+                             with_metadata=with_metadata, output_signature=signature)
+    assert len([batch for batch in looped]) == 8
+    hand_off = looped.stats().stage("hand-off")
+    assert hand_off is not None and (hand_off.batches, hand_off.records_in) == (8, 30)
 
 
 def test_stats_count_the_reads_of_local_files(tmp_path):
