@@ -18,13 +18,13 @@ import re
 from typing import Any
 
 from resumeloader.core import board as board_lib
+from resumeloader.core import meters
 
 __all__ = ["Stage", "Stats", "Worker", "where"]
 
 #: Who made a window decision that does not say (``by``): ``Workers(..., window="auto")``.
 WINDOW_AUTO = "window='auto'"
 
-_ENV = "RESUMELOADER_STATS"
 _WORKER_THREAD = re.compile(r"resumeloader-worker-(\d+)")
 
 
@@ -257,7 +257,7 @@ class Stats:
     def summary(self) -> str:
         """One line: records, rate, the bottleneck, the data wait."""
         if not self.counting:
-            return f"not counted: the environment variable {_ENV}=0 switched counting off"
+            return f"not counted: the environment variable {meters.ENV}=0 switched counting off"
         rate = self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
         text = f"{self.records:,} records in {self.elapsed_s:.2f} s ({rate:,.0f}/s)"
         name = self.bottleneck

@@ -60,8 +60,9 @@ def _options() -> tf.data.Options:
 
 
 _OPTIONS = _options()
-#: The most bytes of rows a chunk gathered by NumPy holds (whole batches, at least one).
-CHUNK_BYTES = 8 << 20
+#: The most bytes of rows a chunk gathered by NumPy holds (whole batches, at least one):
+#: the eager loop's chunk bound.
+CHUNK_BYTES = eager_gather.CHUNK_BYTES
 
 
 class GraphPath(delivery.DeliveryPath):
