@@ -3,6 +3,8 @@ errors. Synthetic measurements: no clock, no TensorFlow."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from resumeloader import Tuning, Workers
@@ -117,9 +119,14 @@ def test_tuner_within_ten_percent_keeps_the_cheaper():
 
 def test_tuning_defaults_come_from_the_machine():
     """The CPU budget is the affinity set; the RAM budget a share of available memory."""
-    assert tuning.cpu_budget(Tuning()) >= 1 and tuning.cpu_budget(Tuning(cpus=3)) == 3
+    assert tuning.cpu_budget(Tuning()) == len(os.sched_getaffinity(0))
+    assert tuning.cpu_budget(Tuning(cpus=3)) == 3
     assert tuning.memory_budget(Tuning(memory_bytes=5)) == 5
-    assert tuning.memory_budget(Tuning()) > 0
+    with open("/proc/meminfo", encoding="ascii") as lines:
+        available = next(int(line.split()[1]) * 1024 for line in lines
+                         if line.startswith("MemAvailable:"))
+    share = tuning.memory_budget(Tuning()) / available  # available memory moves a little
+    assert abs(share - tuning.MEMORY_SHARE) < 0.05 * tuning.MEMORY_SHARE, share
 
 
 @pytest.mark.parametrize(
