@@ -202,14 +202,17 @@ class ResumableLoader(tf.train.experimental.PythonState):
         prefetch: int | str | None,
         with_metadata: bool,
     ) -> None:
+        depth: int | None
         if isinstance(prefetch, str):
             if prefetch != "auto":
                 msg = ("`prefetch` must be an integer >= 0, None or 'auto'. "
                        f"Received: prefetch={prefetch!r:.80}.")
                 raise ValueError(msg)
-            prefetch = AUTOTUNE
-        if prefetch is not None and prefetch != AUTOTUNE:
-            validate.integer("prefetch", prefetch, low=0)
+            depth = AUTOTUNE
+        else:
+            depth = prefetch
+        if depth is not None and depth != AUTOTUNE:
+            validate.integer("prefetch", depth, low=0)
         if workers is not None and not isinstance(workers, options.Workers):
             msg = (
                 "`workers` must be a resumeloader.Workers or None, e.g. workers=Workers(2). "
@@ -222,7 +225,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
             options.Workers() if workers is None else workers,
             with_metadata=validate.boolean("with_metadata", with_metadata),
         )
-        self._delivery = paths.choose(self._engine, prefetch=prefetch)
+        self._delivery = paths.choose(self._engine, prefetch=depth)
         self._layout = self._plan.layout
         board = self._engine.board
         self._position = position_lib.Position(
