@@ -84,12 +84,16 @@ def test_fit_interrupted_mid_epoch_resumes_weights_logs_and_batch_numbers(
 @pytest.mark.skipif(BACKEND == "tensorflow", reason="TensorFlow: tests/tf/test_keras_phases.py "
                     "kills a fit in every phase (the TensorFlow checkpoint format)")
 def test_fit_killed_in_every_phase_is_identical(tmp_path):
-    """SIGKILLed mid-epoch, during validation, at an epoch's end and inside a checkpoint
-    write (and restarted each time), the fit trains on the uninterrupted batches and
+    """SIGKILLed mid-epoch, during validation, at an epoch's end and (on JAX) inside a
+    checkpoint write (and restarted each time), the fit trains on the uninterrupted batches and
     ends with its weights, logs (every epoch's metrics) and batch numbers."""
     command = [sys.executable, str(ROOT / "tests" / "_keras_backends.py"),
                str(STEPS_PER_EXECUTION)]
-    points = ["step:5", "mark:validation:16", "mark:epoch_end:24", "save:28"]
+    points = ["step:5", "mark:validation:16", "mark:epoch_end:24"]
+    if BACKEND == "jax":
+        # The checkpoint files are written by the same code on JAX and PyTorch: one kill
+        # inside a write (on JAX) covers both, and spares PyTorch's run a process (~8 s).
+        points.append("save:28")
 
     report = testing.kill_and_restart(
         command, kill_points=points, workdir=tmp_path, timeout=600,

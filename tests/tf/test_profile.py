@@ -15,12 +15,14 @@ from resumeloader.tools import cli
 from resumeloader.tools import profile as profile_tool
 
 # A factory module per injected delay: `make()` returns a pipeline whose one stage sleeps.
+# TensorFlow is imported where the tf_map stage needs it: the trials' process workers
+# import the module to unpickle its functions, and each would import TensorFlow (~4 s of
+# CPU per worker, most of these tests' time).
 _COMMON = """
 import dataclasses
 import time
 
 import numpy as np
-import tensorflow as tf
 
 import resumeloader
 from resumeloader.stages import sampler
@@ -51,6 +53,8 @@ def _sleep():
 
 
 def sleepy_tensor(batch, seeds):
+    import tensorflow as tf
+
     pause = tf.numpy_function(_sleep, [], tf.float32)
     return batch + pause
 
