@@ -112,3 +112,34 @@ def test_wait_blocked_when_sigint_handled_in_another_thread_raises_keyboard_inte
     )
     assert done.returncode == -signal.SIGINT, done.stderr
     assert done.stderr.rstrip().endswith("KeyboardInterrupt")
+
+
+# Ctrl-C during a garbage collector callback or a ``__del__`` of the main thread: its
+# KeyboardInterrupt is raised there and only printed ("Exception ignored in"); the main
+# thread then waits for something that never comes.
+IGNORED = textwrap.dedent("""
+    import queue, signal
+    from resumeloader.core import waits
+
+    ready = queue.Queue()
+    ready.put(None)
+    waits.get(ready)  # a loop's first batch
+
+    class Collected:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C while the collector runs this
+
+    Collected()
+    waits.get(queue.Queue())
+""")
+
+
+def test_wait_after_keyboard_interrupt_ignored_in_del_raises_keyboard_interrupt():
+    """A KeyboardInterrupt raised and ignored in a ``__del__`` of the main thread is
+    raised again, so the wait that follows ends (bounded: `_limits.EXIT`)."""
+    done = subprocess.run(
+        [sys.executable, "-c", IGNORED], capture_output=True, text=True, timeout=_limits.EXIT,
+    )
+    assert done.returncode == -signal.SIGINT, done.stderr
+    assert "Exception ignored" not in done.stderr
+    assert done.stderr.rstrip().endswith("KeyboardInterrupt")
