@@ -47,6 +47,10 @@ def shm_entries() -> dict[str, int]:
     return sizes
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def alive(pid: int) -> bool:
     """True while `pid` runs (a zombie has exited)."""
     try:
@@ -75,9 +79,12 @@ class Job:
             command = [sys.executable, str(JOB), str(workdir), *options]
             stdin = subprocess.DEVNULL
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        # A terminal's job gets Ctrl-C. Started from a shell's background job, the tests
+        # ignore SIGINT, and so would the job (Python keeps an inherited SIG_IGN).
+        ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
         self.proc = subprocess.Popen(
             [*wrapper, *command], stdin=stdin, stdout=subprocess.PIPE, stderr=log, text=True,
-            start_new_session=True, env=env,
+            start_new_session=True, env=env, preexec_fn=_default_sigint if ignored else None,
         )
         self._log = log
         self.lines: queue.Queue[str | None] = queue.Queue()

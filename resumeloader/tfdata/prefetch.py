@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from resumeloader.core import board as board_lib
-from resumeloader.core import exiting, handoff
+from resumeloader.core import exiting, handoff, waits
 
 __all__ = ["PREFETCHED", "Started", "prefetched", "rows", "to_tensors"]
 
@@ -175,7 +175,7 @@ def prefetched(
             asked += 1
             if gauge is not None and asked % _GAUGE_EVERY == 1:
                 gauge.sample(slots.qsize())
-            item = slots.get()
+            item = waits.get(slots)  # Ctrl-C interrupts it, however it lands
             if isinstance(item, _End):
                 return
             if isinstance(item, _Failure):
@@ -243,7 +243,7 @@ class Started:
 
     def __next__(self) -> Any:
         if not self._handed:
-            self._thread.join()  # the first item, if the loop asks before it is made
+            waits.join(self._thread)  # the first item, if the loop asks before it is made
             self._handed = True
             if self._error is not None:
                 error, self._error = self._error, None

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from concurrent import futures
 from typing import Any, ClassVar
 
-from resumeloader.core import exiting
+from resumeloader.core import exiting, waits
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import backend, depth, options, produce
 
@@ -153,8 +153,10 @@ class _ThreadPool:
 
     def result(self, task: Task, future: futures.Future[Any]) -> Any:
         try:
-            return future.result(self._timeout)
+            return waits.result(future, self._timeout)  # Ctrl-C interrupts it
         except futures.TimeoutError:
+            if future.done():  # the task's own error, not this wait's
+                raise
             assert self._timeout is not None
             what = (
                 "a worker thread is still running it (a stalled map_fn or source?). Threads "

@@ -7,7 +7,10 @@ no ``if __name__ == "__main__":`` guard, TensorFlow imported at the top, and the
 "records": ids consumed so far}`` to WORKDIR/state.json atomically; started again, it
 resumes from that file. It prints ``start PID`` first, ``batch K`` after each batch,
 ``stalling PID`` when the map_fn or the source reaches record --stall-at (then sleeps
-for an hour) and ``done ...`` at the end, each line flushed. With --tf-flag, column 1
+for an hour) and ``done ...`` at the end, each line flushed. With --sigint-from-stall
+the stalled thread (not the main one) then sends SIGINT to itself once the main thread
+is blocked waiting for it: Python's C handler runs in the stalled thread, as when the
+signal lands just before the main thread's wait blocks. With --tf-flag, column 1
 of each record says whether the process that made it had imported TensorFlow. With
 --worker-type dask, a local Dask cluster of --workers processes makes the batches.
 """
@@ -16,7 +19,9 @@ import argparse
 import json
 import os
 import pathlib
+import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -36,6 +41,7 @@ parser.add_argument("--timeout", type=float, default=None)
 parser.add_argument("--record-floats", type=int, default=4)
 parser.add_argument("--step-seconds", type=float, default=0.0)
 parser.add_argument("--tf-flag", action="store_true", help="column 1: TensorFlow imported")
+parser.add_argument("--sigint-from-stall", action="store_true")
 args = parser.parse_args()
 
 
@@ -53,7 +59,27 @@ STALL, STALL_AT, FLOATS, TF_FLAG = args.stall, args.stall_at, args.record_floats
 def stall_here(index):
     if index == STALL_AT:
         say(f"stalling {os.getpid()}")
+        if args.sigint_from_stall:
+            interrupt_when_main_thread_blocks()
         time.sleep(3600)
+
+
+def interrupt_when_main_thread_blocks():
+    """SIGINT to this thread once the main thread is blocked in a call (the same
+    instruction of the same frame at 3 looks 10 ms apart): the main thread can raise
+    KeyboardInterrupt only when that call returns by itself."""
+    if threading.current_thread() is threading.main_thread():
+        raise RuntimeError("--sigint-from-stall needs a stall outside the main thread")
+    main = threading.main_thread().ident
+    seen, same = None, 0
+    while same < 3:
+        time.sleep(0.01)
+        frame = sys._current_frames()[main]
+        where = (frame, frame.f_lasti)
+        same = same + 1 if where == seen else 0
+        seen = where
+    del frame, seen, where
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
 
 def map_fn(record, rng):

@@ -60,6 +60,26 @@ def test_ctrl_c_on_stalled_job_exits(tmp_path, options):
     assert outcome.shm_left == {}
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("--workers", "0", "--prefetch", "2", "--stall", "source"),
+        ("--workers", "2", "--worker-type", "thread", "--prefetch", "0", "--stall", "map"),
+    ],
+    ids=["main-thread-waits-for-prefetch-thread", "main-thread-waits-for-worker-thread"],
+)
+def test_ctrl_c_handled_while_main_thread_blocks_in_its_wait_exits(tmp_path, options):
+    """A SIGINT whose C handler runs while the main thread is already blocked waiting for
+    the stalled thread (here it runs in that thread; in a terminal it lands just before
+    the wait blocks): KeyboardInterrupt all the same, every process exits (bounded
+    wait: `_limits.EXIT`)."""
+    job = _faults.Job(tmp_path, *options, "--sigint-from-stall")
+    job.wait_for("stalling")
+    outcome = job.finish(job.pids())
+    assert outcome.processes_left == []
+    assert outcome.returncode == -signal.SIGINT
+
+
 def test_ctrl_c_mid_epoch_of_dataset_on_local_dask_cluster_exits(tmp_path):
     """One SIGINT to the process group of a job iterating ``dataset()`` on a local Dask
     cluster, between batches: the job and its cluster's processes all exit (bounded
