@@ -50,11 +50,11 @@ class Consumer:
     (`resumeloader.handout.loop.EagerLoop`) counts its steps itself (read here while
     it is live, added when it ends) and times its first two steps' waits and the
     compute between them, then one step's wait and the compute before it in `every`
-    (`sampled`): a step's clocks cost more than the cheapest loop's step. `handed` times one step exactly.
-    `produced` and `advanced` estimate each step for ``dataset()`` consumed by a loop
-    that advances the loader eagerly (Keras with `ResumeCallback`, a Python loop): a
-    step's wait is how long after the previous advance (or the iteration's start) its
-    batch left the Python producer for tf.data.
+    (`sampled`): a step's clocks cost more than the cheapest loop's step. `handed`
+    times one step exactly. `produced` and `advanced` estimate each step for
+    ``dataset()`` consumed by a loop that advances the loader eagerly (Keras with
+    `ResumeCallback`, a Python loop): a step's wait is how long after the previous
+    advance (or the iteration's start) its batch left the Python producer for tf.data.
 
     Args:
         every: an eager loop times one step (and the compute before it) in this many.
