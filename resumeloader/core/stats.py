@@ -141,7 +141,7 @@ class Stats:
         steps: the consumer's steps: every batch of ``for batch in loader``
             (exact), every eager ``advance()`` after a batch made in Python;
             wait_s: the data wait they saw, in total (``for batch in loader`` times
-            one step in 32, scaled to all); max_wait_s: the longest timed wait;
+            one step in 128, scaled to all); max_wait_s: the longest timed wait;
             compute_s: the consumer's time between batches (estimated likewise).
         queues: per queue, its mean and largest depth and its capacity.
         counts: plain counters (``storage.gets``, ``storage.bytes``, ...).
