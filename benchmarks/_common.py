@@ -235,10 +235,10 @@ def interleaved(contenders: dict[str, Callable[[], float]], rounds: int,
     hits all of them alike instead of one. With `alternate`, every other round runs them
     in reverse order: a contender run right after a similar one finds its data and code
     in the caches, which is worth a few percent to a cheap loop — two near-equal
-    contenders (a switch on and off) are then each run second as often as first. The medians of the faults per batch, the CPU
-    use and the CPU microseconds per record that a contender's `Meter` measured
-    (`steady_rate`, `graph_rate`, `records_rate`, `per_call_us`, ...) go to `FAULTS`,
-    `CPU` and `CPU_US`.
+    contenders (a switch on and off) are then each run second as often as first. The
+    medians of the faults per batch, the CPU use and the CPU microseconds per record
+    that a contender's `Meter` measured (`steady_rate`, `graph_rate`, `records_rate`,
+    `per_call_us`, ...) go to `FAULTS`, `CPU` and `CPU_US`.
     """
     global LAST_FAULTS, LAST_CPU, LAST_CPU_US
     samples: dict[str, list[float]] = {name: [] for name in contenders}
