@@ -177,7 +177,7 @@ class Board:
         self.every = meters.every() if every is None else every
         self.born_ns = _now()
         self.process_cpu_ns = time.process_time_ns()
-        self.consumer = Consumer(self.every * meters.STEP_FACTOR)
+        self.consumer = Consumer(1 if self.every == 1 else self.every * meters.STEP_FACTOR)
         self.gauges: dict[str, Gauge] = {}
         #: Plain counters (e.g. ``storage.gets``), added by `count` and merged deltas.
         self.counts: collections.Counter[str] = collections.Counter()

@@ -43,8 +43,8 @@ ENV = "RESUMELOADER_STATS"
 #: By default a place times one lap in this many of each kind (`timed_lap`).
 EVERY = 8
 #: An eager loop times one consumer step in this many times `every` (its first two
-#: steps too; `resumeloader.core.board.Consumer`): its cheapest steps cost less than
-#: a clock read with its cache misses.
+#: steps too, and every step with `every` 1; `resumeloader.core.board.Consumer`): its
+#: cheapest steps cost less than a clock read with its cache misses.
 STEP_FACTOR = 16
 #: A timed lap reads the thread's CPU time on one in this many timed laps.
 CPU_EVERY = 4

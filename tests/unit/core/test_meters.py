@@ -234,3 +234,10 @@ def test_stats_of_growing_chunks_are_exact_in_batches_and_records():
     read = _stage(board, "read")
     assert (read.batches, read.records_in) == (102, 408)
     assert read.wall_s > 0
+
+
+def test_board_times_every_consumer_step_with_every_1_and_fewer_steps_than_laps_else():
+    """RESUMELOADER_STATS=all (every 1) times every step of an eager loop; otherwise the
+    consumer times one step in `STEP_FACTOR` x `every`."""
+    assert board_lib.Board(every=1).consumer.every == 1
+    assert board_lib.Board(every=8).consumer.every == 8 * meters.STEP_FACTOR
