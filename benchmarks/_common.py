@@ -114,6 +114,73 @@ def _live_children_cpu() -> float:
     return total
 
 
+def _status_kib(pid: int | str, field: str) -> int | None:
+    """A ``kB`` field of ``/proc/<pid>/status`` (``VmHWM``, ``VmRSS``) in KiB, or None."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class PeakRss:
+    """Peak resident memory of the process tree while in use: this process's peak
+    (``VmHWM``, reset on entry through ``/proc/self/clear_refs`` where the kernel
+    allows; else its peak so far) plus each worker process's peak, child processes
+    (recursively) read every `interval` seconds by a thread, so that workers that end
+    meanwhile (a tuner's trial) count too. A sum of peaks: at least the tree's peak,
+    the figure to hold against a RAM budget.
+    """
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = interval
+        self._children: dict[int, int] = {}  # pid -> its largest VmHWM seen (KiB)
+        self._own = 0
+        self._stop: Any = None
+        self._thread: Any = None
+
+    def __enter__(self) -> PeakRss:
+        import threading
+
+        try:
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+                refs.write("5")
+        except OSError:
+            pass  # an older kernel or a sandbox: the peak since the process started
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="bench-peak-rss", daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            if child.pid in _NOT_COUNTED:
+                continue
+            peak = _status_kib(child.pid, "VmHWM")
+            if peak is not None:
+                self._children[child.pid] = max(peak, self._children.get(child.pid, 0))
+        self._own = max(self._own, _status_kib("self", "VmHWM") or 0)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    @property
+    def bytes(self) -> int:
+        """This process's peak plus every worker process's, in bytes."""
+        return (self._own + sum(self._children.values())) * 1024
+
+
 class Meter:
     """Measures a timed part: minor faults per batch, CPU per wall second and CPU
     microseconds per record (`cpu_seconds`), into `LAST_FAULTS`, `LAST_CPU`, `LAST_CPU_US`."""
@@ -160,15 +227,18 @@ def records_rate(work: Callable[[], int], batches: int = 1) -> float:
 
 
 def interleaved(contenders: dict[str, Callable[[], float]], rounds: int,
-                warmup: int = 0) -> dict[str, float]:
+                warmup: int = 0, *, alternate: bool = False) -> dict[str, float]:
     """The median of `rounds` measurements of each contender (each returns e.g. records/s),
     after `warmup` rounds whose measurements are dropped.
 
     A round runs every contender once, in turn, so a burst of load on a shared machine
-    hits all of them alike instead of one. The medians of the faults per batch, the CPU
-    use and the CPU microseconds per record that a contender's `Meter` measured
-    (`steady_rate`, `graph_rate`, `records_rate`, `per_call_us`, ...) go to `FAULTS`,
-    `CPU` and `CPU_US`.
+    hits all of them alike instead of one. With `alternate`, every other round runs them
+    in reverse order: a contender run right after a similar one finds its data and code
+    in the caches, which is worth a few percent to a cheap loop — two near-equal
+    contenders (a switch on and off) are then each run second as often as first. The
+    medians of the faults per batch, the CPU use and the CPU microseconds per record
+    that a contender's `Meter` measured (`steady_rate`, `graph_rate`, `records_rate`,
+    `per_call_us`, ...) go to `FAULTS`, `CPU` and `CPU_US`.
     """
     global LAST_FAULTS, LAST_CPU, LAST_CPU_US
     samples: dict[str, list[float]] = {name: [] for name in contenders}
@@ -177,8 +247,9 @@ def interleaved(contenders: dict[str, Callable[[], float]], rounds: int,
     for _ in range(warmup):
         for measure in contenders.values():
             measure()
-    for _ in range(rounds):
-        for name, measure in contenders.items():
+    for number in range(rounds):
+        order = list(contenders.items())
+        for name, measure in order[::-1] if alternate and number % 2 else order:
             LAST_FAULTS = LAST_CPU = LAST_CPU_US = None
             samples[name].append(measure())
             for kind, value in (("faults", LAST_FAULTS), ("cpu", LAST_CPU),

@@ -12,7 +12,11 @@
     ``map(numpy_function, num_parallel_calls=AUTOTUNE)``. The hand-picked ones and tf.data
     are measured after 4 batches (start-up excluded); ``Workers("auto")`` after it
     decided (its trials excluded: their batches and seconds are in the table, with the
-    decision). Interleaved rounds, medians (`_common.interleaved`).
+    decision). Interleaved rounds, medians (`_common.interleaved`). For
+    ``Workers("auto")``: the peak resident memory of the whole process tree (this
+    process and its worker processes, trials included: `_common.PeakRss`) against
+    the RAM budget it was given (`Tuning`'s default: `tuning.MEMORY_SHARE` of the
+    memory available when the loader was made).
 
 Absolute numbers depend on the machine and its load; the ratios in one run are the
 result.
@@ -45,6 +49,8 @@ AUTO, TF = "`Workers(\"auto\")`", "tf.data `map(numpy_function, AUTOTUNE)`"
 HAND_PICKED = (ZERO, THREADS, PROCESSES)
 # What each Workers("auto") loader decided, per workload: (decision, batches, seconds).
 _DECIDED: dict[str, list[tuple[str, int, float]]] = {}
+# Per workload, each Workers("auto") round's peak RSS of the process tree and RAM budget.
+_MEMORY: dict[str, list[tuple[int, int]]] = {}
 
 
 def _auto_rate(source: np.ndarray, fn: Callable[..., Any], workload: str) -> Callable[[], float]:
@@ -52,21 +58,27 @@ def _auto_rate(source: np.ndarray, fn: Callable[..., Any], workload: str) -> Cal
     import resumeloader
 
     def measure() -> float:
-        start = time.perf_counter()
-        loader = resumeloader.ResumableLoader(
-            source, batch_size=BATCH, seed=SEED, map_fn=fn, workers=resumeloader.Workers("auto"))
-        iterator = iter(loader)
-        batches = 0
-        while not loader.stats().decisions:
-            next(iterator)
-            batches += 1
-        decision = loader.stats().decisions[-1]
-        chosen = f"{decision['kind']} x {decision['num_workers']}"
-        _DECIDED.setdefault(workload, []).append(
-            (chosen, batches, time.perf_counter() - start))
-        print(f"  auto decided {chosen} after {batches} batches: {decision['why']}",
-              file=sys.stderr)
-        rate = _common.steady_rate(lambda: iterator)
+        from resumeloader.workers import tuning
+
+        with _common.PeakRss() as peak:
+            start = time.perf_counter()
+            budget = tuning.memory_budget(tuning.Tuning())  # what the loader's default gets
+            loader = resumeloader.ResumableLoader(
+                source, batch_size=BATCH, seed=SEED, map_fn=fn,
+                workers=resumeloader.Workers("auto"))
+            iterator = iter(loader)
+            batches = 0
+            while not loader.stats().decisions:
+                next(iterator)
+                batches += 1
+            decision = loader.stats().decisions[-1]
+            chosen = f"{decision['kind']} x {decision['num_workers']}"
+            _DECIDED.setdefault(workload, []).append(
+                (chosen, batches, time.perf_counter() - start))
+            print(f"  auto decided {chosen} after {batches} batches: {decision['why']}",
+                  file=sys.stderr)
+            rate = _common.steady_rate(lambda: iterator)
+        _MEMORY.setdefault(workload, []).append((peak.bytes, budget))
         loader.close()
         return rate
 
@@ -107,23 +119,35 @@ def autotune(quick: bool) -> tuple[Table, list[Target]]:
         f"Batch {BATCH}, endless shuffled loaders; records/s after 4 batches (start-up "
         "excluded; `Workers(\"auto\")`: after its decision), median of "
         f"{rounds} interleaved round(s); CPU budget {os.cpu_count()} cores. 'decided' is "
-        "what `Workers(\"auto\")` chose in each round, after how many batches and seconds.",
+        "what `Workers(\"auto\")` chose in each round, after how many batches and seconds; "
+        "'peak RSS' the largest over its rounds of the peak resident memory of the whole "
+        "process tree (this process, TensorFlow included, plus each worker process's "
+        "peak, trials included), 'RAM budget' what its default `Tuning` gave it.",
         [Column("workload", "workload"), Column("pipeline", "pipeline"),
          Column("rate", "records/s", ",.0f"), _results.cpu_column(),
-         Column("vs_best", "/ best hand-picked", ".2f"), Column("decided", "decided")],
+         Column("vs_best", "/ best hand-picked", ".2f"), Column("decided", "decided"),
+         Column("peak_rss_mib", "peak RSS MiB", ",.0f"),
+         Column("budget_mib", "RAM budget MiB", ",.0f")],
     )
     targets = []
     for workload, (rates, cpus) in measured.items():
         best = max(HAND_PICKED, key=lambda n: rates[n])
         for name, rate in rates.items():
-            decided = ""
+            decided, peak, budget = "", None, None
             if name == AUTO:
                 decided = "; ".join(f"{c} ({b} batches, {s:.1f} s)"
                                     for c, b, s in _DECIDED.get(workload, []))
+                peak, budget = _peak_and_budget(workload)
             table.add(workload=workload, pipeline=name, rate=rate, cpu_us=cpus[name],
-                      vs_best=rate / rates[best], decided=decided)
+                      vs_best=rate / rates[best], decided=decided,
+                      peak_rss_mib=None if peak is None else peak / 2**20,
+                      budget_mib=None if budget is None else budget / 2**20)
         label = workload.split(" (~")[0]
+        peak, budget = _peak_and_budget(workload)
         targets += [
+            Target(f"(w) {label}: auto peak RSS (process tree) / RAM budget",
+                   peak / budget if peak is not None and budget else None, 1.0,
+                   at_most=True, item="31.4, autotune"),
             Target(f"(w) {label}: auto / best hand-picked ({best})", rates[AUTO] / rates[best],
                    0.9, item="31.4, autotune"),
             Target(f"(w) {label}: auto / tf.data AUTOTUNE", rates[AUTO] / rates[TF], 1.0,
@@ -132,6 +156,15 @@ def autotune(quick: bool) -> tuple[Table, list[Target]]:
         ]
     table.finish(start)
     return table, targets
+
+
+def _peak_and_budget(workload: str) -> tuple[int | None, int | None]:
+    """The largest peak RSS of the `workload`'s Workers("auto") rounds, and the smallest
+    budget it was given (None, None: not measured)."""
+    measured = _MEMORY.get(workload)
+    if not measured:
+        return None, None
+    return max(p for p, _ in measured), min(b for _, b in measured)
 
 
 def run(quick: bool) -> Report:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+import weakref
 from typing import Any
 
 from resumeloader.core import meters
@@ -42,18 +43,34 @@ class Gauge:
 class Consumer:
     """What the consumer (the training loop) waited for data, step by step.
 
-    `handed` times a step exactly (``for batch in loader``: asked, got). `produced`
-    and `advanced` estimate it for ``dataset()`` consumed by a loop that advances the
-    loader eagerly (Keras with `ResumeCallback`, a Python loop): a step's wait is how
-    long after the previous advance (or the iteration's start) its batch left the
-    Python producer for tf.data.
+    Its steps are exact, and so are the intervals between two steps of one loop (the
+    consumer's compute); the wait and compute times are those of the *timed* steps
+    and intervals (`timed_steps`, `compute_steps`), which
+    `resumeloader.core.stats.Stats` scales to all. ``for batch in loader``
+    (`resumeloader.handout.loop.EagerLoop`) counts its steps itself (read here while
+    it is live, added when it ends) and times its first two steps' waits and the
+    compute between them, then one step's wait and the compute before it in `every`
+    (`sampled`): a step's clocks cost more than the cheapest loop's step. `handed`
+    times one step exactly. `produced` and `advanced` estimate each step for
+    ``dataset()`` consumed by a loop that advances the loader eagerly (Keras with
+    `ResumeCallback`, a Python loop): a step's wait is how long after the previous
+    advance (or the iteration's start) its batch left the Python producer for tf.data.
+
+    Args:
+        every: an eager loop times one step (and the compute before it) in this many.
     """
 
-    def __init__(self) -> None:
-        self.steps = 0
+    def __init__(self, every: int = 1) -> None:
+        self.every = every
+        self.steps = 0  # of the loops that ended, and of every other way of consuming
+        self.timed_steps = 0
         self.wait_ns = 0
         self.max_wait_ns = 0
         self.compute_ns = 0  # between handing a batch out and asking for the next
+        self.compute_steps = 0
+        #: The intervals between two steps of one loop (of the live eager loop: not yet).
+        self.intervals = 0
+        self._loop: Any = None  # a weak reference to the live eager loop
         self._handed_ns = -1  # when the last batch was handed out (-1: new loop)
         self._advanced_ns = -1
         self._started_ns = -1
@@ -62,26 +79,57 @@ class Consumer:
 
     def _step(self, wait: int, compute: int) -> None:
         self.steps += 1
+        self.timed_steps += 1
         self.wait_ns += wait
         self.compute_ns += compute
+        self.compute_steps += 1
+        self.intervals += 1
         if wait > self.max_wait_ns:
             self.max_wait_ns = wait
 
-    # -- a loop that asks and gets (for batch in loader) --------------------------------
-    def begun(self) -> None:
-        """A new loop starts: the time before its first ask is not a step's."""
-        self._handed_ns = -1
+    def totals(self) -> tuple[int, int]:
+        """Every step and interval so far, the live eager loop's included."""
+        loop = None if self._loop is None else self._loop()
+        handed = 0 if loop is None else loop.handed_out
+        return self.steps + handed, self.intervals + max(0, handed - 1)
 
-    def handed(self, asked_ns: int, got_ns: int) -> None:
-        """One step: the consumer asked for a batch at `asked_ns`, had it at `got_ns`."""
-        wait = got_ns - asked_ns
-        if self._handed_ns >= 0:
-            self.compute_ns += asked_ns - self._handed_ns
-        self._handed_ns = got_ns
-        self.steps += 1
+    # -- a loop that asks and gets (for batch in loader) --------------------------------
+    def begun(self, loop: Any = None) -> None:
+        """A new loop starts: the time before its first ask is not a step's. An eager
+        `loop` (its ``handed_out`` are its steps) is read while live."""
+        self._handed_ns = -1
+        self.ended(None)
+        if loop is not None:
+            self._loop = weakref.ref(loop)
+
+    def ended(self, loop: Any) -> None:
+        """The eager loop `loop` (None: whichever was live) ended: its steps are added."""
+        ref, self._loop = self._loop, None
+        live = None if ref is None else ref() or loop  # a loop being finalised: dead ref
+        if live is not None:
+            self.steps += live.handed_out
+            self.intervals += max(0, live.handed_out - 1)
+
+    def sampled(self, wait: int, compute: int) -> None:
+        """A timed step of an eager loop (its count is the loop's): the consumer waited
+        `wait` ns for its batch, after `compute` ns since the previous batch (-1: not
+        timed)."""
+        self.timed_steps += 1
         self.wait_ns += wait
         if wait > self.max_wait_ns:
             self.max_wait_ns = wait
+        if compute >= 0:
+            self.compute_ns += compute
+            self.compute_steps += 1
+
+    def handed(self, asked_ns: int, got_ns: int) -> None:
+        """One step, timed: the consumer asked for a batch at `asked_ns`, had it at
+        `got_ns`."""
+        compute = asked_ns - self._handed_ns if self._handed_ns >= 0 else -1
+        self._handed_ns = got_ns
+        self.steps += 1
+        self.intervals += compute >= 0
+        self.sampled(got_ns - asked_ns, compute)
 
     # -- dataset() and an eager advance ------------------------------------------------
     def started(self) -> None:
@@ -129,7 +177,7 @@ class Board:
         self.every = meters.every() if every is None else every
         self.born_ns = _now()
         self.process_cpu_ns = time.process_time_ns()
-        self.consumer = Consumer()
+        self.consumer = Consumer(1 if self.every == 1 else self.every * meters.STEP_FACTOR)
         self.gauges: dict[str, Gauge] = {}
         #: Plain counters (e.g. ``storage.gets``), added by `count` and merged deltas.
         self.counts: collections.Counter[str] = collections.Counter()
@@ -214,6 +262,7 @@ class Board:
                 place[stage] = meter = meters.Meter()
                 meter.add(values)
         consumer = self.consumer
+        steps, intervals = consumer.totals()
         return {
             "elapsed_ns": now - self.born_ns,
             "process_cpu_ns": time.process_time_ns() - self.process_cpu_ns,
@@ -237,8 +286,10 @@ class Board:
                 for place in places
             ],
             "consumer": {
-                "steps": consumer.steps, "wait_ns": consumer.wait_ns,
-                "max_wait_ns": consumer.max_wait_ns, "compute_ns": consumer.compute_ns,
+                "steps": steps, "timed_steps": consumer.timed_steps,
+                "wait_ns": consumer.wait_ns, "max_wait_ns": consumer.max_wait_ns,
+                "intervals": intervals, "compute_ns": consumer.compute_ns,
+                "compute_steps": consumer.compute_steps,
             },
             "gauges": {
                 name: {"samples": g.count, "total": g.total, "max": g.maximum,

@@ -126,7 +126,8 @@ class Stats:
     """A loader's stage counters and timers, since it was made (``loader.stats()``).
 
     Batches and records are exact; wall and CPU times are estimated from the timed
-    batches (one in 8 per place, all with ``RESUMELOADER_STATS=all``). ``str()`` is a
+    batches (one in 8 per place, or one chunk of batches in 8 where a chunk is made
+    at once; all with ``RESUMELOADER_STATS=all``). ``str()`` is a
     table, `to_dict` plain JSON data, `bottleneck` the stage that allows the fewest
     records/s, `since` the interval between two values of one loader. Reading them
     never changes the stream.
@@ -137,8 +138,11 @@ class Stats:
             TensorFlow's included).
         stages: one `Stage` per stage that ran, in chain order.
         workers: the places that made batches, and how busy each was.
-        steps: consumer steps timed; wait_s, max_wait_s: the data wait they saw
-            (total, longest); compute_s: the consumer's time between batches.
+        steps: the consumer's steps: every batch of ``for batch in loader``
+            (exact), every eager ``advance()`` after a batch made in Python;
+            wait_s: the data wait they saw, in total (``for batch in loader`` times
+            one step in 128, scaled to all); max_wait_s: the longest timed wait;
+            compute_s: the consumer's time between batches (estimated likewise).
         queues: per queue, its mean and largest depth and its capacity.
         counts: plain counters (``storage.gets``, ``storage.bytes``, ...).
         counting: False when counting was off (``RESUMELOADER_STATS=0``): all empty.
@@ -208,6 +212,11 @@ class Stats:
             workers.append(Worker(where(place["name"]), busy, place["alive_ns"] / 1e9,
                                   None if cpu is None else cpu / 1e9))
         consumer = snapshot["consumer"]
+        steps = consumer["steps"]
+        # Times of the timed steps, scaled to all steps (snapshots of 0.3 timed all).
+        waits = steps / consumer["timed_steps"] if consumer.get("timed_steps") else 1.0
+        computes = (consumer["intervals"] / consumer["compute_steps"]
+                    if consumer.get("compute_steps") else 1.0)
         queues = {
             name: {"mean": g["total"] / g["samples"] if g["samples"] else 0.0,
                    "max": g["max"], "capacity": g["capacity"]}
@@ -215,9 +224,9 @@ class Stats:
         }
         return cls(
             snapshot["elapsed_ns"] / 1e9, snapshot["process_cpu_ns"] / 1e9, tuple(stages),
-            tuple(sorted(workers, key=lambda w: w.name)), consumer["steps"],
-            consumer["wait_ns"] / 1e9, consumer["max_wait_ns"] / 1e9,
-            consumer["compute_ns"] / 1e9, queues, dict(snapshot["counts"]),
+            tuple(sorted(workers, key=lambda w: w.name)), steps,
+            consumer["wait_ns"] * waits / 1e9, consumer["max_wait_ns"] / 1e9,
+            consumer["compute_ns"] * computes / 1e9, queues, dict(snapshot["counts"]),
             decisions=tuple(snapshot.get("decisions", ())), snapshot=snapshot,
         )
 

@@ -11,6 +11,8 @@ from resumeloader.core import board as board_lib
 
 __all__ = ["EagerLoop"]
 
+_now = time.perf_counter_ns
+
 
 class EagerLoop:
     """A live ``for batch in loader``: hands out batches and counts each as consumed.
@@ -25,13 +27,17 @@ class EagerLoop:
         position: the normalised position the loop starts at.
         origin: where the loop was started (``file:line``), for error messages.
         on_close: called once with the loop when it ends, however it ends.
-        consumer: times each step's wait for its batch (`board_lib.Consumer.handed`), or None.
+        consumer: told the loop's steps and times one step's wait for its batch, and
+            the compute before it, in ``consumer.every`` (`board_lib.Consumer.sampled`;
+            a step that is neither timed nor before a timed one reads no clock), or None.
     """
 
     __slots__ = (
         "__weakref__",
         "_batches",
+        "_clock_at",
         "_consumer",
+        "_got",
         "_on_close",
         "handed_out",
         "in_flight",
@@ -52,11 +58,15 @@ class EagerLoop:
         self._batches = batches
         self._on_close = on_close
         self._consumer = consumer
-        if consumer is not None:
-            consumer.begun()
         self.position = position
         self.in_flight: int | None = None  # the position before the batch in flight
         self.handed_out = 0
+        # The next step that reads a clock (never without a consumer), and the step
+        # that read one last with when it had its batch.
+        self._clock_at = 0 if consumer is not None else -1
+        self._got = (-2, 0)
+        if consumer is not None:
+            consumer.begun(self)
         self.origin = origin
         self.live = True
 
@@ -68,17 +78,43 @@ class EagerLoop:
         self.in_flight = None
         if not self.live:
             raise StopIteration
-        consumer = self._consumer
-        asked = time.perf_counter_ns() if consumer is not None else 0
+        if self.handed_out == self._clock_at:
+            return self._clocked()
         try:
             batch, end = next(self._batches)
         except BaseException:
             self.close()
             raise
-        if consumer is not None:
-            consumer.handed(asked, time.perf_counter_ns())
         start = self.position
         # Both stores together, no call between: a signal handler sees either state.
+        self.position, self.in_flight = end, start
+        self.handed_out += 1
+        return batch
+
+    def _clocked(self) -> Any:
+        """`__next__` of a step that reads the clock: a timed step (its wait, and the
+        compute since the step before it) or the step before a timed one. Timed:
+        steps 0 and 1 and then each multiple of ``consumer.every``."""
+        consumer = self._consumer
+        assert consumer is not None
+        step, every = self.handed_out, consumer.every
+        timed = step % every == 0 or step == 1
+        asked = _now() if timed else 0
+        try:
+            batch, end = next(self._batches)
+        except BaseException:
+            self.close()
+            raise
+        got = _now()
+        if timed:
+            before, handed = self._got
+            consumer.sampled(got - asked, asked - handed if before == step - 1 else -1)
+        self._got = (step, got)
+        # Then: the step after the first; a timed one after the step before it; the
+        # step before the next multiple of `every`.
+        self._clock_at = (step + 1 if step == 0 or not timed
+                          else max(step + 1, (step // every + 1) * every - 1))
+        start = self.position
         self.position, self.in_flight = end, start
         self.handed_out += 1
         return batch
@@ -92,6 +128,8 @@ class EagerLoop:
         if not self.live:
             return
         self.live = False
+        if self._consumer is not None:
+            self._consumer.ended(self)
         try:
             self._batches.close()  # type: ignore[attr-defined]
         finally:

@@ -3,10 +3,10 @@
 `BatchProducer` closes a lap (`resumeloader.core.meters.Lap`) at each stage boundary
 of a batch: after the read, the batch stage, each batch map stage. A record-by-record
 loop (read, the record stages, the spec check, per record) is timed whole on every
-batch and divided among its parts in proportion to what they took on sampled
-batches (one in `meters.SPLIT_EVERY` per place): there, a *twin* of the producer runs
-the loop with its source and record stages behind `Timed` proxies that time each
-call. Per-record clocks on every record would cost more than the stages they time.
+timed batch and divided among its parts in proportion to what they took on sampled
+batches (one in `meters.SPLIT_EVERY` timed batches per place): there, a *twin* of
+the producer runs the loop with its source and record stages behind `Timed` proxies
+that time each call. Per-record clocks on every record would cost more than the stages they time.
 
 A worker in another process sends its counts with each batch (`Report`), the storage
 layer's counters among them. No TensorFlow here.

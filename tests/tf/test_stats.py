@@ -302,3 +302,38 @@ def test_for_loop_over_arrays_counts_its_stages():
         assert (by_name[name].batches, by_name[name].records_in) == (32, 128), name
     assert by_name["batch"].bytes_out > 0  # from the timed laps
     assert stats.steps == len(batches) == 32
+
+
+def test_for_loop_over_arrays_counts_growing_chunks_exactly():
+    """``for batch in loader`` over arrays makes chunks of 1, 2, 4, ... 32 batches, each
+    counted once: read mid-chunk and at the end, each stage's batches and records are
+    those of the chunks made, the consumer's steps those handed out."""
+    loader = ResumableLoader(np.arange(1002, dtype=np.int64), batch_size=4, seed=1,
+                             num_epochs=1)
+    batches = iter(loader)
+    for _ in range(37):  # chunks of 1 + 2 + 4 + 8 + 16 batches, then 6 of the next 32
+        next(batches)
+    middle = loader.stats()
+    assert middle.steps == 37
+    assert {s.name: (s.batches, s.records_in) for s in middle.stages} == {
+        name: (63, 252) for name in ("sampler", "read", "batch", "hand-off")}
+    rest = [batch.shape[0] for batch in batches]
+    end = loader.stats()
+    assert end.steps == 37 + len(rest) == 251 and sum(rest) == 1002 - 37 * 4
+    assert {s.name: (s.batches, s.records_in) for s in end.stages} == {
+        name: (251, 1002) for name in ("sampler", "read", "batch", "hand-off")}
+    assert end.stage("hand-off").wall_s > 0  # type: ignore[union-attr]
+
+
+def test_dataset_counts_every_stage_and_step_exactly():
+    """dataset() consumed with an eager advance per step: every stage counts every batch
+    and record (one batch in 8 timed), the consumer every step."""
+    loader = ResumableLoader(_DATA, batch_size=3, seed=1, num_epochs=1, map_fn=fns.augment)
+    steps = 0
+    for _ in loader.dataset():
+        loader.advance()
+        steps += 1
+    stats = loader.stats()
+    assert steps == stats.steps == 22
+    for stage in stats.stages:
+        assert (stage.batches, stage.records_in) == (22, 64), stage

@@ -203,3 +203,41 @@ def test_timed_counts_each_item_of_an_iterator_exactly(every):
     assert items == [[1, 2], [3], [4, 5, 6], [7]]
     sampler = _stage(board, "sampler")
     assert (sampler.batches, sampler.records_in) == (4, 7)
+
+
+def test_chunks_are_timed_one_in_every_and_counted_as_their_batches():
+    """`chunk` times chunks 2, 2 + every, ...; `laps` counts a chunk of n batches as n
+    laps, all timed laps when the chunk was timed."""
+    place = meters.Place("here", every=4)
+    sizes = [1, 2, 4, 8, 8, 8, 8, 8, 8, 3]
+    timed = []
+    for size in sizes:
+        lap = place.chunk("produce")
+        place.laps("produce", 5 * size, size, lap)
+        timed.append(lap is not None)
+    assert timed == [False, True, False, False, False, True, False, False, False, True]
+    kind = place.kinds["produce"]
+    assert (kind.laps, kind.batches, kind.records) == (58, 58, 290)
+    assert (kind.timed, kind.timed_batches, kind.timed_records) == (13, 13, 65)
+
+
+def test_stats_of_growing_chunks_are_exact_in_batches_and_records():
+    """Chunks of growing sizes, one in `every` timed: the stage's batches and records are
+    exact and its time is the timed chunks' scaled by batches."""
+    board = board_lib.Board(["read"], every=2)
+    place = board.here()
+    for size in [1, 2, 4, 8, 16, 32, 32, 7]:
+        lap = place.chunk("produce")
+        if lap is not None:
+            lap.lap(place["read"], 4 * size, batches=size)
+        place.laps("produce", 4 * size, size, lap)
+    read = _stage(board, "read")
+    assert (read.batches, read.records_in) == (102, 408)
+    assert read.wall_s > 0
+
+
+def test_board_times_every_consumer_step_with_every_1_and_fewer_steps_than_laps_else():
+    """RESUMELOADER_STATS=all (every 1) times every step of an eager loop; otherwise the
+    consumer times one step in `STEP_FACTOR` x `every`."""
+    assert board_lib.Board(every=1).consumer.every == 1
+    assert board_lib.Board(every=8).consumer.every == 8 * meters.STEP_FACTOR

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from resumeloader import ErrorBudgetError, Pipeline, StreamIntegrityError
+from resumeloader.core import board as board_lib
+from resumeloader.core import stats
 from resumeloader.handout import consumption, loop, quarantine, stream
 from resumeloader.stages.plan import Plan
 from resumeloader.workers import produce
@@ -120,3 +122,37 @@ def test_quarantine_logs_each_replacement_once_and_keeps_the_budget(tmp_path):
             pass
     assert (info.value.record_index, info.value.position) == (11, 11)
     assert len(log.read_text().splitlines()) == 3  # logged before it raised
+
+
+def _eager_loop(consumer: board_lib.Consumer, count: int) -> loop.EagerLoop:
+    batches = ((index, index + 1) for index in range(count))
+    return loop.EagerLoop(batches, 0, origin="here", on_close=lambda _: None, consumer=consumer)
+
+
+def test_eager_loop_counts_every_step_and_times_the_first_two_then_one_in_every():
+    """A live `for batch in loader` counts each step exactly (read while live, kept when
+    it ends); it times steps 0 and 1, then each multiple of `every`, with the compute
+    before it."""
+    consumer = board_lib.Consumer(every=4)
+    looped = _eager_loop(consumer, 10)
+    assert [next(looped) for _ in range(6)] == list(range(6))
+    assert consumer.totals() == (6, 5)
+    assert list(looped) == list(range(6, 10))
+    assert consumer.totals() == (10, 9) and consumer.steps == 10
+    assert (consumer.timed_steps, consumer.compute_steps) == (4, 3)  # steps 0, 1, 4, 8
+    _eager_loop(consumer, 3)  # a second loop, not iterated: no step, no interval
+    assert consumer.totals() == (10, 9)
+
+
+def test_stats_scale_an_eager_loops_timed_steps_to_all():
+    """Stats of a sampled loop: steps exact, wait and compute scaled from the timed ones."""
+    board = board_lib.Board(every=2)
+    _ = list(_eager_loop(board.consumer, 20))
+    snapshot = board.snapshot()
+    consumer = snapshot["consumer"]
+    assert (consumer["steps"], consumer["intervals"]) == (20, 19)
+    assert consumer["timed_steps"] < 20
+    value = stats.Stats.of(snapshot)
+    assert value.steps == 20
+    scale = consumer["steps"] / consumer["timed_steps"]
+    assert value.wait_s == pytest.approx(consumer["wait_ns"] * scale / 1e9)
