@@ -21,7 +21,8 @@ not retried. Nothing is handed out before its whole range arrived.
 
 `prefetch` starts the GETs of ranges that a later batch will need (the order is
 known in advance) and returns at once; at most `ObjectReads.readahead_bytes` of
-prefetched bytes wait unread at any time. What is fetched only fills the cache: a
+prefetched bytes wait unread at any time (with ``"auto"``, what the loader chose:
+`resumeloader.workers.readahead`). What is fetched only fills the cache: a
 read returns the same bytes with or without it. The cache holds at most
 `ObjectReads.cache_bytes` of finished spans (least recently used dropped first).
 One GET per protocol is `resumeloader.sources.storage.protocols`; the cache,
@@ -46,11 +47,13 @@ from resumeloader.sources.storage.options import ObjectReads
 from resumeloader.sources.storage.protocols import ObjectChangedError
 
 __all__ = [
-    "DryReads", "DryRun", "ObjectChangedError", "ObjectReadError", "ObjectReads", "clear", "merged",
-    "prefetch", "read", "stats",
+    "AUTO_BYTES", "DryReads", "DryRun", "ObjectChangedError", "ObjectReadError", "ObjectReads",
+    "budget_of", "clear", "merged", "prefetch", "read", "stats",
 ]
 
 Range = tuple[objects.Object, int, int]
+#: The read-ahead budget of ``readahead_bytes="auto"`` before a loader chooses one.
+AUTO_BYTES = 64 << 20
 #: (object, start, stop) -> the block (start, stop) that holds it, for aligned reads.
 Blocks = Callable[[objects.Object, int, int], tuple[int, int]]
 
@@ -228,10 +231,20 @@ def read(
     return out
 
 
-def prefetch(ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None) -> bool:
+def budget_of(reads: ObjectReads, budget: int | None = None) -> int:
+    """The read-ahead budget in bytes: ``reads.readahead_bytes``; for ``"auto"``,
+    `budget` (a loader's choice), else `AUTO_BYTES` (at most half the cache)."""
+    if isinstance(reads.readahead_bytes, int):
+        return reads.readahead_bytes
+    return budget if budget is not None else min(AUTO_BYTES, reads.cache_bytes // 2)
+
+
+def prefetch(ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None,
+             budget: int | None = None) -> bool:
     """Starts reading `ranges` into the cache; False when the read-ahead budget is full
-    (then not every range was started)."""
-    spans = _spans(ranges, reads, blocks, ahead=True, budget=reads.readahead_bytes)
+    (then not every range was started). `budget` is the budget of
+    ``readahead_bytes="auto"`` (see `budget_of`)."""
+    spans = _spans(ranges, reads, blocks, ahead=True, budget=budget_of(reads, budget))
     return all(span is not None for span in spans)
 
 
@@ -286,7 +299,7 @@ class DryRun:
         now (they finish by the end of the next `read`); False when the read-ahead budget
         is full, as there."""
         self.reads = reads
-        found = _spans(ranges, reads, blocks, ahead=True, budget=reads.readahead_bytes,
+        found = _spans(ranges, reads, blocks, ahead=True, budget=budget_of(reads),
                        cache=self._cache, submit=self._submit)
         return all(span is not None for span in found)
 
