@@ -10,10 +10,12 @@ bytes with or without it, however far ahead it reads.
 
 The budget is the source's (``ObjectReads.readahead_bytes``), or, when it says
 ``"auto"`` (its ``readahead()`` capability says so), chosen here as the run goes
-(`AutoBudget`): twice the bytes the loader reads during one GET (the bytes it read
-per second times the mean GET's seconds, both measured by the storage layer), at
-least two GETs' worth, at most the smaller of half the source's span cache and the
-RAM budget (`tuning.memory_budget`). Each change is logged (one INFO line,
+(`AutoBudget`): the bytes one read holds at once (its working set: for the block
+order, a window's blocks), so that the next window's GETs start a window earlier,
+plus the bytes the loader reads during two GETs (the bytes it read per second times
+the mean GET's seconds), all measured by the storage layer; at most the span cache
+beside one working set, and the RAM budget (`tuning.memory_budget`). It starts at
+half the cache. Each change is logged (one INFO line,
 ``resumeloader.workers``) and kept on the loader's board (``loader.stats().decisions``);
 none enters the state.
 
@@ -32,14 +34,17 @@ from typing import Any
 
 from resumeloader.core import board as board_lib
 from resumeloader.sources import base as sources_base
+from resumeloader.sources.storage import fetch
 from resumeloader.stages import plan as plan_lib
 from resumeloader.workers import timing
 
 __all__ = ["AUTO", "DEPTH", "AutoBudget", "hinted"]
 
-#: The most tasks announced ahead of the one handed on (the byte budget binds first:
-#: a window of the block order may hold more tasks than that).
-DEPTH = 512
+#: The most tasks announced ahead of the one handed on (the byte budget binds first
+#: unless a window of the block order holds more tasks). Measured over S3 (+20 ms):
+#: 32 announced the next window too late (a window held 39 tasks); 512 let GETs of
+#: windows far ahead share the transfers of the next one (stalls of 100 ms).
+DEPTH = 64
 #: The `ObjectReads.readahead_bytes` that asks for the budget to be chosen here.
 AUTO = "auto"
 LOGGER = logging.getLogger("resumeloader.workers")
@@ -105,8 +110,8 @@ class AutoBudget:
     docstring).
 
     Args:
-        cache_bytes: the source's span cache (`ObjectReads.cache_bytes`); half of it
-            at most is read ahead (the spans being read stay cached beside it).
+        cache_bytes: the source's span cache (`ObjectReads.cache_bytes`): what a read
+            holds (its working set, measured) stays cached beside what is read ahead.
         memory: the RAM budget in bytes; None: the default (`tuning.memory_budget`).
         board: where the decisions are kept (``stats().decisions``).
 
@@ -119,14 +124,15 @@ class AutoBudget:
                  board: board_lib.Board | None) -> None:
         from resumeloader.workers import tuning
 
-        ram = memory if memory is not None else tuning.memory_budget(tuning.Tuning())
-        self.cap = max(1, min(ram, cache_bytes // 2 if cache_bytes else ram))
-        self.bytes = self.cap
+        self.ram = memory if memory is not None else tuning.memory_budget(tuning.Tuning())
+        self.cache = cache_bytes if cache_bytes is not None else self.ram
+        self.bytes = max(1, min(self.ram, self.cache // 2))
         self.board = board
         self.decisions: list[dict[str, Any]] = []
         self._tasks = self._since = 0
         self._last = timing.storage_stats()
         self._at = time.perf_counter_ns()
+        fetch.widest(reset=True)
 
     def after_task(self) -> None:
         """One task handed on: every few, the budget is chosen again."""
@@ -141,18 +147,20 @@ class AutoBudget:
             got = stats["bytes"] - self._last["bytes"]
             per_get_s = (stats["get_ns"] - self._last["get_ns"]) / gets / 1e9
             rate = got / ((now - self._at) / 1e9)
-            self.choose(rate, per_get_s, got / gets)
+            self.choose(rate, per_get_s, fetch.widest(reset=True))
         self._last, self._at, self._since = stats, now, 0
 
-    def choose(self, rate: float, get_seconds: float, get_bytes: float) -> None:
-        """The budget for `rate` bytes read per second, GETs of `get_seconds` and
-        `get_bytes` on average (a decision if it moves by more than a quarter)."""
-        floor = min(self.cap, int(2 * get_bytes))
-        want = max(floor, min(self.cap, int(2 * rate * get_seconds)))
+    def choose(self, rate: float, get_seconds: float, working: int) -> None:
+        """The budget for `rate` bytes read per second, GETs of `get_seconds` on
+        average and reads that hold `working` bytes of spans at once: the next working
+        set and what is read during two GETs, within the cache beside the working set
+        and the RAM budget (a decision if it moves by more than a quarter)."""
+        cap = max(1, min(self.ram, self.cache - working))
+        want = min(cap, int(working + 2 * rate * get_seconds))
         if abs(want - self.bytes) <= _SLACK * self.bytes:
             return
-        why = (f"{rate / 1e6:,.1f} MB/s read, {get_seconds * 1e3:,.0f} ms and "
-               f"{get_bytes / 1e6:,.2f} MB per GET; at most {self.cap / 1e6:,.0f} MB")
+        why = (f"{rate / 1e6:,.1f} MB/s read, {get_seconds * 1e3:,.0f} ms per GET, "
+               f"{working / 1e6:,.1f} MB read at once; at most {cap / 1e6:,.0f} MB")
         self.bytes = want
         decision = {"batch": self._tasks, "readahead_bytes": want, "why": why}
         self.decisions.append(decision)

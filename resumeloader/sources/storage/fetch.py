@@ -6,8 +6,11 @@ it; the others are grouped by object, widened to their *block* when the caller
 aligns reads to blocks (the block order's chunks), and neighbours closer than
 `ObjectReads.gap_bytes` are merged into one ranged GET of at most
 `ObjectReads.max_get_bytes` (never a multi-range request: servers answer those with
-the whole object). The GETs run at most `ObjectReads.concurrency` at a time per
-process on fsspec's event loop.
+the whole object). A GET longer than `ObjectReads.part_bytes` is sent as a few
+ranged GETs of at most that many bytes, in parallel, each received into its place
+in one buffer (one span: a long GET's time is mostly its transfer, which parts
+share). The GETs run at most `ObjectReads.concurrency` at a time per process on
+fsspec's event loop.
 
 Every GET is pinned to the version the object had when the source was built
 (S3 and HTTP ``If-Match``, the GCS ``generation``; the answer's version is checked
@@ -42,13 +45,16 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from resumeloader.core import buffers
 from resumeloader.sources.storage import answers, objects, protocols, spans
 from resumeloader.sources.storage.options import ObjectReads
 from resumeloader.sources.storage.protocols import ObjectChangedError
 
 __all__ = [
     "AUTO_BYTES", "DryReads", "DryRun", "ObjectChangedError", "ObjectReadError", "ObjectReads",
-    "budget_of", "clear", "merged", "prefetch", "read", "stats",
+    "budget_of", "clear", "merged", "prefetch", "read", "stats", "widest",
 ]
 
 Range = tuple[objects.Object, int, int]
@@ -79,9 +85,11 @@ class _ShortBody(OSError):
 _semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
 _counts: collections.Counter[str] = collections.Counter()
 _counts_lock = threading.Lock()
+_widest = 0
 
 
-async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> Any:
+async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads,
+               into: Any = None) -> Any:
     loop = asyncio.get_running_loop()
     key = (os.getpid(), reads.concurrency)
     gate = _semaphores.setdefault(key, asyncio.Semaphore(reads.concurrency))
@@ -94,7 +102,7 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -
                 _counts["gets"] += 1
                 sent = loop.time()
                 left = max(0.001, min(reads.timeout, deadline - sent))
-                data = await asyncio.wait_for(protocols.get_once(obj, start, stop), left)
+                data = await asyncio.wait_for(protocols.get_once(obj, start, stop, into), left)
                 _counts["get_ns"] += int((loop.time() - sent) * 1e9)
             if len(data) != stop - start:
                 what = "short" if len(data) < stop - start else "long"
@@ -125,11 +133,29 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -
     raise ObjectReadError(msg, url=obj.url, start=start, stop=stop) from last
 
 
+async def _get_parts(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> Any:
+    """Bytes [start, stop) of `obj` by ranged GETs of at most ``reads.part_bytes`` at
+    once, each received into its place in one buffer (each retried on its own)."""
+    out = buffers.empty((stop - start,), np.uint8)
+    count = -(-(stop - start) // reads.part_bytes)
+    cuts = [start + (stop - start) * k // count for k in range(count + 1)]
+    parts = [asyncio.ensure_future(_get(obj, a, b, reads, out[a - start : b - start]))
+             for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    try:
+        await asyncio.gather(*parts)
+    finally:
+        for part in parts:
+            part.cancel()
+    return out
+
+
 def _submit(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> Any:
     import fsspec.asyn
 
     loop = fsspec.asyn.get_loop()
-    return asyncio.run_coroutine_threadsafe(_get(obj, start, stop, reads), loop)
+    split = reads.part_bytes and stop - start > reads.part_bytes
+    get = _get_parts if split else _get
+    return asyncio.run_coroutine_threadsafe(get(obj, start, stop, reads), loop)
 
 
 _CACHE = spans.Cache()
@@ -188,11 +214,13 @@ def _spans(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None, *
             )
             for (o, a, b), span in zip(ranges, found, strict=True)
         ]
+        keep: frozenset[int] = frozenset()
         if not ahead:
             for used in out:
                 if used is not None:
                     cache.used(used)
-        cache.shrink(reads.cache_bytes)
+            keep = frozenset(id(used) for used in out)
+        cache.shrink(reads.cache_bytes, keep)
     return out
 
 
@@ -211,6 +239,9 @@ def read(
         found = _spans(ranges, reads, blocks, ahead=False)
     else:
         found = [spans.Span(a, b, _submit(o, a, b, reads), False) for o, a, b in ranges]
+    global _widest
+    held = sum(span.stop - span.start for span in {id(s): s for s in found if s}.values())
+    _widest = max(_widest, held)
     out = []
     wait = reads.deadline + reads.timeout + 5.0
     with _counts_lock:  # callers' threads (the GETs' counts: the event loop's one thread)
@@ -350,6 +381,14 @@ def stats() -> dict[str, int]:
     (by an earlier GET or read-ahead) when asked for."""
     return {key: int(_counts[key])
             for key in ("gets", "retries", "bytes", "get_ns", "ranges", "cached")}
+
+
+def widest(*, reset: bool = False) -> int:
+    """The most bytes of spans one `read` of this process held at once (the working set
+    that read-ahead must leave room for in the cache), since the last reset."""
+    global _widest
+    found, _widest = _widest, (0 if reset else _widest)
+    return found
 
 
 def clear() -> None:
