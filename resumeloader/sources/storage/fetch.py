@@ -54,7 +54,7 @@ from resumeloader.sources.storage.protocols import ObjectChangedError
 
 __all__ = [
     "AUTO_BYTES", "DryReads", "DryRun", "ObjectChangedError", "ObjectReadError", "ObjectReads",
-    "budget_of", "clear", "merged", "prefetch", "read", "stats", "widest",
+    "ahead_bytes", "budget_of", "clear", "merged", "prefetch", "read", "stats", "widest",
 ]
 
 Range = tuple[objects.Object, int, int]
@@ -381,6 +381,13 @@ def stats() -> dict[str, int]:
     (by an earlier GET or read-ahead) when asked for."""
     return {key: int(_counts[key])
             for key in ("gets", "retries", "bytes", "get_ns", "ranges", "cached")}
+
+
+def ahead_bytes() -> int:
+    """The bytes this process read ahead (`prefetch`) and no read has used yet: in
+    flight or waiting in the cache; at most the read-ahead budget."""
+    with _CACHE.lock:
+        return _CACHE.ahead
 
 
 def widest(*, reset: bool = False) -> int:
