@@ -311,7 +311,7 @@ class TFRecordSource(file_records.FileRecordSource):
         remote = np.flatnonzero(self._remote[files])
         if not len(remote):
             return True
-        keys, first, which = np.unique(
+        _, first, which = np.unique(
             files[remote] * (len(self) + 1) + block[remote], return_index=True,
             return_inverse=True,
         )

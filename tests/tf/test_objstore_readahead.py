@@ -71,7 +71,7 @@ def test_split_gets_send_parts_of_at_most_part_bytes(s3_store, tmp_path):
 
 def test_read_ahead_stays_within_its_byte_budget(s3_store, tmp_path):
     """At every batch the bytes read ahead and unused are at most `readahead_bytes`."""
-    url, every = put_tfrecords(s3_store, files=4, count=40, size=300)
+    url, _ = put_tfrecords(s3_store, files=4, count=40, size=300)
     block = 10 * 320  # about a chunk of 10 records
     budget = 3 * block
     fetch.clear()
@@ -89,7 +89,7 @@ def test_auto_read_ahead_decides_within_the_cache_and_logs_it(s3_store, tmp_path
     """With readahead_bytes='auto' the budget is chosen from the measured GETs: each
     choice is an INFO line and in stats().decisions, and what is read ahead stays
     within the cache beside a read's spans."""
-    url, every = put_tfrecords(s3_store, files=4, count=40, size=300)
+    url, _ = put_tfrecords(s3_store, files=4, count=40, size=300)
     cache = 40_000  # 3.1 KB blocks: the data (51 KB) does not fit, epoch 2 GETs again
     fetch.clear()
     src = source(s3_store, url, tmp_path, reads=_reads(cache_bytes=cache))

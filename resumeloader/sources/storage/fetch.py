@@ -39,6 +39,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import errno
+import itertools
 import os
 import random
 import threading
@@ -140,7 +141,7 @@ async def _get_parts(obj: objects.Object, start: int, stop: int, reads: ObjectRe
     count = -(-(stop - start) // reads.part_bytes)
     cuts = [start + (stop - start) * k // count for k in range(count + 1)]
     parts = [asyncio.ensure_future(_get(obj, a, b, reads, out[a - start : b - start]))
-             for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+             for a, b in itertools.pairwise(cuts)]
     try:
         await asyncio.gather(*parts)
     finally:
