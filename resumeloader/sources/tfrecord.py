@@ -416,9 +416,11 @@ class TFRecordSource(file_records.FileRecordSource):
         """Starts reading the objects' bytes of `indices` (see `fetch.prefetch`); False
         when the read-ahead budget is full: ``ObjectReads.readahead_bytes``, or for
         ``"auto"`` `budget` (the loader's choice). (Only a source with objects has it.)"""
+        reads = self._storage.reads
+        if fetch.ahead_bytes() >= fetch.budget_of(reads, budget):
+            return False  # full: asked again after each batch, so nothing is computed
         wanted = self._object_ranges(indices)
-        return not wanted or fetch.prefetch(
-            wanted, self._storage.reads, blocks=self._blocks, budget=budget)
+        return not wanted or fetch.prefetch(wanted, reads, blocks=self._blocks, budget=budget)
 
     def readahead(self) -> tuple[int | str, int]:
         """``(readahead_bytes, cache_bytes)`` of the objects' `ObjectReads`: a loader

@@ -56,3 +56,44 @@ def test_auto_budget_logs_each_change_and_keeps_it_on_the_board(caplog):
     assert "ms per GET" in budget.decisions[0]["why"]
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "readahead_bytes='auto'" in lines[0] and "25.0 MB" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("value", "error"), [("fast", ValueError), (1.5, TypeError), (-1, ValueError)],
+    ids=["other-string", "float", "negative"],
+)
+def test_object_reads_takes_auto_or_a_byte_count_for_readahead(value, error):
+    """`readahead_bytes` is "auto" (the default) or an integer >= 0; anything else is named."""
+    from resumeloader.sources import ObjectReads
+
+    assert ObjectReads().readahead_bytes == "auto"
+    assert ObjectReads(readahead_bytes=0).readahead_bytes == 0
+    with pytest.raises(error) as info:
+        ObjectReads(readahead_bytes=value)
+    assert "readahead_bytes" in str(info.value) and repr(value) in str(info.value)
+
+
+def test_a_fixed_readahead_is_not_tuned():
+    """A source whose read-ahead is a number gets no AutoBudget (its prefetch is asked
+    without a budget)."""
+    import numpy as np
+
+    from resumeloader.stages import plan as plan_lib
+
+    class Source:
+        def __init__(self, limit):
+            self.limit, self.calls = limit, []
+
+        def prefetch(self, indices, *, budget=None):
+            self.calls.append(budget)
+            return True
+
+        def readahead(self):
+            return self.limit, 1000
+
+    tasks = [plan_lib.Task(np.arange(2 * k, 2 * k + 2), 0, 2 * k) for k in range(3)]
+    for limit, tuned in ((5, False), ("auto", True)):
+        source = Source(limit)
+        assert len(list(readahead.hinted(iter(tasks), source))) == 3
+        assert all((budget is not None) == tuned for budget in source.calls)
+        assert len(source.calls) == 3
