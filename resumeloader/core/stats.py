@@ -146,11 +146,14 @@ class Stats:
         queues: per queue, its mean and largest depth and its capacity.
         counts: plain counters (``storage.gets``, ``storage.bytes``, ...).
         counting: False when counting was off (``RESUMELOADER_STATS=0``): all empty.
-        decisions: what ``Workers("auto")`` and ``window="auto"`` decided, oldest
+        decisions: what ``Workers("auto")``, ``window="auto"`` and read-ahead decided, oldest
             first: per decision the batch it took effect after, ``kind``,
             ``num_workers`` and ``why`` (what was measured); a window's decision also
             has ``window`` (the most batch tasks in flight from then on), ``where``
-            (the workers) and, under ``Workers("auto")``, ``by``.
+            (the workers) and, under ``Workers("auto")``, ``by``. A read-ahead
+            decision of ``ObjectReads(readahead_bytes="auto")`` has ``batch`` (the
+            tasks handed on before it), ``readahead_bytes`` (the budget from then on)
+            and ``why``.
     """
 
     elapsed_s: float
@@ -355,6 +358,10 @@ class Stats:
             lines.append(f"files: {storage['file_reads']:,} reads, "
                          f"{storage.get('file_bytes', 0) / 1e6:,.2f} MB")
         for d in self.decisions[-3:]:
+            if "readahead_bytes" in d:  # ObjectReads(readahead_bytes="auto")'s
+                lines.append(f"readahead_bytes='auto' after task {d['batch']:,}: "
+                             f"{d['readahead_bytes'] / 1e6:,.1f} MB ahead ({d['why']})")
+                continue
             if "window" in d:  # window="auto"'s
                 lines.append(f"{d.get('by', WINDOW_AUTO)} after batch {d['batch']:,}: window "
                              f"{d['window']} for {d.get('where', d['kind'])} ({d['why']})")

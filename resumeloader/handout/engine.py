@@ -21,7 +21,7 @@ from resumeloader.core import meters, positions
 from resumeloader.handout import quarantine as quarantine_lib
 from resumeloader.handout import resume, stream
 from resumeloader.stages import plan as plan_lib
-from resumeloader.workers import options, produce, readahead, timing
+from resumeloader.workers import options, produce, readahead, timing, tuning
 
 __all__ = ["Engine"]
 
@@ -88,7 +88,8 @@ class Engine:
         layout = plan.layout if layout is None else layout
         tasks = self._timed(plan.tasks(position, layout))
         if self.backend.reads_in_this_process:  # a source with `prefetch` reads ahead
-            tasks = readahead.hinted(tasks, plan.pipeline.source)
+            tasks = readahead.hinted(tasks, plan.pipeline.source, memory=self._memory(),
+                                     board=self.board)
         on_batch = None
         if watch is not None:
             tasks, on_batch = watch(position, tasks)
@@ -99,6 +100,12 @@ class Engine:
             produced, layout, position, seed=plan.pipeline.seed, with_metadata=self.labelled,
             on_batch=on_batch,
         )
+
+    def _memory(self) -> int:
+        """The RAM budget of read-ahead: the `Tuning`'s of ``Workers("auto")``, else the
+        default (`tuning.memory_budget`)."""
+        given = self.workers.options
+        return tuning.memory_budget(given if isinstance(given, tuning.Tuning) else tuning.Tuning())
 
     def indices(
         self, position: int, *, layout: positions.Layout | None = None, watch: Watch | None = None

@@ -97,7 +97,7 @@ class RandomAccessSource(Protocol):
 
 #: The optional methods of a `Source` (its capabilities): a source has one when it
 #: defines the method (see `optional`).
-CAPABILITIES = ("read_batch", "read_many", "prefetch")
+CAPABILITIES = ("read_batch", "read_many", "prefetch", "readahead")
 
 
 def optional(source: Any, name: str) -> Callable[..., Any] | None:
@@ -134,7 +134,9 @@ class Source:
       than one `read` each;
     * ``prefetch(indices) -> bool``: starts reading what `indices` will need (their
       bytes in object storage) and returns at once, False when the read-ahead budget
-      is full; it changes nothing that is read.
+      is full; it changes nothing that is read. A source whose budget a loader may
+      choose takes ``prefetch(indices, budget=bytes)`` and says so with
+      ``readahead() -> (readahead_bytes, cache_bytes)``, ``"auto"`` first.
 
     Instances are sent pickled to process workers, so they hold no closures; reads
     may come from several threads at once.

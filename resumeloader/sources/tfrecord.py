@@ -173,7 +173,7 @@ class TFRecordSource(file_records.FileRecordSource):
         sizes = np.array([ix.size for ix in self._indexes], dtype=np.int64) + ranges.GAP + 1
         self._bases = np.cumsum(sizes) - sizes
         if not self._remote.any():
-            base.without(self, "prefetch")  # nothing to read ahead
+            base.without(self, "prefetch", "readahead")  # nothing to read ahead
 
     def _prepare(self) -> None:
         # Sidecars: those the globs' listings found, else one listing per folder of the
@@ -244,12 +244,14 @@ class TFRecordSource(file_records.FileRecordSource):
         order = np.lexsort((starts, files))
         run_starts = ranges.cut(bases[files[order]] + starts[order],
                                 bases[files[order]] + stops[order])
+        block = None
         if self._blocks is not None and self.block_records:
             # An object read by blocks: a run stays inside one block, whose GET holds it.
             block = (self._starts[files] + numbers)[order] // self.block_records
             cuts = np.flatnonzero(block[1:] != block[:-1]) + 1
             cuts = cuts[self._remote[files[order[cuts]]]]
             run_starts = np.union1d(run_starts, cuts)
+            block = block[run_starts]
         run_ends = np.append(run_starts[1:], len(order))
         first, last = order[run_starts], order[run_ends - 1]
         # sorted by start, a run's last record ends it (records never overlap)
@@ -261,18 +263,20 @@ class TFRecordSource(file_records.FileRecordSource):
         where[order] = at[run_of] + starts[order] - begin[run_of]
         lengths = stops - starts - 16
         out, values = wire.packed(lengths, where + 12, int(sizes.sum()))
-        if not self._fill(values, (files[first], begin, end, at), (files, starts, stops, where)):
+        runs = (files[first], begin, end, at)
+        if not self._fill(values, runs, (files, starts, stops, where), block):
             return None
         return out if self._checked(values, where, lengths) else None
 
     def _fill(self, values: np.ndarray, runs: tuple[np.ndarray, ...],
-              records: tuple[np.ndarray, ...]) -> bool:
+              records: tuple[np.ndarray, ...], block: np.ndarray | None) -> bool:
         """Reads the local files' runs (file, [begin, end), at: where in `values`) by one
         ``preadv`` each, and the objects' records (file, [start, stop), at) through the
         span cache (its GETs merged and read ahead as for `read_batch`: a run of
         objects' records could straddle two spans, and cost a GET of its own), each
-        copied into place; read by blocks, an object's runs (each inside one block: its
-        block's span holds it); False when a file is shorter than indexed."""
+        copied into place; read by blocks (`block`: each run's block), an object's runs
+        are cut out of their blocks, the cache asked once per block; False when a file
+        is shorter than indexed."""
         memory = values.data
         local: dict[int, list[tuple[memoryview, int]]] = {}
         for file, start, stop, put in zip(*(a.tolist() for a in runs), strict=True):
@@ -284,8 +288,8 @@ class TFRecordSource(file_records.FileRecordSource):
             done = handles.pread_into(where.path, reads, stamp=where.stamp)
             if done != [len(target) for target, _ in reads]:
                 return False
-        if self._blocks is not None:  # each run inside one block: one range per run
-            records = runs
+        if block is not None:
+            return self._fill_blocks(memory, runs, block)
         files = records[0]
         remote = np.flatnonzero(self._remote[files])
         if len(remote):
@@ -297,6 +301,35 @@ class TFRecordSource(file_records.FileRecordSource):
                 if len(view) != stop - start:
                     return False
                 memory[put : put + stop - start] = view
+        return True
+
+    def _fill_blocks(self, memory: memoryview, runs: tuple[np.ndarray, ...],
+                     block: np.ndarray) -> bool:
+        """`_fill` of the objects' runs of a source read by blocks: each block's range
+        asked of the span cache once, its runs cut out of it."""
+        files = runs[0]
+        remote = np.flatnonzero(self._remote[files])
+        if not len(remote):
+            return True
+        _, first, which = np.unique(
+            files[remote] * (len(self) + 1) + block[remote], return_index=True,
+            return_inverse=True,
+        )
+        assert self._blocks is not None
+        wanted = []
+        for k in remote[first].tolist():
+            location = self._locations[int(files[k])]
+            assert isinstance(location, objects.Object)
+            wanted.append((location, *self._blocks(location, int(runs[1][k]), int(runs[2][k]))))
+        views = ranges.read(wanted, self._storage.reads, blocks=self._blocks)
+        for (_, low, high), view in zip(wanted, views, strict=True):
+            if len(view) != high - low:
+                return False
+        lows = [low for _, low, _ in wanted]
+        for k, w in zip(remote.tolist(), which.tolist(), strict=True):
+            start, stop, put = int(runs[1][k]), int(runs[2][k]), int(runs[3][k])
+            low = lows[w]
+            memory[put : put + stop - start] = views[w][start - low : stop - low]
         return True
 
     def _checked(self, values: np.ndarray, where: np.ndarray, lengths: np.ndarray) -> bool:
@@ -379,11 +412,22 @@ class TFRecordSource(file_records.FileRecordSource):
             view._blocks = objects_lib.Blocks(self._indexes, self._starts, int(block_records))
         return view
 
-    def prefetch(self, indices: np.ndarray) -> bool:
+    def prefetch(self, indices: np.ndarray, *, budget: int | None = None) -> bool:
         """Starts reading the objects' bytes of `indices` (see `fetch.prefetch`); False
-        when the read-ahead budget is full. (Only a source with objects has it.)"""
+        when the read-ahead budget is full: ``ObjectReads.readahead_bytes``, or for
+        ``"auto"`` `budget` (the loader's choice). (Only a source with objects has it.)"""
+        reads = self._storage.reads
+        if fetch.ahead_bytes() >= fetch.budget_of(reads, budget):
+            return False  # full: asked again after each batch, so nothing is computed
         wanted = self._object_ranges(indices)
-        return not wanted or fetch.prefetch(wanted, self._storage.reads, blocks=self._blocks)
+        return not wanted or fetch.prefetch(wanted, reads, blocks=self._blocks, budget=budget)
+
+    def readahead(self) -> tuple[int | str, int]:
+        """``(readahead_bytes, cache_bytes)`` of the objects' `ObjectReads`: a loader
+        chooses the budget of ``"auto"`` and passes it to `prefetch`. (Only a source
+        with objects has it.)"""
+        reads = self._storage.reads
+        return reads.readahead_bytes, reads.cache_bytes
 
     def dry_prefetch(self, indices: np.ndarray, dry: fetch.DryRun) -> bool:
         """Records in `dry` the GETs that ``prefetch(indices)`` starts."""
@@ -407,7 +451,14 @@ class TFRecordSource(file_records.FileRecordSource):
         mine = self._remote[files]
         if not mine.any():
             return []
-        return self._ranges(files[mine], indices[mine] - self._starts[files[mine]])  # type: ignore[return-value]
+        indices, files = indices[mine], files[mine]
+        if self._blocks is not None and self.block_records:
+            # Read by blocks: one record of each (object, block) names its block's GET.
+            _, first = np.unique(
+                files * (len(self) + 1) + indices // self.block_records, return_index=True
+            )
+            indices, files = indices[first], files[first]
+        return self._ranges(files, indices - self._starts[files])  # type: ignore[return-value]
 
     def _ranges(self, files: np.ndarray, numbers: np.ndarray) -> list[ranges.Range]:
         """(location, start, stop) of record `numbers[k]` of file `files[k]`, framing included."""

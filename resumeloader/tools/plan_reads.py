@@ -221,7 +221,8 @@ def _shard_rows(
         taken = dry.take()
         if dry.reads is not None:  # the source's settings, known after its first read
             need.limit = 4 * dry.reads.cache_bytes
-            row.cache_limit, row.readahead_limit = dry.reads.cache_bytes, dry.reads.readahead_bytes
+            row.cache_limit = dry.reads.cache_bytes
+            row.readahead_limit = fetch.budget_of(dry.reads)  # "auto": its first budget
         # the GETs the step's records need: those read-ahead started, then its own
         started = dry.get_bytes - before + (ahead.started(task) if ahead is not None else 0)
         row.readahead_bytes = max(row.readahead_bytes, started)

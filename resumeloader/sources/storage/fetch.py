@@ -6,8 +6,11 @@ it; the others are grouped by object, widened to their *block* when the caller
 aligns reads to blocks (the block order's chunks), and neighbours closer than
 `ObjectReads.gap_bytes` are merged into one ranged GET of at most
 `ObjectReads.max_get_bytes` (never a multi-range request: servers answer those with
-the whole object). The GETs run at most `ObjectReads.concurrency` at a time per
-process on fsspec's event loop.
+the whole object). A GET longer than `ObjectReads.part_bytes` is sent as a few
+ranged GETs of at most that many bytes, in parallel, each received into its place
+in one buffer (one span: a long GET's time is mostly its transfer, which parts
+share). The GETs run at most `ObjectReads.concurrency` at a time per process on
+fsspec's event loop.
 
 Every GET is pinned to the version the object had when the source was built
 (S3 and HTTP ``If-Match``, the GCS ``generation``; the answer's version is checked
@@ -21,7 +24,8 @@ not retried. Nothing is handed out before its whole range arrived.
 
 `prefetch` starts the GETs of ranges that a later batch will need (the order is
 known in advance) and returns at once; at most `ObjectReads.readahead_bytes` of
-prefetched bytes wait unread at any time. What is fetched only fills the cache: a
+prefetched bytes wait unread at any time (with ``"auto"``, what the loader chose:
+`resumeloader.workers.readahead`). What is fetched only fills the cache: a
 read returns the same bytes with or without it. The cache holds at most
 `ObjectReads.cache_bytes` of finished spans (least recently used dropped first).
 One GET per protocol is `resumeloader.sources.storage.protocols`; the cache,
@@ -35,22 +39,28 @@ import collections
 import concurrent.futures
 import dataclasses
 import errno
+import itertools
 import os
 import random
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from resumeloader.core import buffers
 from resumeloader.sources.storage import answers, objects, protocols, spans
 from resumeloader.sources.storage.options import ObjectReads
 from resumeloader.sources.storage.protocols import ObjectChangedError
 
 __all__ = [
-    "DryReads", "DryRun", "ObjectChangedError", "ObjectReadError", "ObjectReads", "clear", "merged",
-    "prefetch", "read", "stats",
+    "AUTO_BYTES", "DryReads", "DryRun", "ObjectChangedError", "ObjectReadError", "ObjectReads",
+    "ahead_bytes", "budget_of", "clear", "merged", "prefetch", "read", "stats", "widest",
 ]
 
 Range = tuple[objects.Object, int, int]
+#: The read-ahead budget of ``readahead_bytes="auto"`` before a loader chooses one.
+AUTO_BYTES = 64 << 20
 #: (object, start, stop) -> the block (start, stop) that holds it, for aligned reads.
 Blocks = Callable[[objects.Object, int, int], tuple[int, int]]
 
@@ -76,9 +86,11 @@ class _ShortBody(OSError):
 _semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
 _counts: collections.Counter[str] = collections.Counter()
 _counts_lock = threading.Lock()
+_widest = 0
 
 
-async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> Any:
+async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads,
+               into: Any = None) -> Any:
     loop = asyncio.get_running_loop()
     key = (os.getpid(), reads.concurrency)
     gate = _semaphores.setdefault(key, asyncio.Semaphore(reads.concurrency))
@@ -91,7 +103,7 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -
                 _counts["gets"] += 1
                 sent = loop.time()
                 left = max(0.001, min(reads.timeout, deadline - sent))
-                data = await asyncio.wait_for(protocols.get_once(obj, start, stop), left)
+                data = await asyncio.wait_for(protocols.get_once(obj, start, stop, into), left)
                 _counts["get_ns"] += int((loop.time() - sent) * 1e9)
             if len(data) != stop - start:
                 what = "short" if len(data) < stop - start else "long"
@@ -122,11 +134,29 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -
     raise ObjectReadError(msg, url=obj.url, start=start, stop=stop) from last
 
 
+async def _get_parts(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> Any:
+    """Bytes [start, stop) of `obj` by ranged GETs of at most ``reads.part_bytes`` at
+    once, each received into its place in one buffer (each retried on its own)."""
+    out = buffers.empty((stop - start,), np.uint8)
+    count = -(-(stop - start) // reads.part_bytes)
+    cuts = [start + (stop - start) * k // count for k in range(count + 1)]
+    parts = [asyncio.ensure_future(_get(obj, a, b, reads, out[a - start : b - start]))
+             for a, b in itertools.pairwise(cuts)]
+    try:
+        await asyncio.gather(*parts)
+    finally:
+        for part in parts:
+            part.cancel()
+    return out
+
+
 def _submit(obj: objects.Object, start: int, stop: int, reads: ObjectReads) -> Any:
     import fsspec.asyn
 
     loop = fsspec.asyn.get_loop()
-    return asyncio.run_coroutine_threadsafe(_get(obj, start, stop, reads), loop)
+    split = reads.part_bytes and stop - start > reads.part_bytes
+    get = _get_parts if split else _get
+    return asyncio.run_coroutine_threadsafe(get(obj, start, stop, reads), loop)
 
 
 _CACHE = spans.Cache()
@@ -185,11 +215,13 @@ def _spans(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None, *
             )
             for (o, a, b), span in zip(ranges, found, strict=True)
         ]
+        keep: frozenset[int] = frozenset()
         if not ahead:
             for used in out:
                 if used is not None:
                     cache.used(used)
-        cache.shrink(reads.cache_bytes)
+            keep = frozenset(id(used) for used in out)
+        cache.shrink(reads.cache_bytes, keep)
     return out
 
 
@@ -208,6 +240,9 @@ def read(
         found = _spans(ranges, reads, blocks, ahead=False)
     else:
         found = [spans.Span(a, b, _submit(o, a, b, reads), False) for o, a, b in ranges]
+    global _widest
+    held = sum(span.stop - span.start for span in {id(s): s for s in found if s}.values())
+    _widest = max(_widest, held)
     out = []
     wait = reads.deadline + reads.timeout + 5.0
     with _counts_lock:  # callers' threads (the GETs' counts: the event loop's one thread)
@@ -228,10 +263,20 @@ def read(
     return out
 
 
-def prefetch(ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None) -> bool:
+def budget_of(reads: ObjectReads, budget: int | None = None) -> int:
+    """The read-ahead budget in bytes: ``reads.readahead_bytes``; for ``"auto"``,
+    `budget` (a loader's choice), else `AUTO_BYTES` (at most half the cache)."""
+    if isinstance(reads.readahead_bytes, int):
+        return reads.readahead_bytes
+    return budget if budget is not None else min(AUTO_BYTES, reads.cache_bytes // 2)
+
+
+def prefetch(ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None,
+             budget: int | None = None) -> bool:
     """Starts reading `ranges` into the cache; False when the read-ahead budget is full
-    (then not every range was started)."""
-    spans = _spans(ranges, reads, blocks, ahead=True, budget=reads.readahead_bytes)
+    (then not every range was started). `budget` is the budget of
+    ``readahead_bytes="auto"`` (see `budget_of`)."""
+    spans = _spans(ranges, reads, blocks, ahead=True, budget=budget_of(reads, budget))
     return all(span is not None for span in spans)
 
 
@@ -286,7 +331,7 @@ class DryRun:
         now (they finish by the end of the next `read`); False when the read-ahead budget
         is full, as there."""
         self.reads = reads
-        found = _spans(ranges, reads, blocks, ahead=True, budget=reads.readahead_bytes,
+        found = _spans(ranges, reads, blocks, ahead=True, budget=budget_of(reads),
                        cache=self._cache, submit=self._submit)
         return all(span is not None for span in found)
 
@@ -337,6 +382,21 @@ def stats() -> dict[str, int]:
     (by an earlier GET or read-ahead) when asked for."""
     return {key: int(_counts[key])
             for key in ("gets", "retries", "bytes", "get_ns", "ranges", "cached")}
+
+
+def ahead_bytes() -> int:
+    """The bytes this process read ahead (`prefetch`) and no read has used yet: in
+    flight or waiting in the cache; at most the read-ahead budget."""
+    with _CACHE.lock:
+        return _CACHE.ahead
+
+
+def widest(*, reset: bool = False) -> int:
+    """The most bytes of spans one `read` of this process held at once (the working set
+    that read-ahead must leave room for in the cache), since the last reset."""
+    global _widest
+    found, _widest = _widest, (0 if reset else _widest)
+    return found
 
 
 def clear() -> None:

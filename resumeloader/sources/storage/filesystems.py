@@ -77,7 +77,7 @@ def _build(proto: str, options: dict[str, Any]) -> Any:
 
             config = {
                 "retries": {"total_max_attempts": 1}, "connect_timeout": 10, "read_timeout": 30,
-                "http_session_cls": _guarded_s3_session(),
+                "http_session_cls": _guarded_s3_session(), **_checksums_when_required(),
             }
             config.update(options.pop("config_kwargs", {}))
             retries = options.pop("retries", 1)  # a class attribute of s3fs, not an argument
@@ -112,6 +112,22 @@ def _build(proto: str, options: dict[str, Any]) -> Any:
         raise ImportError(msg) from err
 
 
+
+
+def _checksums_when_required() -> dict[str, str]:
+    """botocore's flexible checksums only where a call asks for them (botocore >= 1.36;
+    older ones have none), which no GET here does: otherwise every body goes through
+    botocore's CRC32 (a CPU cost per byte in the event loop's thread), when S3 gives a
+    ranged GET of part of an object none anyway. What is read is checked otherwise: its
+    length and version here, the transfer by TLS, a TFRecord's records by their CRC32C."""
+    try:
+        import botocore.config
+
+        botocore.config.Config(response_checksum_validation="when_required")
+    except (ImportError, TypeError):
+        return {}
+    return {"response_checksum_validation": "when_required",
+            "request_checksum_calculation": "when_required"}
 
 
 def _guarded(kwargs: dict[str, Any] | None) -> dict[str, Any]:

@@ -46,8 +46,14 @@ class ObjectReads:
             jittered by up to half.
         gap_bytes: ranges of one object closer than this are read with one GET.
         max_get_bytes: the most bytes one GET reads (merging stops there).
+        part_bytes: a GET of more bytes (a block, or merged ranges) is sent as
+            ranged GETs of at most this many bytes, in parallel (0: never split).
         cache_bytes: the most bytes of finished GETs the process keeps in memory.
-        readahead_bytes: the most prefetched bytes that wait unread.
+        readahead_bytes: the most prefetched bytes that wait unread, or ``"auto"``
+            (the default): chosen by the loader as it runs, from the bytes it reads
+            per second and the measured GET time, within half of `cache_bytes` and
+            the RAM budget (each choice logged and in ``loader.stats().decisions``).
+            0 reads nothing ahead.
     """
 
     concurrency: int = 16
@@ -57,14 +63,23 @@ class ObjectReads:
     backoff: float = 0.1
     gap_bytes: int = 1 << 20
     max_get_bytes: int = 32 << 20
+    part_bytes: int = 8 << 20
     cache_bytes: int = 256 << 20
-    readahead_bytes: int = 64 << 20
+    readahead_bytes: int | str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "attempts", "max_get_bytes"):
             validate.integer(name, getattr(self, name), low=1, high=validate.MAX_COUNT)
-        for name in ("gap_bytes", "cache_bytes", "readahead_bytes"):
+        for name in ("gap_bytes", "cache_bytes", "part_bytes"):
             validate.integer(name, getattr(self, name), low=0, high=validate.MAX_COUNT)
+        ahead = self.readahead_bytes
+        if not (isinstance(ahead, str) and ahead == "auto"):
+            if not validate.is_integer(ahead):
+                msg = ("`readahead_bytes` must be an integer >= 0 or 'auto'. Received: "
+                       f"readahead_bytes={ahead!r:.80} of type {type(ahead).__name__}.")
+                raise (ValueError if isinstance(ahead, str) else TypeError)(msg)
+            ahead = validate.integer("readahead_bytes", ahead, low=0, high=validate.MAX_COUNT)
+            object.__setattr__(self, "readahead_bytes", ahead)
         for name in ("timeout", "deadline", "backoff"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:

@@ -110,11 +110,23 @@ async def _checked(obj: objects.Object, start: int, stop: int, status: int, got:
     return data
 
 
-async def received(readinto: Callable[[memoryview], Awaitable[int]], size: int) -> np.ndarray:
+async def received(readinto: Callable[[memoryview], Awaitable[int]], size: int,
+                   into: np.ndarray | None = None) -> np.ndarray:
     """A body of `size` bytes expected, received by ``readinto(buffer)`` calls (each
     fills the start of `buffer` and returns how much; 0 at the end) into recycled
-    memory: the uint8 array of what came (one byte more than `size` when the body is
-    longer, so that its length tells)."""
+    memory, or into `into` (uint8, `size` long: a part of a larger buffer): the uint8
+    array of what came (one byte more than `size` when the body is longer, so that its
+    length tells)."""
+    if into is not None:
+        view, got = into.data, 0
+        while got < size:
+            n = await readinto(view[got:])
+            if not n:
+                return into[:got]
+            got += n
+        if await readinto(memoryview(bytearray(1))):
+            return np.zeros(size + 1, np.uint8)  # longer: only its length is looked at
+        return into
     out = buffers.empty((size + 1,), np.uint8)
     view = out.data
     got = 0
@@ -126,8 +138,10 @@ async def received(readinto: Callable[[memoryview], Awaitable[int]], size: int) 
     return out[:got]
 
 
-async def get_once(obj: objects.Object, start: int, stop: int) -> Body:
-    """Bytes [start, stop) of `obj`, in one try.
+async def get_once(obj: objects.Object, start: int, stop: int,
+                   into: np.ndarray | None = None) -> Body:
+    """Bytes [start, stop) of `obj`, in one try (received into `into`, uint8 of
+    ``stop - start`` bytes, when given).
 
     Raises:
         ObjectChangedError, AccessDeniedError, RangeIgnoredError, RedirectError: see the
@@ -138,13 +152,13 @@ async def get_once(obj: objects.Object, start: int, stop: int) -> Body:
     span = f"bytes={start}-{stop - 1}"
     try:
         if proto == "s3":
-            status, got, data = await _s3(fs, obj, span, stop - start)
+            status, got, data = await _s3(fs, obj, span, stop - start, into)
         elif proto == "gcs":
             status, got, data = await _gcs(fs, obj, span)
         elif proto == "http":
-            status, got, data = await _http(fs, obj, span, stop - start)
+            status, got, data = await _http(fs, obj, span, stop - start, into)
         else:
-            return await _memory(fs, obj, start, stop)
+            return _placed(await _memory(fs, obj, start, stop), into)
     except (ObjectChangedError, answers.RangeIgnoredError):
         raise
     except Exception as err:
@@ -152,10 +166,19 @@ async def get_once(obj: objects.Object, start: int, stop: int) -> Body:
         if better is not None:
             raise better from err
         raise
-    return await _checked(obj, start, stop, status, got, data)
+    return _placed(await _checked(obj, start, stop, status, got, data), into)
 
 
-async def _s3(fs: Any, obj: objects.Object, span: str, size: int) -> tuple[int, Any, Body]:
+def _placed(data: Body, into: np.ndarray | None) -> Body:
+    """`data` copied into `into` when it is a body of that length received elsewhere."""
+    if into is None or data is into or len(data) != len(into):
+        return data
+    into[:] = np.frombuffer(data, np.uint8)
+    return into
+
+
+async def _s3(fs: Any, obj: objects.Object, span: str, size: int,
+              into: np.ndarray | None) -> tuple[int, Any, Body]:
     bucket, _, key = obj.url.split("://", 1)[1].partition("/")
     kw = {"Bucket": bucket, "Key": key, "Range": span}
     if obj.version:
@@ -163,7 +186,7 @@ async def _s3(fs: Any, obj: objects.Object, span: str, size: int) -> tuple[int, 
     response = await fs._call_s3("get_object", **kw)
     body = response["Body"]
     try:
-        data = await received(body.readinto, size)
+        data = await received(body.readinto, size, into)
     finally:
         body.close()
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 206)
@@ -180,7 +203,8 @@ async def _gcs(fs: Any, obj: objects.Object, span: str) -> tuple[int, Any, bytes
     return int(status), headers.get("x-goog-generation"), bytes(data)
 
 
-async def _http(fs: Any, obj: objects.Object, span: str, size: int) -> tuple[int, Any, Body]:
+async def _http(fs: Any, obj: objects.Object, span: str, size: int,
+                into: np.ndarray | None) -> tuple[int, Any, Body]:
     kwargs = dict(fs.kwargs)
     headers = {**kwargs.pop("headers", {}), "Range": span}
     if obj.version:
@@ -198,7 +222,7 @@ async def _http(fs: Any, obj: objects.Object, span: str, size: int) -> tuple[int
             buffer[: len(chunk)] = chunk
             return len(chunk)
 
-        data = await received(readinto, size)
+        data = await received(readinto, size, into)
         return answer.status, answer.headers.get("ETag"), data
 
 

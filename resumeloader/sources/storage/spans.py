@@ -70,11 +70,14 @@ class Cache:
             del self.spans[key]
         self.order.pop(id(span), None)
 
-    def shrink(self, limit: int) -> None:
+    def shrink(self, limit: int, keep: frozenset[int] = frozenset()) -> None:
+        """Drops finished spans, least recently used first, until at most `limit` bytes
+        are held; never one read ahead and not used yet, nor one of `keep` (ids of the
+        spans a read is using: the next read would GET it again)."""
         total = sum(s.stop - s.start for _, s in self.order.values())
         for key, span in list(self.order.values()):
             if total <= limit:
                 return
-            if span.future.done() and not span.ahead:
+            if span.future.done() and not span.ahead and id(span) not in keep:
                 self._drop(key, span)
                 total -= span.stop - span.start
