@@ -1,7 +1,7 @@
 """Two benchmark runs compared: only the figures both reproduced within a tolerance are kept.
 
     python benchmarks/compare_runs.py RUN1 RUN2 [--output DIR] [--tolerance 0.15]
-                                      [--markdown PATH]
+                                      [--markdown PATH] [--keep-others DIR]
 
 RUN1 and RUN2 are folders of results files (``<script>.json``, as `run_all.py --results`
 writes them). Every number of every table row and every target of RUN1 is compared with
@@ -23,12 +23,22 @@ has no counterpart in RUN2 (the runs are not comparable). A publication run::
     python benchmarks/compare_runs.py /tmp/bench-run1 /tmp/bench-run2 \\
         --markdown benchmarks/RESULTS.md
     python docs/_gen/generate.py
+
+After re-running some sections only (``run_all.py --sections data,workers --results
+DIR``, twice), ``--keep-others benchmarks/results`` keeps the results files of the
+scripts not re-run as they are (their own figures, dates and loads): they are copied to
+``--output`` when it is another folder, and RESULTS.md shows them beside the compared
+ones, each script's run (date, load, compared or kept) in its "Runs" table::
+
+    python benchmarks/compare_runs.py /tmp/bench-run1 /tmp/bench-run2 \\
+        --keep-others benchmarks/results --markdown benchmarks/RESULTS.md
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -79,6 +89,8 @@ class Comparison:
     dropped: list[str] = dataclasses.field(default_factory=list)  # one line per figure
     compared: int = 0
     unmatched: list[str] = dataclasses.field(default_factory=list)
+    #: Results files of scripts the two runs did not run, kept as they are (`keep_others`).
+    others: dict[str, Path] = dataclasses.field(default_factory=dict)
 
 
 def compare_tables(script: str, one: _results.Table, two: _results.Table, tolerance: float,
@@ -162,6 +174,45 @@ def compare(first: Path, second: Path, tolerance: float = TOLERANCE) -> Comparis
     return found
 
 
+def keep_others(found: Comparison, folder: Path) -> None:
+    """Adds the results files of `folder` whose scripts the compared runs did not run to
+    `found`, figures, dates and loads as they are."""
+    for path in sorted(folder.glob("*.json")):
+        if path.stem in found.kept:
+            continue
+        report, run = _results.read(path)
+        _results.judge(report.targets, run)  # by the current rule, as the docs judge it
+        found.kept[path.stem] = report
+        found.runs[path.stem] = run
+        found.others[path.stem] = path
+
+
+def _ordered(scripts: list[str]) -> list[str]:
+    """`scripts` in run_all.py's order (its sections'), others after, by name."""
+    import run_all
+
+    order = [script for section in run_all.SECTIONS for script in run_all.SCRIPTS[section]]
+    return sorted(scripts, key=lambda s: (order.index(s) if s in order else len(order), s))
+
+
+def runs_table(found: Comparison, first: Path, second: Path) -> str:
+    """Where each script's figures come from: its run's date, quick or full, load, and
+    whether they were compared (`first` against `second`) or kept as they were."""
+    lines = ["| script | date | run | load average (1 / 5 / 15 min), start → end | figures |",
+             "|---|---|---|---|---|"]
+    for script in _ordered(list(found.kept)):
+        run = found.runs[script]
+        load = run.load_average
+        where = (f"kept from `{found.others[script]}` (not re-run; `{run.command}`)"
+                 if script in found.others else f"compared: `{first}` against `{second}`")
+        loaded = _results.loaded_by(run)
+        lines.append(f"| `{script}.py` | {run.date} | {'quick' if run.quick else 'full'} | "
+                     f"{_results.format_load(load['start'])} → "
+                     f"{_results.format_load(load['end'])}{f' ({loaded})' if loaded else ''} "
+                     f"| {where} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("first", type=Path, help="the first run's results folder")
@@ -172,28 +223,46 @@ def main(argv: list[str] | None = None) -> int:
                         help="the largest relative difference kept (default: %(default)s)")
     parser.add_argument("--markdown", type=Path,
                         help="also write the reproduced tables as a RESULTS.md there")
+    parser.add_argument("--keep-others", type=Path, metavar="DIR",
+                        help="keep the results files in DIR of the scripts the two runs did "
+                             "not run, as they are (e.g. benchmarks/results)")
     args = parser.parse_args(argv)
     if not any(args.first.glob("*.json")):
         parser.error(f"{args.first} holds no results files (*.json)")
     found = compare(args.first, args.second, args.tolerance)
+    if args.keep_others is not None:
+        if not args.keep_others.is_dir():
+            parser.error(f"--keep-others {args.keep_others} is not a folder")
+        keep_others(found, args.keep_others)
     for script, report in found.kept.items():
-        _results.write(args.output / f"{script}.json", report, found.runs[script])
+        target = args.output / f"{script}.json"
+        if script not in found.others:
+            _results.write(target, report, found.runs[script])
+        elif found.others[script].resolve() != target.resolve():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(found.others[script], target)
     for line in found.dropped:
         print(f"dropped: {line}")
     for line in found.unmatched:
         print(f"unmatched: {line}", file=sys.stderr)
     print(f"{len(found.dropped)} of {found.compared} figures not reproduced within "
-          f"{args.tolerance:.0%}; results written to {args.output}.")
+          f"{args.tolerance:.0%}; results written to {args.output}"
+          + (f" ({len(found.others)} kept from {args.keep_others})." if found.others else "."))
     if args.markdown:
         import run_all
 
-        reports = list(found.kept.values())
+        scripts = _ordered(list(found.kept))
+        reports = [found.kept[script] for script in scripts]
+        compared = [found.runs[script] for script in scripts if script not in found.others]
         command = (f"python benchmarks/compare_runs.py {args.first} {args.second} "
                    f"(figures reproduced within {args.tolerance:.0%})")
-        seconds = sum(run.seconds for run in found.runs.values())
-        first_run = next(iter(found.runs.values()), None)
-        load = first_run.load_average["start"] if first_run else _results.load_average()
-        args.markdown.write_text(run_all.render(reports, command, seconds, load))
+        if found.others:
+            command += f" --keep-others {args.keep_others}"
+        seconds = sum(run.seconds for run in compared)
+        load = compared[0].load_average["start"] if compared else _results.load_average()
+        args.markdown.write_text(run_all.render(
+            reports, command, seconds, load,
+            runs=runs_table(found, args.first, args.second)))
     return 1 if found.unmatched else 0
 
 

@@ -4,6 +4,10 @@ same figures as data (benchmarks/results/<script>.json, one file per script).
     python benchmarks/run_all.py [--quick] [--sections loader,overhead,...,faults]
                                  [--output benchmarks/RESULTS.md] [--results DIR]
 
+With ``--results DIR`` (another folder than benchmarks/results) the report goes to
+DIR/RESULTS.md unless ``--output`` says otherwise; two such runs are compared by
+compare_runs.py (``--keep-others benchmarks/results`` after re-running some sections).
+
 The docs' performance and reliability pages are generated from the JSON files
 (`python docs/_gen/generate.py`), so after a run, regenerate them and commit both.
 
@@ -31,7 +35,9 @@ overhead), bench_augment.py ((r) ``map_batch`` against one generator per batch, 
 in-memory arrays below and above 1 GiB), bench_first_batch.py ((u) the first batch
 over a 2 GiB ``np.load`` array), bench_map_fn.py
 ((g) workers for a Python ``map_fn`` against tf.data and grain), bench_autotune.py
-(``Workers("auto")`` against hand-picked workers and tf.data AUTOTUNE), bench_workers.py ((h)
+(``Workers("auto")`` against hand-picked workers and tf.data AUTOTUNE), bench_profile.py
+(``resumeloader profile``'s recommendation, applied, against the best hand-picked
+workers), bench_workers.py ((h)
 worker start-up and Keras ``fit``, TensorFlow imported at the top like a training
 script), bench_sampler.py (index throughput), bench_graph_order.py (the record order
 as TensorFlow ops and a gather pipeline built on it, against NumPy), bench_tfrecord.py
@@ -73,7 +79,7 @@ SCRIPTS = {
     "loader": ["bench_loader", "bench_restore"],
     "overhead": ["bench_overhead", "bench_augment"],
     "arrays": ["bench_arrays", "bench_first_batch"],
-    "workers": ["bench_map_fn", "bench_autotune", "bench_workers"],
+    "workers": ["bench_map_fn", "bench_autotune", "bench_profile", "bench_workers"],
     "sampler": ["bench_sampler", "bench_graph_order"],
     "data": ["bench_data", "bench_tfrecord"],
     "mix": ["bench_mix"],
@@ -142,7 +148,10 @@ def run(sections: list[str], quick: bool, results: Path, command: str) -> list[_
 
 
 def render(reports: list[_results.Report], command: str, seconds: float,
-           start_load: list[float]) -> str:
+           start_load: list[float], runs: str = "") -> str:
+    """RESULTS.md: the targets (by issue: `_results.targets_table`), then the tables;
+    `runs`, a table of where each script's figures come from (`compare_runs.py`), goes
+    between the two when given."""
     targets = [target for report in reports for target in report.targets]
     out = [
         "# Benchmark results",
@@ -164,6 +173,12 @@ def render(reports: list[_results.Report], command: str, seconds: float,
         "",
         _results.targets_table(targets),
         "",
+    ]
+    if runs:
+        out += ["## Runs", "",
+                "Where each script's figures come from (the load of each table is stated "
+                "under it):", "", runs, ""]
+    out += [
         "## Tables",
         "",
     ]
@@ -176,11 +191,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
     parser.add_argument("--sections", default=",".join(SECTIONS),
                         help=f"comma-separated subset of {', '.join(SECTIONS)}")
-    parser.add_argument("--output", default=str(HERE / "RESULTS.md"))
+    parser.add_argument("--output", type=Path,
+                        help="the Markdown report (default: benchmarks/RESULTS.md, or "
+                             "RESULTS.md in --results when that is another folder)")
     parser.add_argument("--results", type=Path, default=_results.RESULTS,
                         help="folder of the JSON results, one file per script "
                              "(default: %(default)s)")
     args = parser.parse_args()
+    if args.output is None:  # a run into another folder leaves the published report alone
+        other = args.results.resolve() != _results.RESULTS.resolve()
+        args.output = args.results / "RESULTS.md" if other else HERE / "RESULTS.md"
     sections = [name.strip() for name in args.sections.split(",") if name.strip()]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
