@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         reports = [found.kept[script] for script in scripts]
         compared = [found.runs[script] for script in scripts if script not in found.others]
         command = (f"python benchmarks/compare_runs.py {args.first} {args.second} "
-                   f"(figures reproduced within {args.tolerance:.0%})")
+                   f"--tolerance {args.tolerance:g}")  # figures reproduced within it
         if found.others:
             command += f" --keep-others {args.keep_others}"
         seconds = sum(run.seconds for run in compared)

@@ -89,6 +89,19 @@ def test_target_judged_on_cpu_when_loaded_on_both_when_idle(value, cpu, loaded, 
     assert target.met is met
 
 
+@pytest.mark.parametrize(
+    ("value", "cpu", "loaded", "met"),
+    [(0.85, 0.95, False, True), (0.85, 0.85, False, False), (0.7, 0.95, True, True),
+     (0.95, 0.85, True, False)],
+    ids=["idle-both-meet", "idle-cpu-under-its-bound", "loaded-cpu-meets", "loaded-cpu-misses"],
+)
+def test_target_cpu_bound_judges_the_cpu_figure(value, cpu, loaded, met):
+    """A target's own CPU bound (CPU >= 0.9x, wall >= 0.8x) applies to the CPU figure."""
+    target = _results.Target("s3 / local", value, 0.8, cpu_value=cpu, loaded=loaded,
+                             cpu_bound=0.9)
+    assert (target.met, target.wanted) == (met, ">= 0.8x, CPU >= 0.9x")
+
+
 def test_write_marks_targets_with_cpu_loaded_from_the_run(tmp_path):
     """`write` marks a target with a CPU figure loaded when the run's load was high."""
     targets = [_results.Target("a", 0.7, 0.8, cpu_value=0.9), _results.Target("b", 0.7, 0.8)]
