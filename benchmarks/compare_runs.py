@@ -12,7 +12,8 @@ each other for a column whose figures are small counts (minor faults per batch: 
 against 0.4 is the same "none"). The results written to ``--output`` (default:
 ``benchmarks/results``, which the docs are generated from) are RUN1's figures with every
 figure that was not reproduced left empty (a target's value and CPU value too, so it
-reads "not measured"), and each table's description says how many were dropped. The CPU
+reads "not measured"; on a loaded run a target without its CPU value loses its wall
+value too, since it is judged on CPU alone), and each table's description says how many were dropped. The CPU
 columns (CPU microseconds per record, `_results.cpu_column`) are figures like any other:
 kept where both runs agree. Prints one line
 per dropped figure and a summary; exits with status 1 when a table or a target of RUN1
@@ -169,7 +170,12 @@ def compare(first: Path, second: Path, tolerance: float = TOLERANCE) -> Comparis
             other = theirs.get(target.label)
             if other is None:
                 found.unmatched.append(f"{script}: no target {target.label!r} in {other_path}")
-            targets.append(_compare_target(script, target, other, tolerance, found))
+            kept = _compare_target(script, target, other, tolerance, found)
+            if target.cpu_value is not None and kept.cpu_value is None and _results.loaded(run):
+                # A loaded run's target is judged on its CPU figure alone: without it, its
+                # wall figure would judge it instead.
+                kept = dataclasses.replace(kept, value=None)
+            targets.append(kept)
         found.kept[script] = _results.Report(tables, targets)
     return found
 

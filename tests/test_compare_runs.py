@@ -160,3 +160,19 @@ def test_results_md_lists_targets_by_issue(tmp_path):
     text = run_all.render(reports, "python benchmarks/run_all.py", 1.0, [0.1, 0.1, 0.1])
     rows = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| ")]
     assert rows[1:4] == ["| early", "| middle", "| late"]
+
+
+def test_compare_loaded_run_target_without_its_cpu_figure_is_not_measured(tmp_path):
+    """On a loaded run, a target whose CPU figure was not reproduced reads "not measured"
+    (its wall figure, reproduced or not, does not judge it instead)."""
+    for name, target_cpu in (("one", 0.9), ("two", 0.5)):
+        target = _results.Target("ours / ref", 0.8, 0.6, cpu_value=target_cpu)
+        run = _results.Run("python benchmarks/bench_x.py", False, "2026-12-02 00:00 UTC", 1.0,
+                           {"machine": "x86_64", "cpus": 2, "python": "3.11"},
+                           {"start": [3.0, 3.0, 3.0], "end": [3.0, 3.0, 3.0]})
+        _results.write(tmp_path / name / "bench_x.json", _results.Report([], [target]), run)
+
+    found = compare_runs.compare(tmp_path / "one", tmp_path / "two")
+
+    kept = found.kept["bench_x"].targets[0]
+    assert (kept.value, kept.cpu_value, kept.verdict()) == (None, None, "not measured")
