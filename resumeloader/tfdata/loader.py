@@ -88,7 +88,8 @@ class ResumableLoader(tf.train.experimental.PythonState):
         drop_remainder: drop each epoch's last batch when it is short.
         prefetch: batches prepared ahead of the consumer (by `dataset`'s
             ``prefetch``, or a thread for ``for batch in loader``, except over in-memory
-            numeric arrays, which the loop gathers a chunk at a time); None or 0 for none.
+            numeric arrays, which the loop gathers a chunk at a time); None or 0 for none;
+            ``"auto"`` (the default, `tf.data.AUTOTUNE`) lets tf.data tune it.
         output_signature: the per-record structure of `tf.TensorSpec` (no batch
             dimension); inferred from record 0 when None.
         with_metadata: yield ``(batch, metadata)`` where metadata holds, per record,
@@ -126,7 +127,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         num_epochs: int | None = None,
         map_fn: Callable[[Any, np.random.Generator], Any] | None = None,
         drop_remainder: bool = False,
-        prefetch: int | None = AUTOTUNE,
+        prefetch: int | str | None = AUTOTUNE,
         output_signature: Any = None,
         with_metadata: bool = False,
         shard: shard_lib.Shard | None = None,
@@ -158,7 +159,7 @@ class ResumableLoader(tf.train.experimental.PythonState):
         num_epochs: int | None = None,
         shard: shard_lib.Shard | None = None,
         workers: options.Workers | None = None,
-        prefetch: int | None = AUTOTUNE,
+        prefetch: int | str | None = AUTOTUNE,
         with_metadata: bool = False,
     ) -> ResumableLoader:
         """A loader delivering the batches of `pipeline` (which must end in a batch stage).
@@ -198,9 +199,15 @@ class ResumableLoader(tf.train.experimental.PythonState):
         num_epochs: int | None,
         shard: shard_lib.Shard | None,
         workers: options.Workers | None,
-        prefetch: int | None,
+        prefetch: int | str | None,
         with_metadata: bool,
     ) -> None:
+        if isinstance(prefetch, str):
+            if prefetch != "auto":
+                msg = ("`prefetch` must be an integer >= 0, None or 'auto'. "
+                       f"Received: prefetch={prefetch!r:.80}.")
+                raise ValueError(msg)
+            prefetch = AUTOTUNE
         if prefetch is not None and prefetch != AUTOTUNE:
             validate.integer("prefetch", prefetch, low=0)
         if workers is not None and not isinstance(workers, options.Workers):

@@ -134,6 +134,27 @@ def test_graph_path_first_batch_of_an_epoch_is_the_golden_vector(key, expected):
     assert next(iter(loader.dataset())).numpy().tolist() == expected
 
 
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [(k, v) for k, v in _golden.SAMPLER.items() if k[0] <= 1000],
+    ids=lambda x: str(x) if isinstance(x, tuple) else "",
+)
+def test_eager_loop_first_batch_of_an_epoch_is_the_golden_vector(key, expected):
+    """``for batch in loader`` over an array (chunks gathered at once, DLPack views)
+    gives the pinned NumPy order too, and the second batch follows it in that order."""
+    num_records, seed, epoch = key
+    loader = rl.ResumableLoader(np.arange(num_records), batch_size=len(expected), seed=seed)
+    loader.set_state(dict(loader.get_state(), epoch=epoch, offset=0))
+    batches = iter(loader)
+    first = next(batches).numpy().tolist()
+    assert first == expected
+    second = next(batches).numpy().tolist()
+    if 2 * len(expected) <= num_records:  # both in the epoch: no record twice
+        assert not set(first) & set(second)
+    else:  # the batch was the whole epoch: the next epoch's first batch
+        assert sorted(second) == sorted(first) and second != first
+
+
 def test_graph_path_block_order_first_batch_is_the_golden_vector():
     """The block order's pinned first records, through the graph path."""
     (num_records, chunk, window, seed, epoch), expected = next(iter(_golden.BLOCKS.items()))

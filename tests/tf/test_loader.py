@@ -268,7 +268,8 @@ def test_iter_stopped_early_resumes_at_next_batch():
     assert head + rest == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
 
 
-@pytest.mark.parametrize("prefetch", [None, 1, tf.data.AUTOTUNE], ids=["none", "1", "auto"])
+@pytest.mark.parametrize("prefetch", [None, 1, tf.data.AUTOTUNE, "auto"],
+                         ids=["none", "1", "autotune", "auto"])
 def test_iter_stream_equals_dataset_stream(prefetch):
     """`for batch in loader` (eager prefetch thread) yields exactly dataset()'s batches."""
 
@@ -896,3 +897,10 @@ def test_iter_inside_tf_function_raises_type_error():
     with pytest.raises(TypeError, match=r"loader\.dataset\(\)"):
         count()
     assert loader.position == 0
+
+
+@pytest.mark.parametrize("prefetch", ["fast", "AUTO", -2, 1.5])
+def test_prefetch_other_than_a_count_none_or_auto_is_refused(prefetch):
+    """``prefetch`` is a count, None or 'auto'; anything else is named in the error."""
+    with pytest.raises((TypeError, ValueError), match="prefetch"):
+        ResumableLoader(np.arange(10), batch_size=2, seed=0, prefetch=prefetch)
