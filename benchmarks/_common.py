@@ -656,10 +656,13 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
 
 
 def finish(report: Report, timer: _results.Timer, path: Path) -> None:
-    """Prints the report's tables and targets; writes them with the run to `path`."""
+    """Prints the report's tables and targets (judged by the run's load: `_results.judge`);
+    writes them with the run to `path`."""
+    run = timer.run()
+    _results.judge(report.targets, run)
     print(report.markdown)
     if report.targets:
         print()
         print(_results.targets_table(report.targets))
-    written = _results.write(path, report, timer.run())
+    written = _results.write(path, report, run)
     print(f"\nResults written to {written}.", file=sys.stderr)

@@ -133,10 +133,11 @@ def run(quick: bool) -> Report:
         table.add(what=f"steady state, {name}", rate=rate, cpu_us=cpu)
     table.finish(start)
     first = {key: statistics.median(r[key] for r in firsts["dataset"]) for key in ("wall", "cpu")}
-    # Wall time is the target on an idle machine; CPU time is what a loaded one leaves stable.
-    targets = [Target(f"(u) first `dataset()` batch over a 2 GiB `np.load` array, {key}",
-                      first[key] * 1e3, 100, unit=" ms", at_most=True,
-                      item="30.6, no whole-array work") for key in ("wall", "cpu")]
+    # Wall time is the target on an idle machine; CPU time is what a loaded one leaves
+    # stable: one target with both, judged on CPU alone when the run was loaded.
+    targets = [Target("(u) first `dataset()` batch over a 2 GiB `np.load` array",
+                      first["wall"] * 1e3, 100, unit=" ms", at_most=True,
+                      item="30.6, no whole-array work", cpu_value=first["cpu"] * 1e3)]
     return Report([table], targets)
 
 

@@ -1,7 +1,7 @@
 """Two benchmark runs compared: only the figures both reproduced within a tolerance are kept.
 
     python benchmarks/compare_runs.py RUN1 RUN2 [--output DIR] [--tolerance 0.15]
-                                      [--markdown PATH]
+                                      [--markdown PATH] [--keep-others DIR]
 
 RUN1 and RUN2 are folders of results files (``<script>.json``, as `run_all.py --results`
 writes them). Every number of every table row and every target of RUN1 is compared with
@@ -12,10 +12,11 @@ each other for a column whose figures are small counts (minor faults per batch: 
 against 0.4 is the same "none"). The results written to ``--output`` (default:
 ``benchmarks/results``, which the docs are generated from) are RUN1's figures with every
 figure that was not reproduced left empty (a target's value and CPU value too, so it
-reads "not measured"), and each table's description says how many were dropped. The CPU
-columns (CPU microseconds per record, `_results.cpu_column`) are figures like any other:
-kept where both runs agree. Prints one line
-per dropped figure and a summary; exits with status 1 when a table or a target of RUN1
+reads "not measured"; on a loaded run a target without its CPU value loses its wall
+value too, since it is judged on CPU alone), and each table's description says how
+many were dropped. The CPU columns (CPU microseconds per record, `_results.cpu_column`)
+are figures like any other: kept where both runs agree. Prints one line per dropped
+figure and a summary; exits with status 1 when a table or a target of RUN1
 has no counterpart in RUN2 (the runs are not comparable). A publication run::
 
     python benchmarks/run_all.py --results /tmp/bench-run1 --output /tmp/bench-run1/RESULTS.md
@@ -23,12 +24,22 @@ has no counterpart in RUN2 (the runs are not comparable). A publication run::
     python benchmarks/compare_runs.py /tmp/bench-run1 /tmp/bench-run2 \\
         --markdown benchmarks/RESULTS.md
     python docs/_gen/generate.py
+
+After re-running some sections only (``run_all.py --sections data,workers --results
+DIR``, twice), ``--keep-others benchmarks/results`` keeps the results files of the
+scripts not re-run as they are (their own figures, dates and loads): they are copied to
+``--output`` when it is another folder, and RESULTS.md shows them beside the compared
+ones, each script's run (date, load, compared or kept) in its "Runs" table::
+
+    python benchmarks/compare_runs.py /tmp/bench-run1 /tmp/bench-run2 \\
+        --keep-others benchmarks/results --markdown benchmarks/RESULTS.md
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -79,6 +90,8 @@ class Comparison:
     dropped: list[str] = dataclasses.field(default_factory=list)  # one line per figure
     compared: int = 0
     unmatched: list[str] = dataclasses.field(default_factory=list)
+    #: Results files of scripts the two runs did not run, kept as they are (`keep_others`).
+    others: dict[str, Path] = dataclasses.field(default_factory=dict)
 
 
 def compare_tables(script: str, one: _results.Table, two: _results.Table, tolerance: float,
@@ -157,9 +170,53 @@ def compare(first: Path, second: Path, tolerance: float = TOLERANCE) -> Comparis
             other = theirs.get(target.label)
             if other is None:
                 found.unmatched.append(f"{script}: no target {target.label!r} in {other_path}")
-            targets.append(_compare_target(script, target, other, tolerance, found))
+            kept = _compare_target(script, target, other, tolerance, found)
+            if target.cpu_value is not None and kept.cpu_value is None and _results.loaded(run):
+                # A loaded run's target is judged on its CPU figure alone: without it, its
+                # wall figure would judge it instead.
+                kept = dataclasses.replace(kept, value=None)
+            targets.append(kept)
         found.kept[script] = _results.Report(tables, targets)
     return found
+
+
+def keep_others(found: Comparison, folder: Path) -> None:
+    """Adds the results files of `folder` whose scripts the compared runs did not run to
+    `found`, figures, dates and loads as they are."""
+    for path in sorted(folder.glob("*.json")):
+        if path.stem in found.kept:
+            continue
+        report, run = _results.read(path)
+        _results.judge(report.targets, run)  # by the current rule, as the docs judge it
+        found.kept[path.stem] = report
+        found.runs[path.stem] = run
+        found.others[path.stem] = path
+
+
+def _ordered(scripts: list[str]) -> list[str]:
+    """`scripts` in run_all.py's order (its sections'), others after, by name."""
+    import run_all
+
+    order = [script for section in run_all.SECTIONS for script in run_all.SCRIPTS[section]]
+    return sorted(scripts, key=lambda s: (order.index(s) if s in order else len(order), s))
+
+
+def runs_table(found: Comparison, first: Path, second: Path) -> str:
+    """Where each script's figures come from: its run's date, quick or full, load, and
+    whether they were compared (`first` against `second`) or kept as they were."""
+    lines = ["| script | date | run | load average (1 / 5 / 15 min), start → end | figures |",
+             "|---|---|---|---|---|"]
+    for script in _ordered(list(found.kept)):
+        run = found.runs[script]
+        load = run.load_average
+        where = (f"kept from `{found.others[script]}` (not re-run; `{run.command}`)"
+                 if script in found.others else f"compared: `{first}` against `{second}`")
+        loaded = _results.loaded_by(run)
+        lines.append(f"| `{script}.py` | {run.date} | {'quick' if run.quick else 'full'} | "
+                     f"{_results.format_load(load['start'])} → "
+                     f"{_results.format_load(load['end'])}{f' ({loaded})' if loaded else ''} "
+                     f"| {where} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,28 +229,46 @@ def main(argv: list[str] | None = None) -> int:
                         help="the largest relative difference kept (default: %(default)s)")
     parser.add_argument("--markdown", type=Path,
                         help="also write the reproduced tables as a RESULTS.md there")
+    parser.add_argument("--keep-others", type=Path, metavar="DIR",
+                        help="keep the results files in DIR of the scripts the two runs did "
+                             "not run, as they are (e.g. benchmarks/results)")
     args = parser.parse_args(argv)
     if not any(args.first.glob("*.json")):
         parser.error(f"{args.first} holds no results files (*.json)")
     found = compare(args.first, args.second, args.tolerance)
+    if args.keep_others is not None:
+        if not args.keep_others.is_dir():
+            parser.error(f"--keep-others {args.keep_others} is not a folder")
+        keep_others(found, args.keep_others)
     for script, report in found.kept.items():
-        _results.write(args.output / f"{script}.json", report, found.runs[script])
+        target = args.output / f"{script}.json"
+        if script not in found.others:
+            _results.write(target, report, found.runs[script])
+        elif found.others[script].resolve() != target.resolve():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(found.others[script], target)
     for line in found.dropped:
         print(f"dropped: {line}")
     for line in found.unmatched:
         print(f"unmatched: {line}", file=sys.stderr)
     print(f"{len(found.dropped)} of {found.compared} figures not reproduced within "
-          f"{args.tolerance:.0%}; results written to {args.output}.")
+          f"{args.tolerance:.0%}; results written to {args.output}"
+          + (f" ({len(found.others)} kept from {args.keep_others})." if found.others else "."))
     if args.markdown:
         import run_all
 
-        reports = list(found.kept.values())
+        scripts = _ordered(list(found.kept))
+        reports = [found.kept[script] for script in scripts]
+        compared = [found.runs[script] for script in scripts if script not in found.others]
         command = (f"python benchmarks/compare_runs.py {args.first} {args.second} "
-                   f"(figures reproduced within {args.tolerance:.0%})")
-        seconds = sum(run.seconds for run in found.runs.values())
-        first_run = next(iter(found.runs.values()), None)
-        load = first_run.load_average["start"] if first_run else _results.load_average()
-        args.markdown.write_text(run_all.render(reports, command, seconds, load))
+                   f"--tolerance {args.tolerance:g}")  # figures reproduced within it
+        if found.others:
+            command += f" --keep-others {args.keep_others}"
+        seconds = sum(run.seconds for run in compared)
+        load = compared[0].load_average["start"] if compared else _results.load_average()
+        args.markdown.write_text(run_all.render(
+            reports, command, seconds, load,
+            runs=runs_table(found, args.first, args.second)))
     return 1 if found.unmatched else 0
 
 

@@ -89,6 +89,19 @@ def test_target_judged_on_cpu_when_loaded_on_both_when_idle(value, cpu, loaded, 
     assert target.met is met
 
 
+@pytest.mark.parametrize(
+    ("value", "cpu", "loaded", "met"),
+    [(0.85, 0.95, False, True), (0.85, 0.85, False, False), (0.7, 0.95, True, True),
+     (0.95, 0.85, True, False)],
+    ids=["idle-both-meet", "idle-cpu-under-its-bound", "loaded-cpu-meets", "loaded-cpu-misses"],
+)
+def test_target_cpu_bound_judges_the_cpu_figure(value, cpu, loaded, met):
+    """A target's own CPU bound (CPU >= 0.9x, wall >= 0.8x) applies to the CPU figure."""
+    target = _results.Target("s3 / local", value, 0.8, cpu_value=cpu, loaded=loaded,
+                             cpu_bound=0.9)
+    assert (target.met, target.wanted) == (met, ">= 0.8x, CPU >= 0.9x")
+
+
 def test_write_marks_targets_with_cpu_loaded_from_the_run(tmp_path):
     """`write` marks a target with a CPU figure loaded when the run's load was high."""
     targets = [_results.Target("a", 0.7, 0.8, cpu_value=0.9), _results.Target("b", 0.7, 0.8)]
@@ -98,7 +111,32 @@ def test_write_marks_targets_with_cpu_loaded_from_the_run(tmp_path):
     path = _results.write(tmp_path / "x.json", _results.Report([], targets), run)
     read = _results.read(path)[0].targets
     assert [(t.loaded, t.met) for t in read] == [(True, True), (False, False)]
-    assert "CPU 0.90x (judged on CPU: loaded run)" in read[0].measured()
+    assert read[0].measured() == (
+        "0.70x, CPU 0.90x (judged on CPU: loaded run, 1-min load 1.90 at the start > 1.5)")
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "why"),
+    [(0.2, 0.3, ""), (0.2, 1.81, "1-min load 1.81 at the end > 1.5"),
+     (1.6, 1.7, "1-min load 1.60 at the start and 1.70 at the end > 1.5"),
+     (1.5, 1.5, "")],
+    ids=["idle", "loaded-at-the-end", "loaded-at-both", "at-the-threshold"],
+)
+def test_loaded_by_names_the_load_above_the_threshold(start, end, why):
+    """A run is loaded when its start's or its end's 1-minute load exceeds 0.75 per CPU,
+    and says which."""
+    run = _results.Run("python x.py", False, "2026-01-01 00:00 UTC", 1.0,
+                       {"machine": "x86_64", "cpus": 2, "python": "3.11"},
+                       {"start": [start, 0.0, 0.0], "end": [end, 0.0, 0.0]})
+    assert (_results.loaded_by(run), _results.loaded(run)) == (why, bool(why))
+
+
+def test_targets_sorted_by_issue_number_then_as_given():
+    """The targets tables list issue 9 before 12.1 before 30.3 before 31, unlabelled last."""
+    items = ["31.1, counters", "", "30.3, TFRecord", "9", "30.3, TFRecord", "12.1, mixing"]
+    targets = [_results.Target(str(i), 1.0, 1.0, item=item) for i, item in enumerate(items)]
+    ordered = _results.by_issue(targets)
+    assert [t.label for t in ordered] == ["3", "5", "2", "4", "0", "1"]
 
 
 def test_table_with_cpu_column_caption_says_what_it_counts():

@@ -116,3 +116,63 @@ def test_compare_cpu_figures_kept_or_dropped_like_any_figure(tmp_path):
     assert report.table("t").rows == [{"pipeline": "ours", "rate": 1000.0, "cpu_us": None}]
     assert (report.targets[0].value, report.targets[0].cpu_value) == (0.8, None)
     assert any("target ours / ref (CPU)" in line for line in found.dropped)
+
+
+def test_compare_runs_keep_others_keeps_scripts_not_rerun_with_their_own_runs(tmp_path):
+    """Two runs of one script compared, `--keep-others` keeps another script's committed
+    file as it is: copied to the output, its figures, date and load in RESULTS.md."""
+    _run(tmp_path / "one", [1000.0, 2000.0, 3000.0], [0.1, 0.0, 0.2], 1.0)
+    _run(tmp_path / "two", [1000.0, 2000.0, 3000.0], [0.1, 0.0, 0.2], 1.0)
+    committed = tmp_path / "committed"
+    _run(committed, [9.0, 9.0, 9.0], [0.0, 0.0, 0.0], 0.1)  # replaced by the comparison
+    table = _results.Table("t", "T", "bench_y.py", "", [
+        _results.Column("pipeline", "pipeline"), _results.Column("rate", "records/s", ",.0f")])
+    table.add(pipeline="kept", rate=4242.0)
+    older = _results.Run("python benchmarks/run_all.py", False, "2026-11-30 12:00 UTC", 5.0,
+                         {"machine": "x86_64", "cpus": 2, "python": "3.11"},
+                         {"start": [0.3, 0.3, 0.3], "end": [1.9, 0.5, 0.5]})
+    _results.write(committed / "bench_y.json", _results.Report(
+        [table], [_results.Target("kept / ref", 1.2, 1.0, item="30.9", cpu_value=1.1)]), older)
+    out, markdown = tmp_path / "out", tmp_path / "R.md"
+
+    assert compare_runs.main([str(tmp_path / "one"), str(tmp_path / "two"), "--output",
+                              str(out), "--keep-others", str(committed),
+                              "--markdown", str(markdown)]) == 0
+
+    assert (out / "bench_y.json").read_bytes() == (committed / "bench_y.json").read_bytes()
+    assert json.loads((out / "bench_x.json").read_text())["tables"][0]["rows"][0]["rate"] == 1000
+    text = markdown.read_text()
+    assert "| kept | 4,242 |" in text and "| ours | patched | 1,000 | 0.1 |" in text
+    assert ("| `bench_y.py` | 2026-11-30 12:00 UTC | full | 0.30 / 0.30 / 0.30 → 1.90 / 0.50 / "
+            "0.50 (1-min load 1.90 at the end > 1.5) | kept from" in text)
+    assert "judged on CPU: loaded run, 1-min load 1.90 at the end > 1.5" in text
+    assert f"| `bench_x.py` | 2026-12-02 00:00 UTC | full | 0.10 / 0.10 / 0.10 → 0.10 / 0.10 / " \
+           f"0.10 | compared: `{tmp_path / 'one'}` against `{tmp_path / 'two'}` |" in text
+
+
+def test_results_md_lists_targets_by_issue(tmp_path):
+    """RESULTS.md's targets table is sorted by the issue each target belongs to."""
+    reports = [_results.Report([], [_results.Target("late", 1.0, 1.0, item="31.3, profile"),
+                                    _results.Target("early", 1.0, 1.0, item="12.1, mixing")]),
+               _results.Report([], [_results.Target("middle", 1.0, 1.0, item="30.3, TFRecord")])]
+    import run_all
+
+    text = run_all.render(reports, "python benchmarks/run_all.py", 1.0, [0.1, 0.1, 0.1])
+    rows = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| ")]
+    assert rows[1:4] == ["| early", "| middle", "| late"]
+
+
+def test_compare_loaded_run_target_without_its_cpu_figure_is_not_measured(tmp_path):
+    """On a loaded run, a target whose CPU figure was not reproduced reads "not measured"
+    (its wall figure, reproduced or not, does not judge it instead)."""
+    for name, target_cpu in (("one", 0.9), ("two", 0.5)):
+        target = _results.Target("ours / ref", 0.8, 0.6, cpu_value=target_cpu)
+        run = _results.Run("python benchmarks/bench_x.py", False, "2026-12-02 00:00 UTC", 1.0,
+                           {"machine": "x86_64", "cpus": 2, "python": "3.11"},
+                           {"start": [3.0, 3.0, 3.0], "end": [3.0, 3.0, 3.0]})
+        _results.write(tmp_path / name / "bench_x.json", _results.Report([], [target]), run)
+
+    found = compare_runs.compare(tmp_path / "one", tmp_path / "two")
+
+    kept = found.kept["bench_x"].targets[0]
+    assert (kept.value, kept.cpu_value, kept.verdict()) == (None, None, "not measured")

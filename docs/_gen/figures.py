@@ -109,13 +109,22 @@ def _machine(run: _results.Run) -> str:
 
 
 def targets(names: list[str] | None = None) -> None:
-    """The targets of every results file, measured against what was wanted, met or missed."""
-    lines = ["| target | measured | wanted |  | script |", "|---|---:|---:|---|---|"]
+    """The targets of every results file, measured against what was wanted, met or missed,
+    sorted by issue (`_results.by_issue`). A target with a CPU figure is judged on it alone
+    when its run was loaded, by the rule of `_results.judge` (applied here too, so a file
+    written before the rule changed is judged by the current one) and says which load."""
+    found: list[tuple[_results.Target, str]] = []
     for name in names or scripts():
-        for target in results(name)[0].targets:
-            verdict = "met" if target.met else f"**{target.verdict()}**"
-            lines.append(f"| {target.label} | {target.measured()} | {target.wanted} | "
-                         f"{verdict} | `{name}.py` |")
+        report, run = results(name)
+        _results.judge(report.targets, run)
+        found += [(target, name) for target in report.targets]
+    order = {id(target): n for n, target in enumerate(_results.by_issue([t for t, _ in found]))}
+    found.sort(key=lambda pair: order[id(pair[0])])
+    lines = ["| target | measured | wanted |  | issue | script |", "|---|---:|---:|---|---|---|"]
+    for target, name in found:
+        verdict = "met" if target.met else f"**{target.verdict()}**"
+        lines.append(f"| {target.label} | {target.measured()} | {target.wanted} | "
+                     f"{verdict} | {target.item} | `{name}.py` |")
     _out("\n".join(lines))
 
 

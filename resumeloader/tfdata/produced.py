@@ -4,7 +4,9 @@ The engine's backend (the calling thread, threads, processes, a Dask cluster) ma
 each batch in Python — read, record stages, batch stage, batch map stages — and the
 generator hands it to tf.data, where the `Finisher` builds ragged and string leaves
 and runs the tensor stages. Two paths, by how the source is read: ``read_batch``
-(a source with batched reads and no record stage: one call per batch) and
+(a source with batched reads and no record stage: one call per batch, or one
+``read_packed`` call for a source of strings that reads a batch as one packed column,
+e.g. TFRecord runs) and
 ``records`` (each record read and run through the record stages; the path every
 pipeline can take).
 """
@@ -38,11 +40,16 @@ class ProducedPath(delivery.DeliveryPath):
 
         return self.generated(make, self.batch_dim)
 
+    def source_access(self) -> str:
+        """How the source is read, as ``describe()`` shows it."""
+        return self.access
+
     def source_row(self) -> delivery.Row:
         pipeline = self.engine.plan.pipeline
         record = self.engine.producer.spec.describe()
         element = record if not pipeline.record_stages else "record"
-        return ("source", f"{pipeline.source.description}: {self.access}", element, "re-read")
+        access = self.source_access()
+        return ("source", f"{pipeline.source.description}: {access}", element, "re-read")
 
     def handover_rows(self) -> list[delivery.Row]:
         batch = self.batch_text()
@@ -57,10 +64,16 @@ class ReadBatchPath(ProducedPath):
 
     name = "read_batch"
     access = "read_batch(indices)"
+    #: A source read as one packed column per batch (TFRecord: runs of neighbouring
+    #: records, one read each).
+    packed = "read_packed(indices): records read in runs"
 
     @classmethod
     def accepts(cls, engine: engine_lib.Engine) -> bool:
         return engine.producer.reads_batches
+
+    def source_access(self) -> str:
+        return self.packed if self.engine.producer.reads_packed else self.access
 
 
 class RecordsPath(ProducedPath):

@@ -138,6 +138,9 @@ class BatchProducer:
                 and type(self._batch_stage) is fixed.FixedBatchStage
                 and self._source.record_spec() == _STRINGS):
             self._read_packed_of = sources_base.optional(self._source, "read_packed")
+        #: Whether a batch is read as one packed column (``read_packed``), not by
+        #: ``read_batch``.
+        self.reads_packed = self._read_packed_of is not None
         # The spec of a row as the batch stage makes it, then after each batch map stage.
         self._map_specs = [self._batch_stage.output_spec(self.spec)]
         for stage in self._maps:

@@ -102,3 +102,43 @@ def test_describe_names_the_gather_path_for_arrays_with_skips():
     pipeline = resumeloader.Pipeline(np.zeros((10, 3), np.float32), seed=0).skip(2, 4)
     loader = resumeloader.ResumableLoader.from_pipeline(pipeline.batch(4), num_epochs=2)
     assert "gather path:" in loader.describe()
+
+
+def _tfrecord_loader(tmp_path, **kwargs) -> resumeloader.ResumableLoader:
+    import tensorflow as tf
+
+    from resumeloader.sources import TFRecordSource
+
+    path = str(tmp_path / "data.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for i in range(12):
+            writer.write(b"r" * (i + 1))
+    source = TFRecordSource(path, index_dir=str(tmp_path))
+    pipeline = resumeloader.Pipeline(source, seed=0).shuffle().batch(4)
+    return resumeloader.ResumableLoader.from_pipeline(pipeline, num_epochs=1, **kwargs)
+
+
+def _source_row(text: str) -> str:
+    """The source row's `what` cell, its lines joined."""
+    cells, inside = [], False
+    for line in text.splitlines():
+        if not line.startswith("│"):
+            continue
+        name, what = (part.strip() for part in line.split("│")[1:3])
+        inside = name == "source" or (inside and not name)
+        if inside:
+            cells.append(what)
+    return " ".join(cells)
+
+
+@pytest.mark.parametrize("workers", [None, resumeloader.Workers(1)], ids=["0-workers", "1-worker"])
+def test_describe_tfrecord_source_read_in_runs_names_read_packed(tmp_path, workers):
+    """A TFRecord batch read as runs (`read_packed`) is described so, not as `read_batch`."""
+    text = _source_row(_tfrecord_loader(tmp_path, workers=workers).describe())
+    assert text == "TFRecordSource(1 file): read_packed(indices): records read in runs"
+
+
+def test_describe_arrays_with_a_worker_name_read_batch():
+    """Arrays read a batch per `read_batch` call, and say so."""
+    text = _source_row(_loader(workers=resumeloader.Workers(1)).describe())
+    assert text.endswith(": read_batch(indices)")
