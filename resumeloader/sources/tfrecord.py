@@ -306,21 +306,14 @@ class TFRecordSource(file_records.FileRecordSource):
     def _fill_blocks(self, memory: memoryview, runs: tuple[np.ndarray, ...],
                      block: np.ndarray) -> bool:
         """`_fill` of the objects' runs of a source read by blocks: each block's range
-        asked of the span cache once, its runs cut out of it."""
+        asked of the span cache once (`_block_ranges`), its runs cut out of it."""
         files = runs[0]
         remote = np.flatnonzero(self._remote[files])
         if not len(remote):
             return True
-        _, first, which = np.unique(
-            files[remote] * (len(self) + 1) + block[remote], return_index=True,
-            return_inverse=True,
+        wanted, which = self._block_ranges(
+            files[remote], block[remote], runs[1][remote], runs[2][remote]
         )
-        assert self._blocks is not None
-        wanted = []
-        for k in remote[first].tolist():
-            location = self._locations[int(files[k])]
-            assert isinstance(location, objects.Object)
-            wanted.append((location, *self._blocks(location, int(runs[1][k]), int(runs[2][k]))))
         views = ranges.read(wanted, self._storage.reads, blocks=self._blocks)
         for (_, low, high), view in zip(wanted, views, strict=True):
             if len(view) != high - low:
@@ -331,6 +324,23 @@ class TFRecordSource(file_records.FileRecordSource):
             low = lows[w]
             memory[put : put + stop - start] = views[w][start - low : stop - low]
         return True
+
+    def _block_ranges(self, files: np.ndarray, block: np.ndarray, starts: np.ndarray,
+                      stops: np.ndarray) -> tuple[list[fetch.Range], np.ndarray]:
+        """The reads of objects' ranges (file `files[k]`, bytes ``[starts[k], stops[k])``,
+        inside block `block[k]`) of a source read by blocks: the range of each
+        (object, block), once, by object and block (what `read_packed` asks of the span
+        cache, and `dry_read` records); and which of them holds each range."""
+        assert self._blocks is not None
+        _, first, which = np.unique(
+            files * (len(self) + 1) + block, return_index=True, return_inverse=True
+        )
+        wanted: list[fetch.Range] = []
+        for k in first.tolist():
+            location = self._locations[int(files[k])]
+            assert isinstance(location, objects.Object)
+            wanted.append((location, *self._blocks(location, int(starts[k]), int(stops[k]))))
+        return wanted, which.reshape(-1)
 
     def _checked(self, values: np.ndarray, where: np.ndarray, lengths: np.ndarray) -> bool:
         """Whether every record framed in `values` at `where` passes its checks."""
@@ -358,7 +368,7 @@ class TFRecordSource(file_records.FileRecordSource):
                                          strict=True)
         ]
         try:
-            views = ranges.read(wanted, self._storage.reads, blocks=self._blocks)
+            views = self._views(wanted, files, numbers, starts, stops)
         except (handles.StaleFileError, fetch.ObjectReadError, answers.Refusal) as err:
             names = [self._names[file] for file in files.tolist()]
             at = objects_lib.failing(err, list(range(len(files))), names, starts, stops)
@@ -373,6 +383,31 @@ class TFRecordSource(file_records.FileRecordSource):
                 index = int(self._starts[file] + number)
                 msg = f"Record index {index}: {err}"
                 raise CorruptRecordError(msg, record_index=index) from None
+        return out
+
+    def _views(self, wanted: list[ranges.Range], files: np.ndarray, numbers: np.ndarray,
+               starts: np.ndarray, stops: np.ndarray) -> list[memoryview]:
+        """The bytes of the records' ranges `wanted`; read by blocks, the objects' records
+        are cut out of their blocks, the cache asked once per block, as `read_packed` does
+        (`_block_ranges`)."""
+        remote = self._remote[files]
+        if self._blocks is None or not self.block_records or not remote.any():
+            return ranges.read(wanted, self._storage.reads, blocks=self._blocks)
+        at = np.flatnonzero(remote)
+        blocks, which = self._block_ranges(
+            files[at], (self._starts[files] + numbers)[at] // self.block_records,
+            starts[at], stops[at],
+        )
+        views = ranges.read(blocks, self._storage.reads, blocks=self._blocks)
+        out: list[memoryview] = [memoryview(b"")] * len(wanted)
+        local = np.flatnonzero(~remote).tolist()
+        if local:  # the local files' ranges, read as `ranges.read` reads them
+            for k, view in zip(local, ranges.read([wanted[k] for k in local],
+                                                  self._storage.reads), strict=True):
+                out[k] = view
+        for k, w in zip(at.tolist(), which.tolist(), strict=True):
+            low, view = blocks[w][1], views[w]
+            out[k] = view[int(starts[k]) - low : int(stops[k]) - low]
         return out
 
     def _record(self, view: memoryview, size: int, file: int, number: int, begin: int) -> bytes:
@@ -435,12 +470,24 @@ class TFRecordSource(file_records.FileRecordSource):
         return not wanted or dry.prefetch(wanted, self._storage.reads, blocks=self._blocks)
 
     def dry_read(self, indices: np.ndarray, dry: fetch.DryRun) -> bool:
-        """Records in `dry` the preads and GETs that ``read_batch(indices)`` makes."""
+        """Records in `dry` the preads and GETs that ``read_batch(indices)`` and
+        ``read_packed(indices)`` make."""
         indices = np.asarray(indices, dtype=np.int64)
         files = np.searchsorted(self._ends, indices, side="right")
+        numbers = indices - self._starts[files]
+        if self._blocks is not None and self.block_records:
+            # as `read_packed` reads them: the objects' records by block, once each
+            remote = self._remote[files]
+            if remote.any():
+                starts, stops = self._spans(files[remote], numbers[remote])
+                wanted, _ = self._block_ranges(
+                    files[remote], indices[remote] // self.block_records, starts, stops
+                )
+                dry.read(wanted, self._storage.reads, blocks=self._blocks,
+                         wanted=int((stops - starts).sum()))
+            files, numbers = files[~remote], numbers[~remote]
         ranges.dry_read(
-            self._ranges(files, indices - self._starts[files]), self._storage.reads, dry,
-            blocks=self._blocks,
+            self._ranges(files, numbers), self._storage.reads, dry, blocks=self._blocks,
         )
         return True
 

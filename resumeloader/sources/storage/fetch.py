@@ -196,8 +196,11 @@ def _spans(ranges: Sequence[Range], reads: ObjectReads, blocks: Blocks | None, *
            submit: Callable[[objects.Object, int, int, ObjectReads], Any] = _submit,
            ) -> list[spans.Span | None]:
     """The cached span of each range, the missing ones submitted (None where the
-    read-ahead `budget` would be exceeded)."""
+    read-ahead `budget` would be exceeded; all None, the cache left as it is, when the
+    budget is full already, as a source's ``prefetch`` returns at once then)."""
     with cache.lock:
+        if ahead and budget is not None and cache.ahead >= budget:
+            return [None] * len(ranges)
         found = [cache.find(_key(o), a, b, reads.max_get_bytes) for o, a, b in ranges]
         missing = [r for r, span in zip(ranges, found, strict=True) if span is None]
         made: dict[tuple[str, str, int], list[spans.Span]] = {}
@@ -308,12 +311,15 @@ class DryRun:
 
     def read(
         self, ranges: Sequence[Range], reads: ObjectReads, *, blocks: Blocks | None = None,
-        cache: bool = True,
+        cache: bool = True, wanted: int | None = None,
     ) -> None:
         """Records the GETs that ``read(ranges, reads, blocks=blocks, cache=cache)`` would
-        send now, in the order it would send them (the cache updated as `read` would)."""
+        send now, in the order it would send them (the cache updated as `read` would);
+        `wanted` bytes of the ranges are records (default: all)."""
         self.reads = reads
-        self._taken.wanted_bytes += sum(stop - start for _, start, stop in ranges)
+        self._taken.wanted_bytes += (
+            sum(stop - start for _, start, stop in ranges) if wanted is None else wanted
+        )
         if not cache:
             self._taken.sent.extend(ranges)
             self.get_bytes += sum(stop - start for _, start, stop in ranges)
