@@ -1,19 +1,25 @@
 """`CacheNeed`: the cache a sequence of object reads needs so that no byte is read twice.
 
-The process's span cache (`resumeloader.sources.spans`) keeps what GETs read, least
-recently used dropped first, within ``ObjectReads.cache_bytes``. A range read again
-later is served from it only if fewer than ``cache_bytes`` of other spans were used
-in between: its *reuse distance* (the bytes of the spans used since it was last used,
-its own included). `CacheNeed` follows the reads of a run (the ranges each step
-reads, the GETs it sends), remembers the spans read well past the cache's limit, and
-gives the largest reuse distance within an epoch (a ``cache_bytes`` that keeps every
-span until the epoch reads it again) and the bytes that GETs read a second time
-in an epoch because the cache had dropped them. Across epochs a span is read again
-unless the cache holds the whole data: that is counted in the GETs, not here.
+The process's span cache (`resumeloader.sources.storage.spans`) keeps what GETs read,
+least recently used dropped first, within ``ObjectReads.cache_bytes`` (never a span the
+current read uses, nor one read ahead and not used yet). A span is found again later
+only if fewer than ``cache_bytes`` of spans were used after it before each trim: its
+*reuse distance* (the bytes of the spans used since it was last used, its own
+included, as the cache orders them before a read). `CacheNeed` follows the reads of a
+run (the ranges each step reads, the GETs it sends; a GET merged across a span the
+cache holds keeps it beside the new one, as the cache does) and gives the largest
+reuse distance of a span GET and used again in one epoch, and the bytes that GETs read
+a second time in an epoch because the cache had dropped them. Across epochs a span is
+read again unless the cache holds the whole data: that is counted in the GETs, not here.
+
+The GETs depend on what the cache holds (neighbours are merged only when missing), so
+the need is found on reads with a cache that drops nothing within `limit` (what a cache
+of that need reads within an epoch), the re-reads on the reads with the cache as set
+(`resumeloader.tools.plan_reads`).
 
 It holds no bytes: one small entry per span, at most `MAX_SPANS` of them and at most
-`limit` bytes' worth (``4 * cache_bytes``); what it forgot past that is counted as
-``forgot`` (the need may then be larger than found).
+`limit` bytes' worth; what it forgot past that is counted as ``forgot`` (the need may
+then be larger than found).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ class _Entry:
     stop: int
     step: int
     epoch: int
+    made: int  # the order spans were added in (the cache finds the newest of one start)
+    fetched: int  # the epoch of its GET
 
     @property
     def size(self) -> int:
@@ -60,7 +68,8 @@ class CacheNeed:
         self.limit = max(1, int(limit))
         self.need = self.reread = self.forgot = 0
         self._order: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
-        self._by_key: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (start, id) sorted
+        self._by_key: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (start, made) sorted
+        self._made = 0
         self._held = 0
 
     def step(self, step: int, epoch: int, ranges: Sequence[tuple[Any, int, int]],
@@ -73,25 +82,29 @@ class CacheNeed:
         of spans last used in the same epoch (a later epoch reads its data again unless
         the cache holds all of it; a GET merged across a span the cache holds reads its
         bytes again too, but not for want of room)."""
-        distance = reread = 0
+        reread = 0
         before: dict[int, int] = {}  # the epoch a span was last used in before this step
-        for obj, start, stop in ranges:
-            found = self._find((obj.url, obj.version), start, stop)
+        hits = [self._find((obj.url, obj.version), start, stop) for obj, start, stop in ranges]
+        distance = self._distance({
+            found.made for found in hits
+            if found is not None and found.step != step and found.epoch == found.fetched == epoch
+        })
+        for found in hits:
             if found is None:
                 continue
-            if found.step != step and found.epoch == epoch:
-                distance = max(distance, self._distance(found))
             before.setdefault(id(found), found.epoch)
             found.step, found.epoch = step, epoch
-            self._order.move_to_end(id(found))
+            self._order.move_to_end(found.made)
         for obj, start, stop in gets:
             key = (obj.url, obj.version)
             for old in self._overlapping(key, start, stop):
-                last = before.pop(id(old), old.epoch)  # (`old` is dropped below)
-                if last == epoch and not held(old.obj, old.start, old.stop):
+                if held(old.obj, old.start, old.stop):
+                    continue  # the cache keeps it beside the new span, as here
+                if before.pop(id(old), old.epoch) == epoch:
                     reread += min(old.stop, stop) - max(old.start, start)
                 self._drop(old)
-            self._add(_Entry(key, obj, start, stop, step, epoch))
+            self._add(_Entry(key, obj, start, stop, step, epoch, self._made, epoch))
+            self._made += 1
         while len(self._order) > MAX_SPANS or self._held > self.limit:
             self._drop(next(iter(self._order.values())))
             self.forgot += 1
@@ -99,20 +112,24 @@ class CacheNeed:
         self.reread += reread
         return distance, reread
 
-    def _distance(self, entry: _Entry) -> int:
-        """The bytes of the spans used after `entry` was last used, and its own."""
-        total = 0
+    def _distance(self, reused: set[int]) -> int:
+        """The largest, over the spans `reused` (by `made`), of the bytes of the spans used
+        after one was last used, and its own (as the cache orders them before a read)."""
+        total = most = 0
         for other in reversed(self._order.values()):
-            total += other.size
-            if other is entry:
+            if not reused:
                 break
-        return total
+            total += other.size
+            if other.made in reused:
+                reused.discard(other.made)
+                most = total
+        return most
 
     def _find(self, key: tuple[str, str], start: int, stop: int) -> _Entry | None:
         found = self._by_key.get(key, [])
         at = bisect.bisect_right(found, (start, float("inf")))
-        for _, ident in reversed(found[max(0, at - 64) : at]):
-            entry = self._order[ident]
+        for _, made in reversed(found[max(0, at - 64) : at]):
+            entry = self._order[made]
             if entry.start <= start and entry.stop >= stop:
                 return entry
         return None
@@ -121,21 +138,21 @@ class CacheNeed:
         found = self._by_key.get(key, [])
         at = bisect.bisect_left(found, (stop, -1))
         out = []
-        for _, ident in reversed(found[max(0, at - 64) : at]):
-            entry = self._order[ident]
+        for _, made in reversed(found[max(0, at - 64) : at]):
+            entry = self._order[made]
             if entry.stop > start:
                 out.append(entry)
         return out
 
     def _add(self, entry: _Entry) -> None:
-        self._order[id(entry)] = entry
-        bisect.insort(self._by_key.setdefault(entry.key, []), (entry.start, id(entry)))
+        self._order[entry.made] = entry
+        bisect.insort(self._by_key.setdefault(entry.key, []), (entry.start, entry.made))
         self._held += entry.size
 
     def _drop(self, entry: _Entry) -> None:
-        del self._order[id(entry)]
+        del self._order[entry.made]
         spans = self._by_key[entry.key]
-        spans.remove((entry.start, id(entry)))
+        spans.remove((entry.start, entry.made))
         if not spans:
             del self._by_key[entry.key]
         self._held -= entry.size

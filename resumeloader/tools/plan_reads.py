@@ -34,6 +34,9 @@ from resumeloader.workers import readahead
 
 __all__ = ["Row", "read_rows", "shard_plan", "step_positions"]
 
+#: The most bytes of spans the cache need is looked for in (a larger need is not seen).
+_NEED_BYTES = 1 << 30
+
 
 @dataclasses.dataclass
 class Row:
@@ -53,7 +56,7 @@ class Row:
             must hold to start a whole step ahead).
         cache_bytes: an ``ObjectReads.cache_bytes`` with which these steps read
             again no span that an earlier step of the epoch read (the largest reuse
-            distance within an epoch).
+            distance within an epoch, of the reads with a cache that drops nothing).
         reread_bytes: bytes that GETs read again in an epoch because the cache had
             dropped them.
         predicted: False when the source cannot tell its reads (then only `records`).
@@ -147,13 +150,15 @@ class _DryAhead:
     """What `readahead.hinted` asks of a source, recorded in a `fetch.DryRun`, with the
     bytes of the GETs started for each task (by its records' array)."""
 
-    def __init__(self, source: sources_base.Source, dry: fetch.DryRun) -> None:
-        self._source, self._dry = source, dry
+    def __init__(self, source: sources_base.Source, dry: fetch.DryRun,
+                 shadow: fetch.DryRun) -> None:
+        self._source, self._dry, self._shadow = source, dry, shadow
         self._started: dict[int, tuple[Any, int]] = {}  # id(indices) -> (indices, bytes)
 
     def prefetch(self, indices: Any) -> bool:
         before = self._dry.get_bytes
         done = self._source.dry_prefetch(indices, self._dry)
+        self._source.dry_prefetch(indices, self._shadow)
         held = self._started.get(id(indices), (indices, 0))
         self._started[id(indices)] = (indices, held[1] + self._dry.get_bytes - before)
         return done
@@ -203,11 +208,16 @@ def _shard_rows(
     plan: plan_lib.Plan, index: int, steps: tuple[int, int], every: int, read_ahead: bool
 ) -> Iterator[Row]:
     dry = fetch.DryRun()
-    need = cache_need.CacheNeed(4 * fetch.ObjectReads().cache_bytes)
+    # The cache need: the reuse distances of the same reads with a cache that drops no
+    # span within `need.limit` bytes (`shadow`): with a cache of that need, a run reads as
+    # it does (the GETs depend on what the cache holds). The re-reads: of `dry`'s own.
+    need = cache_need.CacheNeed(_NEED_BYTES)
+    shadow = fetch.DryRun(cache_bytes=_NEED_BYTES)
+    reuse = cache_need.CacheNeed(_NEED_BYTES)
     source, one_call = plan.pipeline.source, _one_call(plan)
     row: Row | None = None
     seen: set[str] = set()
-    ahead = _DryAhead(source, dry) if read_ahead else None
+    ahead = _DryAhead(source, dry, shadow) if read_ahead else None
     for step, task in _steps(plan, *steps, ahead=ahead):
         if row is not None and step >= row.first_step + every:
             yield row
@@ -218,9 +228,12 @@ def _shard_rows(
                                                  for k in range(len(task.indices))]
         before = dry.get_bytes
         predicted = all([source.dry_read(indices, dry) for indices in calls])
-        taken = dry.take()
+        for indices in calls:
+            source.dry_read(indices, shadow)
+        taken, shadowed = dry.take(), shadow.take()
         if dry.reads is not None:  # the source's settings, known after its first read
-            need.limit = 4 * dry.reads.cache_bytes
+            need.limit = reuse.limit = max(_NEED_BYTES, 4 * dry.reads.cache_bytes)
+            shadow.cache_bytes = need.limit
             row.cache_limit = dry.reads.cache_bytes
             row.readahead_limit = fetch.budget_of(dry.reads)  # "auto": its first budget
         # the GETs the step's records need: those read-ahead started, then its own
@@ -228,7 +241,9 @@ def _shard_rows(
         row.readahead_bytes = max(row.readahead_bytes, started)
         _count(row, seen, taken, task, predicted)
         gets = [(o, a, b) for o, a, b in taken.sent if isinstance(o, objects.Object)]
-        distance, reread = need.step(step, task.epoch, taken.cached, gets, dry.holds)
+        _, reread = reuse.step(step, task.epoch, taken.cached, gets, dry.holds)
+        gets = [(o, a, b) for o, a, b in shadowed.sent if isinstance(o, objects.Object)]
+        distance, _ = need.step(step, task.epoch, shadowed.cached, gets, shadow.holds)
         row.cache_bytes = max(row.cache_bytes, distance)
         row.reread_bytes += reread
         row.stop_step = max(row.stop_step, step + 1)

@@ -295,14 +295,17 @@ class DryRun:
     that reads its batches one after the other: a read waits for its own GETs, and a GET
     takes longer than the code between its start and the cache's next trim). A source
     that reads local files records each ``pread`` it would make (`pread`). `take` hands
-    over what was recorded since the last call.
+    over what was recorded since the last call. With `cache_bytes`, its cache holds that
+    many bytes instead of the reads' ``cache_bytes`` (the read-ahead budget unchanged).
 
     Attributes:
         reads: the settings of the last objects' read recorded (None before one).
         get_bytes: the bytes of all GETs recorded so far (`take` leaves it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, cache_bytes: int | None = None) -> None:
+        #: A ``cache_bytes`` of the dry cache in place of the reads' own (None: theirs).
+        self.cache_bytes = cache_bytes
         self.reads: ObjectReads | None = None
         self.get_bytes = 0
         self._cache = spans.Cache()
@@ -325,7 +328,8 @@ class DryRun:
             self.get_bytes += sum(stop - start for _, start, stop in ranges)
             return
         self._taken.cached.extend(ranges)
-        _spans(ranges, reads, blocks, ahead=False, cache=self._cache, submit=self._submit)
+        _spans(ranges, self._own(reads), blocks, ahead=False, cache=self._cache,
+               submit=self._submit)
         for future in self._pending:  # `read` waits for its GETs after the cache shrank
             future.set_result(b"")
         self._pending = []
@@ -337,9 +341,14 @@ class DryRun:
         now (they finish by the end of the next `read`); False when the read-ahead budget
         is full, as there."""
         self.reads = reads
-        found = _spans(ranges, reads, blocks, ahead=True, budget=budget_of(reads),
+        found = _spans(ranges, self._own(reads), blocks, ahead=True, budget=budget_of(reads),
                        cache=self._cache, submit=self._submit)
         return all(span is not None for span in found)
+
+    def _own(self, reads: ObjectReads) -> ObjectReads:
+        if self.cache_bytes is None or self.cache_bytes == reads.cache_bytes:
+            return reads
+        return dataclasses.replace(reads, cache_bytes=self.cache_bytes)
 
     def pread(self, path: str, start: int, stop: int, *, wanted: int | None = None) -> None:
         """Records one read of bytes ``[start, stop)`` of local file `path`, of which
