@@ -10,6 +10,7 @@ interrupts and discards the error.
 from __future__ import annotations
 
 import contextlib
+import gc
 import queue
 import signal
 
@@ -35,6 +36,12 @@ def ready(item: object) -> queue.Queue[object]:
 def iter_of(items: list[tuple[str, int]]):
     """A generator of `items` (the loop closes its batches)."""
     yield from items
+
+
+@pytest.fixture(autouse=True)
+def _no_loop_left():
+    """Loops other tests abandoned are closed first (they hold the noting handler)."""
+    gc.collect()
 
 
 @pytest.fixture
