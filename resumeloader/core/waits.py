@@ -12,23 +12,20 @@ prefetch thread hung, with the main thread in ``Queue.get()``. These waits block
 most `SLICE_SECONDS` at a time, so a pending handler runs (and raises) that late at
 most.
 
-A Ctrl-C is lost a second way: its ``KeyboardInterrupt`` raised in code whose errors
-CPython can only print - a garbage collector callback (JAX registers one, and TensorFlow
-2.21 imports JAX when it is installed), a ``__del__``, a weakref callback - is "ignored"
-there, and the main thread goes back to its wait. The first wait installs a
-``sys.unraisablehook`` that notes a ``KeyboardInterrupt`` ignored in the main thread;
-the main thread's next wait (or the one it is in, within a slice) raises it. Other
-unraisable errors go to the hook installed before. Pure Python: no TensorFlow.
+A Ctrl-C lost in other code - its ``KeyboardInterrupt`` raised where C code reports it as
+unraisable or clears it (`resumeloader.core.interrupts`) - is raised by the main thread's
+next wait, or within a slice of the one it is in. Pure Python: no TensorFlow.
 """
 
 from __future__ import annotations
 
 import queue
-import sys
 import threading
 import time
 from concurrent import futures
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from resumeloader.core import interrupts
 
 __all__ = ["SLICE_SECONDS", "get", "join", "result"]
 
@@ -37,45 +34,12 @@ SLICE_SECONDS = 0.1
 
 T = TypeVar("T")
 
-_installed = False
-# A KeyboardInterrupt of the main thread was ignored since its last wait.
-_ignored = False
-
-
-def _install() -> None:
-    """Installs the hook that notes an ignored Ctrl-C (once; cheap after that)."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    previous = sys.unraisablehook
-
-    def hook(unraisable: Any) -> None:
-        global _ignored
-        if (
-            unraisable.exc_type is KeyboardInterrupt
-            and threading.current_thread() is threading.main_thread()
-        ):
-            _ignored = True  # raising here would be ignored too
-            return
-        previous(unraisable)
-
-    sys.unraisablehook = hook
-
-
-def _check() -> None:
-    """Raises the main thread's ignored KeyboardInterrupt, if any."""
-    global _ignored
-    if _ignored and threading.current_thread() is threading.main_thread():
-        _ignored = False
-        raise KeyboardInterrupt
-
 
 def get(slots: queue.Queue[T]) -> T:
     """The next item of `slots`, however long it takes (as ``slots.get()``)."""
-    _install()
+    interrupts.notice()
     while True:
-        _check()
+        interrupts.check()
         try:
             return slots.get(timeout=SLICE_SECONDS)
         except queue.Empty:
@@ -88,10 +52,10 @@ def result(future: futures.Future[T], timeout: float | None = None) -> T:
     Raises:
         TimeoutError: not done after `timeout` seconds (`concurrent.futures.TimeoutError`).
     """
-    _install()
+    interrupts.notice()
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        _check()
+        interrupts.check()
         wait = SLICE_SECONDS
         if deadline is not None:
             wait = max(0.0, min(wait, deadline - time.monotonic()))
@@ -108,7 +72,7 @@ def result(future: futures.Future[T], timeout: float | None = None) -> T:
 
 def join(thread: threading.Thread) -> None:
     """Returns when `thread` has ended (as ``thread.join()``)."""
-    _install()
+    interrupts.notice()
     while thread.is_alive():
-        _check()
+        interrupts.check()
         thread.join(SLICE_SECONDS)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from resumeloader.core import board as board_lib
+from resumeloader.core import interrupts
 
 __all__ = ["EagerLoop"]
 
@@ -38,6 +39,7 @@ class EagerLoop:
         "_clock_at",
         "_consumer",
         "_got",
+        "_held",
         "_on_close",
         "handed_out",
         "in_flight",
@@ -65,6 +67,7 @@ class EagerLoop:
         # that read one last with when it had its batch.
         self._clock_at = 0 if consumer is not None else -1
         self._got = (-2, 0)
+        self._held = False  # `interrupts.hold` taken (by the first `__next__`)
         if consumer is not None:
             consumer.begun(self)
         self.origin = origin
@@ -80,16 +83,31 @@ class EagerLoop:
             raise StopIteration
         if self.handed_out == self._clock_at:
             return self._clocked()
-        try:
-            batch, end = next(self._batches)
-        except BaseException:
-            self.close()
-            raise
+        batch, end = self._take()
         start = self.position
         # Both stores together, no call between: a signal handler sees either state.
         self.position, self.in_flight = end, start
         self.handed_out += 1
         return batch
+
+    @interrupts.guarded
+    def _take(self) -> tuple[Any, int]:
+        """The next ``(batch, end)``; the loop is closed if that raises. A Ctrl-C pressed
+        while it is made that does not come out of it (C code of TensorFlow's lost it) is
+        raised here all the same (`resumeloader.core.interrupts`)."""
+        if not self._held:
+            self._held = True
+            interrupts.hold()
+        try:
+            item = next(self._batches)
+            interrupts.check()
+        except BaseException as err:
+            lost = interrupts.passed(err)
+            self.close()
+            if lost:
+                raise KeyboardInterrupt from err
+            raise
+        return item
 
     def _clocked(self) -> Any:
         """`__next__` of a step that reads the clock: a timed step (its wait, and the
@@ -100,11 +118,7 @@ class EagerLoop:
         step, every = self.handed_out, consumer.every
         timed = step % every == 0 or step == 1
         asked = _now() if timed else 0
-        try:
-            batch, end = next(self._batches)
-        except BaseException:
-            self.close()
-            raise
+        batch, end = self._take()
         got = _now()
         if timed:
             before, handed = self._got
@@ -133,6 +147,9 @@ class EagerLoop:
         try:
             self._batches.close()  # type: ignore[attr-defined]
         finally:
+            if self._held:
+                self._held = False
+                interrupts.release()
             self._on_close(self)
 
     def describe(self) -> str:
