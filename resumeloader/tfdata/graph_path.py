@@ -26,10 +26,12 @@ stages through this dataset, each batch's end from the layout's arithmetic.
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import optree
 import tensorflow as tf
 
@@ -60,6 +62,9 @@ def _options() -> tf.data.Options:
 
 
 _OPTIONS = _options()
+# Plain ops and Python control flow on Python values: autograph would only re-parse and
+# wrap them each time a dataset is built.
+_no_autograph = tf.autograph.experimental.do_not_convert
 #: The most bytes of rows a chunk gathered by NumPy holds (whole batches, at least one):
 #: the eager loop's chunk bound.
 CHUNK_BYTES = eager_gather.CHUNK_BYTES
@@ -121,18 +126,17 @@ class GraphPath(delivery.DeliveryPath):
         labelled = self.finisher.seeded
         begin = _Begin(start, watch, self)
 
+        @_no_autograph
         def refs(position: tf.Tensor, serial: tf.Tensor) -> tf.data.Dataset:
             def on_chunk(count: tf.Tensor) -> list[Any]:
                 valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [_SUPERSEDED])
                 with tf.control_dependencies([valid]):
                     return [produced.assign_add(count, read_value=False)]
 
-            def rows(indices: tf.Tensor) -> tuple[tf.Tensor, ...]:
-                return tuple(columns[n].gather(indices) for n in by_numpy)
-
             return batches.refs(position, rest_of_epoch=rest_of_epoch, on_chunk=on_chunk,
-                                rows=rows if by_numpy else None)
+                                take=self._take if by_numpy else None)
 
+        @_no_autograph
         def gathered(chunk: graph_batches.Chunk, k: tf.Tensor) -> Any:
             batch = batches.batch_in(chunk, k)
             sliced = dict(zip(by_numpy, batches.batch_rows(chunk, k), strict=True))
@@ -141,11 +145,43 @@ class GraphPath(delivery.DeliveryPath):
             data = optree.tree_unflatten(self._treespec, leaves)
             return (data, batches.metadata(batch)) if labelled else data
 
-        heads = tf.data.Dataset.range(1).map(lambda _: tf.py_function(begin, [], [tf.int64] * 2))
-        ds = heads.flat_map(lambda position, serial: refs(tf.reshape(position, ()),
-                                                          tf.reshape(serial, ())))
+        @_no_autograph
+        def iteration(_: tf.Tensor) -> tf.data.Dataset:
+            position, serial = tf.py_function(begin, [], [tf.int64] * 2)
+            return refs(tf.reshape(position, ()), tf.reshape(serial, ()))
+
+        ds = tf.data.Dataset.range(1).flat_map(iteration)
         ds = ds.map(gathered, **graph.parallel_map())  # sequential under op determinism
         return self.prefetched(self.finisher.map(ds, self.batch_dim)).with_options(_OPTIONS)
+
+    def _take(self, epoch: tf.Tensor, offset: tf.Tensor, records: tf.Tensor
+              ) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
+        """A chunk of a dataset whose columns NumPy gathers (`graph_batches.Take`): its
+        record indices from the plan's NumPy order (`Plan.indices`, what the graph order
+        computes bit for bit) and the gathered rows, in one ``numpy_function`` call.
+
+        One graph op instead of the order's few hundred: TensorFlow instantiates each
+        dataset function for every iterator (grappler and oneDNN's layout pass, ~0.5 ms
+        per op), so the graph order would cost ~150 ms before the first batch of every
+        iteration; NumPy's order costs tens of microseconds per chunk, while Python runs
+        once per chunk for the gather anyway.
+        """
+        exiting.install()
+        leaves = [self._leaves[n] for n in self._by_numpy]
+        dtypes = [tf.as_dtype(leaf.dtype.newbyteorder("=")) for leaf in leaves]
+        made = tf.numpy_function(_weak_chunk(self), [epoch, offset, records],
+                                 [tf.int64, *dtypes], stateful=False)
+        indices, rows = made[0], made[1:]
+        indices.set_shape([None])
+        for part, leaf in zip(rows, leaves, strict=True):
+            part.set_shape((None, *leaf.shape[1:]))
+        return indices, tuple(rows)
+
+    def chunk(self, epoch: int, offset: int, records: int) -> list[np.ndarray]:
+        """The record indices of this shard's `records` offsets from `offset` of `epoch`,
+        then each NumPy-gathered column's rows at them (`_take`)."""
+        indices = self.engine.plan.indices(epoch, offset, offset + records)
+        return [indices, *(self._columns[n].take(indices) for n in self._by_numpy)]
 
     def begin(self, position: int, watch: delivery.Watch | None) -> int:
         """Starts an iteration at `position` (told to `watch`); returns its serial."""
@@ -198,6 +234,24 @@ class GraphPath(delivery.DeliveryPath):
             ("map", "tf.gather(source, indices), map(AUTOTUNE, deterministic)",
              self.batch_text(), "recomputed"),
         ]
+
+
+def _weak_chunk(path: GraphPath) -> Callable[[Any, Any, Any], list[np.ndarray]]:
+    """`path.chunk` for ``tf.numpy_function``, holding the path only weakly (as
+    `columns._weak_take` holds its column: TensorFlow keeps the callable for the life of
+    the process); each call is `exiting.busy` and refused once the interpreter exits."""
+    ref = weakref.ref(path)
+
+    def chunk(epoch: Any, offset: Any, records: Any) -> list[np.ndarray]:
+        with exiting.busy():
+            exiting.check("dataset() batches")
+            target = ref()
+            if target is None:
+                msg = "This dataset's loader was garbage collected; keep the dataset referenced."
+                raise RuntimeError(msg)
+            return target.chunk(int(epoch), int(offset), int(records))
+
+    return chunk
 
 
 class _Begin:
