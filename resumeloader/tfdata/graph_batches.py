@@ -29,7 +29,7 @@ from resumeloader.core import positions
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import graph, graph_order
 
-__all__ = ["CHUNK_RECORDS", "BatchIndices", "Chunk", "GraphBatches", "GraphLayout", "Take"]
+__all__ = ["CHUNK_RECORDS", "ENDLESS", "BatchIndices", "Chunk", "GraphBatches", "GraphLayout"]
 
 #: Record indices computed at once by default: the order's ops run once per chunk of
 #: batches, not once per batch (a few hundred microseconds of kernel launches each).
@@ -39,10 +39,8 @@ CHUNK_RECORDS = 4096
 _METADATA_SEED_TAG = 0x7F5EED
 # Plain ops and Python control flow on Python values: nothing for autograph to convert.
 _no_autograph = tf.autograph.experimental.do_not_convert
-#: ``take(epoch, offset, records)``: a chunk's record indices and rows (`GraphBatches.refs`).
-Take = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tuple[tf.Tensor, ...]]]
-# The epochs of an endless stream: more than any run reaches.
-_ENDLESS = (1 << 63) - 1
+#: The epochs (or chunks) of an endless stream: more than any run reaches.
+ENDLESS = (1 << 63) - 1
 
 
 def _int64(value: Any) -> tf.Tensor:
@@ -156,7 +154,7 @@ class BatchIndices(NamedTuple):
 class Chunk(NamedTuple):
     """Consecutive batches of one epoch (`GraphBatches.refs`): their epoch, the position
     of their first record, the record indices of all of them in order, and what the
-    consumer made of them once for the whole chunk (`refs`'s ``rows``)."""
+    consumer made of them once for the whole chunk (rows gathered by NumPy)."""
 
     epoch: tf.Tensor
     position: tf.Tensor
@@ -297,7 +295,6 @@ class GraphBatches:
         *,
         rest_of_epoch: bool,
         on_chunk: Callable[[tf.Tensor], list[Any]] | None = None,
-        take: Take | None = None,
     ) -> tf.data.Dataset:
         """The batches from position `start` (an int64 scalar tensor, e.g. inside a
         ``flat_map``) as ``(chunk, k)``: a `Chunk` and a batch's number in it.
@@ -307,11 +304,6 @@ class GraphBatches:
         then a reference to its chunk (`batch_in` slices it), with no function run per
         batch here. ``on_chunk(batches)``, if given, returns ops each chunk's indices
         wait for (checks, counts), run once per chunk with the number of its batches.
-        ``take(epoch, offset, records)``, if given, computes each chunk instead of the
-        order's ops: the record indices of this shard's `records` offsets from `offset` of
-        `epoch` (what `Plan.indices` returns) and tensors whose first dimension follows
-        them (e.g. one NumPy call that orders and gathers), kept in `Chunk.rows`
-        (`batch_rows` slices them); the order's epoch keys are then not computed.
         """
         layout, order = self.layout, self.order
         per_epoch, size = layout.records_per_epoch, layout.batch_size
@@ -325,7 +317,7 @@ class GraphBatches:
         elif num_epochs is None:
             # Not `Dataset.counter`: a ``scan``, whose function each iterator instantiates
             # (grappler and the oneDNN layout pass over it) before the first batch.
-            numbers = tf.data.Dataset.range(epoch, _ENDLESS)
+            numbers = tf.data.Dataset.range(epoch, ENDLESS)
         else:
             numbers = tf.data.Dataset.range(epoch, num_epochs)
 
@@ -336,7 +328,7 @@ class GraphBatches:
         def epochs(e: tf.Tensor) -> tf.data.Dataset:
             offset = tf.where(e == epoch, position % per_epoch, tf.zeros_like(position))
             count = layout.batches_left_in_epoch(e * per_epoch + offset)
-            keys = order.epoch_keys(e) if take is None else tf.zeros([0], tf.int32)
+            keys = order.epoch_keys(e)
             return tf.data.Dataset.zip((
                 tf.data.Dataset.from_tensors((e, offset, count, keys)).repeat(),
                 tf.data.Dataset.range(0, count, chunk),
@@ -345,26 +337,20 @@ class GraphBatches:
         @_no_autograph
         def batches(part: tuple[tf.Tensor, ...], b: tf.Tensor) -> tf.data.Dataset:
             e, offset, count, keys = part
-            made, n = self._chunk(e, offset + b * size, tf.minimum(count - b, chunk),
-                                  None if take is not None else keys, on_chunk, take)
+            made, n = self._chunk(e, offset + b * size, tf.minimum(count - b, chunk), keys,
+                                  on_chunk)
             return tf.data.Dataset.zip(
                 (tf.data.Dataset.from_tensors(made).repeat(n), tf.data.Dataset.range(n)))
 
         return numbers.flat_map(epochs).flat_map(batches)
 
-    def _chunk(self, epoch: tf.Tensor, offset: tf.Tensor, count: tf.Tensor,
-               keys: tf.Tensor | None, on_chunk: Callable[[tf.Tensor], list[Any]] | None,
-               take: Take | None) -> tuple[Chunk, tf.Tensor]:
+    def _chunk(self, epoch: tf.Tensor, offset: tf.Tensor, count: tf.Tensor, keys: tf.Tensor,
+               on_chunk: Callable[[tf.Tensor], list[Any]] | None) -> tuple[Chunk, tf.Tensor]:
         """The `Chunk` of `count` batches from this shard's `offset` of `epoch` (a batch
         start), and `count`."""
         layout = self.layout
         records = tf.minimum(count * layout.batch_size, layout.records_per_epoch - offset)
-        position = epoch * layout.records_per_epoch + offset
         with tf.control_dependencies([] if on_chunk is None else on_chunk(count)):
-            if take is not None:
-                indices, made = take(epoch, offset, records)
-                return Chunk(epoch, position, indices, tuple(made)), count
-            assert keys is not None
             batch = self._indices(epoch, offset, records, keys, exact=False)
         return Chunk(epoch, batch.position, batch.indices), count
 
