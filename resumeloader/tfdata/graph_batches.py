@@ -29,7 +29,7 @@ from resumeloader.core import positions
 from resumeloader.stages import plan as plan_lib
 from resumeloader.tfdata import graph, graph_order
 
-__all__ = ["CHUNK_RECORDS", "BatchIndices", "Chunk", "GraphBatches", "GraphLayout"]
+__all__ = ["CHUNK_RECORDS", "ENDLESS", "BatchIndices", "Chunk", "GraphBatches", "GraphLayout"]
 
 #: Record indices computed at once by default: the order's ops run once per chunk of
 #: batches, not once per batch (a few hundred microseconds of kernel launches each).
@@ -39,6 +39,8 @@ CHUNK_RECORDS = 4096
 _METADATA_SEED_TAG = 0x7F5EED
 # Plain ops and Python control flow on Python values: nothing for autograph to convert.
 _no_autograph = tf.autograph.experimental.do_not_convert
+#: The epochs (or chunks) of an endless stream: more than any run reaches.
+ENDLESS = (1 << 63) - 1
 
 
 def _int64(value: Any) -> tf.Tensor:
@@ -152,7 +154,7 @@ class BatchIndices(NamedTuple):
 class Chunk(NamedTuple):
     """Consecutive batches of one epoch (`GraphBatches.refs`): their epoch, the position
     of their first record, the record indices of all of them in order, and what the
-    consumer made of them once for the whole chunk (`refs`'s ``rows``)."""
+    consumer made of them once for the whole chunk (rows gathered by NumPy)."""
 
     epoch: tf.Tensor
     position: tf.Tensor
@@ -293,7 +295,6 @@ class GraphBatches:
         *,
         rest_of_epoch: bool,
         on_chunk: Callable[[tf.Tensor], list[Any]] | None = None,
-        rows: Callable[[tf.Tensor], tuple[tf.Tensor, ...]] | None = None,
     ) -> tf.data.Dataset:
         """The batches from position `start` (an int64 scalar tensor, e.g. inside a
         ``flat_map``) as ``(chunk, k)``: a `Chunk` and a batch's number in it.
@@ -302,9 +303,7 @@ class GraphBatches:
         indices once per chunk of up to `chunk_batches` batches, vectorised; a batch is
         then a reference to its chunk (`batch_in` slices it), with no function run per
         batch here. ``on_chunk(batches)``, if given, returns ops each chunk's indices
-        wait for (checks, counts), run once per chunk with the number of its batches;
-        ``rows(indices)``, tensors whose first dimension follows the chunk's indices (a
-        gather done once per chunk), kept in `Chunk.rows` (`batch_rows` slices them).
+        wait for (checks, counts), run once per chunk with the number of its batches.
         """
         layout, order = self.layout, self.order
         per_epoch, size = layout.records_per_epoch, layout.batch_size
@@ -316,39 +315,44 @@ class GraphBatches:
             last = epoch + 1 if num_epochs is None else tf.minimum(epoch + 1, num_epochs)
             numbers = tf.data.Dataset.range(epoch, last)
         elif num_epochs is None:
-            numbers = tf.data.Dataset.counter(epoch)
+            # Not `Dataset.counter`: a ``scan``, whose function each iterator instantiates
+            # (grappler and the oneDNN layout pass over it) before the first batch.
+            numbers = tf.data.Dataset.range(epoch, ENDLESS)
         else:
             numbers = tf.data.Dataset.range(epoch, num_epochs)
 
+        # Two dataset functions in all (each one costs every iterator a few milliseconds
+        # to instantiate before its first element): the epochs', and the chunks' that
+        # computes a chunk and hands out its batches' references.
         @_no_autograph
         def epochs(e: tf.Tensor) -> tf.data.Dataset:
             offset = tf.where(e == epoch, position % per_epoch, tf.zeros_like(position))
             count = layout.batches_left_in_epoch(e * per_epoch + offset)
             keys = order.epoch_keys(e)
-            return tf.data.Dataset.range(0, count, chunk).map(
-                _no_autograph(lambda b: self._chunk(e, offset + b * size,
-                                                    tf.minimum(count - b, chunk), keys,
-                                                    on_chunk, rows)))
+            return tf.data.Dataset.zip((
+                tf.data.Dataset.from_tensors((e, offset, count, keys)).repeat(),
+                tf.data.Dataset.range(0, count, chunk),
+            ))
 
         @_no_autograph
-        def batches(part: Chunk, count: tf.Tensor) -> tf.data.Dataset:
+        def batches(part: tuple[tf.Tensor, ...], b: tf.Tensor) -> tf.data.Dataset:
+            e, offset, count, keys = part
+            made, n = self._chunk(e, offset + b * size, tf.minimum(count - b, chunk), keys,
+                                  on_chunk)
             return tf.data.Dataset.zip(
-                (tf.data.Dataset.from_tensors(part).repeat(count), tf.data.Dataset.range(count)))
+                (tf.data.Dataset.from_tensors(made).repeat(n), tf.data.Dataset.range(n)))
 
         return numbers.flat_map(epochs).flat_map(batches)
 
     def _chunk(self, epoch: tf.Tensor, offset: tf.Tensor, count: tf.Tensor, keys: tf.Tensor,
-               on_chunk: Callable[[tf.Tensor], list[Any]] | None,
-               rows: Callable[[tf.Tensor], tuple[tf.Tensor, ...]] | None
-               ) -> tuple[Chunk, tf.Tensor]:
+               on_chunk: Callable[[tf.Tensor], list[Any]] | None) -> tuple[Chunk, tf.Tensor]:
         """The `Chunk` of `count` batches from this shard's `offset` of `epoch` (a batch
         start), and `count`."""
         layout = self.layout
         records = tf.minimum(count * layout.batch_size, layout.records_per_epoch - offset)
         with tf.control_dependencies([] if on_chunk is None else on_chunk(count)):
             batch = self._indices(epoch, offset, records, keys, exact=False)
-        made = () if rows is None else tuple(rows(batch.indices))
-        return Chunk(epoch, batch.position, batch.indices, made), count
+        return Chunk(epoch, batch.position, batch.indices), count
 
     @_no_autograph
     def batch_rows(self, chunk: Chunk, k: Any) -> tuple[tf.Tensor, ...]:

@@ -13,6 +13,12 @@ other paths does). A column TensorFlow cannot address in place (large NumPy arra
 ``np.load``'s, sit 16 bytes off 64-byte alignment) is gathered by NumPy once per chunk
 of batches instead (`columns.Column.take`), each batch a slice of it (no copy): Python
 then runs once per chunk, not per batch, and nothing is copied before the first batch.
+That one call also places the chunk (the layout's arithmetic, in Python) and computes
+its record indices with the plan's NumPy order (`Plan.indices`, which the graph order
+equals bit for bit), the same chunks and batches: TensorFlow traces the dataset's
+functions when it is built and instantiates them again for every iterator (grappler
+and oneDNN's layout pass, about half a millisecond per op), and the order's and the
+arithmetic's few hundred ops cost each iteration ~100 ms before its first batch.
 
 The ledger's checks (`resumeloader.handout.consumption`) see such an iteration through
 its count (`stream.Counter`): once per chunk the graph checks that the iteration was not
@@ -26,14 +32,16 @@ stages through this dataset, each batch's end from the layout's arithmetic.
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import optree
 import tensorflow as tf
 
-from resumeloader.core import exiting
+from resumeloader.core import exiting, positions
 from resumeloader.handout import engine as engine_lib
 from resumeloader.handout import stream
 from resumeloader.tfdata import columns as columns_lib
@@ -60,6 +68,9 @@ def _options() -> tf.data.Options:
 
 
 _OPTIONS = _options()
+# Plain ops and Python control flow on Python values: autograph would only re-parse and
+# wrap them each time a dataset is built.
+_no_autograph = tf.autograph.experimental.do_not_convert
 #: The most bytes of rows a chunk gathered by NumPy holds (whole batches, at least one):
 #: the eager loop's chunk bound.
 CHUNK_BYTES = eager_gather.CHUNK_BYTES
@@ -119,33 +130,118 @@ class GraphPath(delivery.DeliveryPath):
         batches, produced, current = self.batches, self._produced, self._serial
         columns, by_numpy = self._columns, self._by_numpy
         labelled = self.finisher.seeded
-        begin = _Begin(start, watch, self)
+        begin = _Begin(start, watch, self, rest_of_epoch=rest_of_epoch)
 
+        @_no_autograph
         def refs(position: tf.Tensor, serial: tf.Tensor) -> tf.data.Dataset:
             def on_chunk(count: tf.Tensor) -> list[Any]:
                 valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [_SUPERSEDED])
                 with tf.control_dependencies([valid]):
                     return [produced.assign_add(count, read_value=False)]
 
-            def rows(indices: tf.Tensor) -> tuple[tf.Tensor, ...]:
-                return tuple(columns[n].gather(indices) for n in by_numpy)
+            return batches.refs(position, rest_of_epoch=rest_of_epoch, on_chunk=on_chunk)
 
-            return batches.refs(position, rest_of_epoch=rest_of_epoch, on_chunk=on_chunk,
-                                rows=rows if by_numpy else None)
-
+        @_no_autograph
         def gathered(chunk: graph_batches.Chunk, k: tf.Tensor) -> Any:
-            batch = batches.batch_in(chunk, k)
+            # The batch's indices only where they are read (fewer ops to instantiate).
             sliced = dict(zip(by_numpy, batches.batch_rows(chunk, k), strict=True))
+            if not labelled and len(sliced) == len(columns):
+                return optree.tree_unflatten(self._treespec, [sliced[n] for n in by_numpy])
+            batch = batches.batch_in(chunk, k)
             leaves = [sliced[n] if n in sliced else column.gather(batch.indices)
                       for n, column in enumerate(columns)]
             data = optree.tree_unflatten(self._treespec, leaves)
             return (data, batches.metadata(batch)) if labelled else data
 
-        heads = tf.data.Dataset.range(1).map(lambda _: tf.py_function(begin, [], [tf.int64] * 2))
-        ds = heads.flat_map(lambda position, serial: refs(tf.reshape(position, ()),
-                                                          tf.reshape(serial, ())))
+        @_no_autograph
+        def by_numpy_refs(position: tf.Tensor, serial: tf.Tensor, j: tf.Tensor
+                          ) -> tf.data.Dataset:
+            valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [_SUPERSEDED])
+            with tf.control_dependencies([valid]):
+                chunk, count = self._take_chunk(position, j)
+            with tf.control_dependencies([produced.assign_add(count, read_value=False)]):
+                count = tf.identity(count)
+            return tf.data.Dataset.zip(
+                (tf.data.Dataset.from_tensors(chunk).repeat(count), tf.data.Dataset.range(count)))
+
+        @_no_autograph
+        def iteration(_: tf.Tensor) -> tf.data.Dataset:
+            position, serial, chunks = (
+                tf.reshape(value, ()) for value in tf.py_function(begin, [], [tf.int64] * 3))
+            if not by_numpy:
+                return refs(position, serial)
+            # Python places each chunk (`chunk_place`): no position arithmetic in the graph.
+            return tf.data.Dataset.range(chunks).flat_map(
+                _no_autograph(lambda j: by_numpy_refs(position, serial, j)))
+
+        ds = tf.data.Dataset.range(1).flat_map(iteration)
         ds = ds.map(gathered, **graph.parallel_map())  # sequential under op determinism
         return self.prefetched(self.finisher.map(ds, self.batch_dim)).with_options(_OPTIONS)
+
+    def _take_chunk(self, position: tf.Tensor, number: tf.Tensor
+                    ) -> tuple[graph_batches.Chunk, tf.Tensor]:
+        """Chunk `number` of the iteration from normalised `position` when NumPy gathers
+        columns, and its number of batches, from one ``numpy_function`` call
+        (`chunk_at`): where the chunk is, its record indices from the plan's NumPy order
+        (`Plan.indices`, what the graph order computes bit for bit) and the rows.
+
+        One graph op instead of the order's and the position arithmetic's hundreds:
+        TensorFlow instantiates each dataset function again for every iterator (grappler
+        and oneDNN's layout pass, ~0.5 ms per op), so they would cost every iteration
+        ~100 ms before its first batch; in NumPy they cost tens of microseconds per chunk,
+        while Python runs once per chunk for the gather anyway.
+        """
+        exiting.install()
+        leaves = [self._leaves[n] for n in self._by_numpy]
+        dtypes = [tf.as_dtype(leaf.dtype.newbyteorder("=")) for leaf in leaves]
+        made = tf.numpy_function(_weak_chunk(self), [position, number],
+                                 [tf.int64] * 4 + dtypes, stateful=False)
+        epoch, first, count, indices, rows = made[0], made[1], made[2], made[3], made[4:]
+        for scalar in (epoch, first, count):
+            scalar.set_shape(())
+        indices.set_shape([None])
+        for part, leaf in zip(rows, leaves, strict=True):
+            part.set_shape((None, *leaf.shape[1:]))
+        return graph_batches.Chunk(epoch, first, indices, tuple(rows)), count
+
+    def chunk_place(self, position: int, number: int) -> tuple[int, int, int]:
+        """Chunk `number` of the iteration from `position` (as
+        `graph_batches.GraphBatches.refs` cuts them: up to `chunk_batches` batches, within
+        an epoch): its epoch, its first record's offset in the epoch, its batches."""
+        layout = self.engine.plan.layout
+        per, size, most = layout.records_per_epoch, layout.batch_size, self.batches.chunk_batches
+        position = layout.normalise(position)
+        epoch, offset = divmod(position, per)
+        first = layout.batches_left_in_epoch(position)
+        chunks = -(-first // most)
+        if number < chunks:
+            return epoch, offset + number * most * size, min(first - number * most, most)
+        full = _full_epoch_batches(layout)
+        later, k = divmod(number - chunks, max(1, -(-full // most)))
+        return epoch + 1 + later, k * most * size, min(full - k * most, most)
+
+    def chunks(self, position: int, *, rest_of_epoch: bool) -> int:
+        """The chunks of the iteration from `position` (`chunk_place`)."""
+        layout = self.engine.plan.layout
+        most = self.batches.chunk_batches
+        position = layout.normalise(position)
+        chunks = -(-layout.batches_left_in_epoch(position) // most)
+        if rest_of_epoch:
+            return chunks
+        if layout.num_epochs is None:
+            return graph_batches.ENDLESS
+        epochs_after = max(0, layout.num_epochs - position // layout.records_per_epoch - 1)
+        return chunks + epochs_after * -(-_full_epoch_batches(layout) // most)
+
+    def chunk_at(self, position: int, number: int) -> list[np.ndarray]:
+        """`_take_chunk`'s values: the epoch, first position and batches of chunk `number`
+        from `position`, its record indices and each NumPy-gathered column's rows."""
+        epoch, offset, count = self.chunk_place(position, number)
+        layout = self.engine.plan.layout
+        records = min(count * layout.batch_size, layout.records_per_epoch - offset)
+        indices = self.engine.plan.indices(epoch, offset, offset + records)
+        where = np.array([epoch, epoch * layout.records_per_epoch + offset, count], np.int64)
+        return [*where, indices, *(self._columns[n].take(indices) for n in self._by_numpy)]
 
     def begin(self, position: int, watch: delivery.Watch | None) -> int:
         """Starts an iteration at `position` (told to `watch`); returns its serial."""
@@ -200,13 +296,39 @@ class GraphPath(delivery.DeliveryPath):
         ]
 
 
+def _full_epoch_batches(layout: positions.Layout) -> int:
+    """The batches of an epoch read from its start (0 when its records make none)."""
+    full, rest = divmod(layout.records_per_epoch, layout.batch_size)
+    return full + (1 if rest and not layout.drop_remainder else 0)
+
+
+def _weak_chunk(path: GraphPath) -> Callable[[Any, Any], list[np.ndarray]]:
+    """`path.chunk_at` for ``tf.numpy_function``, holding the path only weakly (as
+    `columns._weak_take` holds its column: TensorFlow keeps the callable for the life of
+    the process); each call is `exiting.busy` and refused once the interpreter exits."""
+    ref = weakref.ref(path)
+
+    def chunk(position: Any, number: Any) -> list[np.ndarray]:
+        with exiting.busy():
+            exiting.check("dataset() batches")
+            target = ref()
+            if target is None:
+                msg = "This dataset's loader was garbage collected; keep the dataset referenced."
+                raise RuntimeError(msg)
+            return target.chunk_at(int(position), int(number))
+
+    return chunk
+
+
 class _Begin:
     """What an iteration runs once, when it begins (in a ``py_function``): reads the
-    position, starts the iteration (`GraphPath.begin`), returns both as int64 tensors."""
+    position, starts the iteration (`GraphPath.begin`), returns it, its serial and its
+    number of chunks (`GraphPath.chunks`) as int64 tensors."""
 
     def __init__(self, start: Callable[[], int], watch: delivery.Watch | None,
-                 path: GraphPath) -> None:
+                 path: GraphPath, *, rest_of_epoch: bool) -> None:
         self.start, self.watch, self.path = start, watch, path
+        self.rest_of_epoch = rest_of_epoch
         exiting.install()
 
     def __call__(self) -> list[tf.Tensor]:
@@ -214,4 +336,5 @@ class _Begin:
             exiting.check("dataset() batches")
             position = self.start()
             serial = self.path.begin(position, self.watch)
-        return [tf.constant(position, tf.int64), tf.constant(serial, tf.int64)]
+            chunks = self.path.chunks(position, rest_of_epoch=self.rest_of_epoch)
+        return [tf.constant(value, tf.int64) for value in (position, serial, chunks)]

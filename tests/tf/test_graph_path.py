@@ -63,6 +63,9 @@ GRAPH = {
     "unaligned-drop-remainder": (
         lambda: rl.Pipeline(_at_offset(_IMAGES, 16), seed=7).shuffle().batch(
             4, drop_remainder=True), {}),
+    "unaligned-block-order-shard-1-of-2": (
+        lambda: rl.Pipeline(_at_offset(_IMAGES, 16), seed=8).shuffle(
+            chunk_records=4, window_chunks=3).batch(3), {"shard": rl.Shard(1, 2)}),
 }
 
 OTHER = {
@@ -120,6 +123,32 @@ def test_graph_path_stream_equals_the_gather_paths(name, start, rest_of_epoch, m
     assert ours  # not vacuous
 
 
+@pytest.mark.parametrize("rest_of_epoch", [False, True], ids=["whole", "rest-of-epoch"])
+@pytest.mark.parametrize("drop", [False, True], ids=["keep-remainder", "drop-remainder"])
+@pytest.mark.parametrize(
+    "keywords",
+    [{"num_epochs": 3}, {"num_epochs": None}, {"num_epochs": 3, "shard": rl.Shard(1, 2)}],
+    ids=["finite", "endless", "shard-1-of-2"])
+def test_graph_path_unaligned_chunks_of_few_batches_equal_the_gather_paths(
+        keywords, drop, rest_of_epoch, monkeypatch):
+    """Over a column NumPy gathers, Python places each chunk (several per epoch here, the
+    last one short) from a mid-epoch start across epochs: the gather path's batches."""
+    monkeypatch.setattr(graph_path, "CHUNK_BYTES", 4 * _IMAGES[:1].nbytes)  # 2 batches
+
+    def stream() -> list:
+        pipeline = rl.Pipeline(_at_offset(_IMAGES, 16), seed=9).shuffle().batch(
+            2, drop_remainder=drop)
+        loader = rl.ResumableLoader.from_pipeline(pipeline, with_metadata=True, **keywords)
+        loader.advance(3)
+        return [_numpy(b) for b in loader.dataset(rest_of_epoch=rest_of_epoch).take(45)]
+
+    ours = stream()
+    monkeypatch.setattr(paths, "PATHS", tuple(p for p in paths.PATHS
+                                               if p is not graph_path.GraphPath))
+    assert ours == stream()
+    assert len(ours) > 5  # several chunks
+
+
 @pytest.mark.parametrize(
     ("key", "expected"),
     [(k, v) for k, v in _golden.SAMPLER.items() if k[0] <= 1000],
@@ -167,12 +196,25 @@ def test_graph_path_block_order_first_batch_is_the_golden_vector():
 
 def test_graph_path_gathers_unaligned_columns_once_per_chunk():
     """A column TensorFlow cannot read in place is gathered by NumPy once per chunk of
-    batches (one Python call per chunk in the graph), the aligned one in place."""
+    batches (one Python call per chunk in the graph, which also computes the chunk's
+    record indices: no order ops in the graph), the aligned one in place."""
     loader = _loader(GRAPH["aligned-and-unaligned-columns"])
     ops = _ops(loader.dataset())
     assert ops["EagerPyFunc"] == 1  # the iteration's start
-    assert ops["PyFuncStateless"] == 1  # the chunk's NumPy gather
+    assert ops["PyFuncStateless"] == 1  # the chunk's NumPy order and gather
     assert ops["GatherV2"] >= 1
+    ops = _ops(_loader(GRAPH["unaligned-drop-remainder"]).dataset())
+    assert ops["PyFuncStateless"] == 1
+    assert ops["BitwiseXor"] == 0  # the order's hash and Feistel rounds are NumPy's
+
+
+def test_graph_path_in_place_columns_keep_the_graph_order():
+    """Columns TensorFlow reads in place keep the order in the graph: no Python per chunk."""
+    pipeline = rl.Pipeline(_at_offset(_IMAGES, 0), seed=5).shuffle().batch(5)
+    ops = _ops(rl.ResumableLoader.from_pipeline(pipeline, num_epochs=None).dataset())
+    assert ops["PyFuncStateless"] == 0
+    assert ops["BitwiseXor"] > 0
+    assert ops["ScanDataset"] == 0  # the endless epochs: a range, no scan function
 
 
 def _ops(ds: tf.data.Dataset) -> collections.Counter:
