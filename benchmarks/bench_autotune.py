@@ -44,9 +44,8 @@ import numpy as np  # noqa: E402
 from _common import BATCH, SEED  # noqa: E402
 from _results import Column, Report, Table, Target  # noqa: E402
 
-ZERO, THREADS, PROCESSES = "0 workers", "2 thread workers", "2 process workers"
+HAND_PICKED = bench_map_fn.HAND_PICKED
 AUTO, TF = "`Workers(\"auto\")`", "tf.data `map(numpy_function, AUTOTUNE)`"
-HAND_PICKED = (ZERO, THREADS, PROCESSES)
 # What each Workers("auto") loader decided, per workload: (decision, batches, seconds).
 _DECIDED: dict[str, list[tuple[str, int, float]]] = {}
 # Per workload, each Workers("auto") round's peak RSS of the process tree and RAM budget.
@@ -88,9 +87,7 @@ def _auto_rate(source: np.ndarray, fn: Callable[..., Any], workload: str) -> Cal
 def _workload(name: str, source: np.ndarray, fn: Callable[..., Any],
               rounds: int) -> tuple[dict[str, float], dict[str, float | None]]:
     contenders = {
-        ZERO: bench_map_fn._ours(source, fn),
-        THREADS: bench_map_fn._ours(source, fn, 2),
-        PROCESSES: bench_map_fn._ours(source, fn, 2, "process"),
+        **bench_map_fn.hand_picked(source, fn),
         AUTO: _auto_rate(source, fn, name),
         TF: lambda: _common.steady_rate(lambda: _common.plain_tf(source, fn)),
     }

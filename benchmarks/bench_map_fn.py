@@ -38,6 +38,8 @@ from _results import Column, Report, Table, Target  # noqa: E402
 
 ZERO, PROCESSES = "resumeloader, 0 workers", "resumeloader, 2 process workers"
 GRAIN_TWO = "grain `DataLoader`, 2 workers"
+# The hand-picked settings the autotune and profile tables compare against.
+HAND_PICKED = ("0 workers", "2 thread workers", "2 process workers")
 
 
 def _ours(source: np.ndarray, fn: Callable[..., object], workers: int = 0,
@@ -48,6 +50,12 @@ def _ours(source: np.ndarray, fn: Callable[..., object], workers: int = 0,
         source, batch_size=BATCH, seed=SEED, map_fn=fn,
         workers=resumeloader.Workers(workers, kind=kind if workers else None),
     ))
+
+
+def hand_picked(source: np.ndarray, fn: Callable[..., object]) -> dict[str, Callable[[], float]]:
+    """`HAND_PICKED`'s contenders: `fn` in 0 workers, 2 threads and 2 processes."""
+    return {HAND_PICKED[0]: _ours(source, fn), HAND_PICKED[1]: _ours(source, fn, 2),
+            HAND_PICKED[2]: _ours(source, fn, 2, "process")}
 
 
 def _workload(source: np.ndarray, fn: Callable[..., object], operation: str,

@@ -43,8 +43,7 @@ import numpy as np  # noqa: E402
 from _common import BATCH, SEED  # noqa: E402
 from _results import Column, Report, Table, Target  # noqa: E402
 
-ZERO, THREADS, PROCESSES = "0 workers", "2 thread workers", "2 process workers"
-HAND_PICKED = (ZERO, THREADS, PROCESSES)
+HAND_PICKED = bench_map_fn.HAND_PICKED
 RECOMMENDED = "profile's recommendation"
 ITEM = "31.3, profile"
 
@@ -139,9 +138,7 @@ def profile_table(quick: bool) -> tuple[Table, list[Target]]:
     for workload, (source, fn) in WORKLOADS.items():
         setting, seconds = _recommended(workload, quick)
         contenders = {
-            ZERO: bench_map_fn._ours(source, fn),
-            THREADS: bench_map_fn._ours(source, fn, 2),
-            PROCESSES: bench_map_fn._ours(source, fn, 2, "process"),
+            **bench_map_fn.hand_picked(source, fn),
             RECOMMENDED: _apply(workload, setting),
         }
         rates = _common.interleaved(contenders, rounds)
