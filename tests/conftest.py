@@ -4,11 +4,20 @@
 from __future__ import annotations
 
 import gc
+import signal
 
 import _dask
 import _limits
 import pytest
 from _objstore_fixtures import gcs_store, s3_store, store  # noqa: F401 (session fixtures)
+
+# Ctrl-C as in a terminal. A test run started as a shell's background job (`cmd &`,
+# `setsid`, some CI runners) inherits SIGINT ignored, and Python keeps an inherited
+# SIG_IGN: no Ctrl-C test could then press Ctrl-C, in this process or in the processes
+# it starts. Python's own handler here also gives them the default disposition (a caught
+# signal is reset to the default in an exec'd process).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Modules whose every test starts TensorFlow subprocesses; with the tests marked
 # `slow`, they run first.
