@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -61,7 +62,7 @@ class Column:
             return tf.gather(self._tensor, index)
         exiting.install()
         rows = tf.numpy_function(
-            _weak_take(self), [index], tf.as_dtype(self._dtype), stateful=False
+            weakly(self, Column.take), [index], tf.as_dtype(self._dtype), stateful=False
         )
         rows.set_shape((index.shape[0], *self._leaf.shape[1:]))
         return rows
@@ -78,23 +79,24 @@ class Column:
         return rows
 
 
-def _weak_take(column: Column) -> Callable[[np.ndarray], np.ndarray]:
-    """`column.take` for ``tf.numpy_function``, holding the column only weakly: in eager
-    mode TensorFlow keeps every ``numpy_function`` callable for the life of the process
-    (see `resumeloader.tfdata.generator`), and with it the array. Each call is
-    `exiting.busy` and refused once the interpreter exits."""
-    ref = weakref.ref(column)
+def weakly(target: Any, call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call(target, *args)`` for ``tf.numpy_function``, holding `target` only weakly: in
+    eager mode TensorFlow keeps every ``numpy_function`` callable for the life of the
+    process (see `resumeloader.tfdata.generator`), and with it what the callable holds
+    (a column's array, a path's loader). Each call is `exiting.busy` and refused once
+    the interpreter exits."""
+    ref = weakref.ref(target)
 
-    def take(index: np.ndarray) -> np.ndarray:
+    def weak(*args: Any) -> Any:
         with exiting.busy():
             exiting.check("dataset() batches")
-            target = ref()
-            if target is None:
+            held = ref()
+            if held is None:
                 msg = "This dataset's loader was garbage collected; keep the dataset referenced."
                 raise RuntimeError(msg)
-            return target.take(index)
+            return call(held, *args)
 
-    return take
+    return weak
 
 
 def _unlocked(leaf: np.ndarray) -> np.ndarray:

@@ -32,7 +32,6 @@ stages through this dataset, each batch's end from the layout's arithmetic.
 from __future__ import annotations
 
 import itertools
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -194,7 +193,7 @@ class GraphPath(delivery.DeliveryPath):
         exiting.install()
         leaves = [self._leaves[n] for n in self._by_numpy]
         dtypes = [tf.as_dtype(leaf.dtype.newbyteorder("=")) for leaf in leaves]
-        made = tf.numpy_function(_weak_chunk(self), [position, number],
+        made = tf.numpy_function(columns_lib.weakly(self, _chunk_at), [position, number],
                                  [tf.int64] * 4 + dtypes, stateful=False)
         epoch, first, count, indices, rows = made[0], made[1], made[2], made[3], made[4:]
         for scalar in (epoch, first, count):
@@ -302,22 +301,8 @@ def _full_epoch_batches(layout: positions.Layout) -> int:
     return full + (1 if rest and not layout.drop_remainder else 0)
 
 
-def _weak_chunk(path: GraphPath) -> Callable[[Any, Any], list[np.ndarray]]:
-    """`path.chunk_at` for ``tf.numpy_function``, holding the path only weakly (as
-    `columns._weak_take` holds its column: TensorFlow keeps the callable for the life of
-    the process); each call is `exiting.busy` and refused once the interpreter exits."""
-    ref = weakref.ref(path)
-
-    def chunk(position: Any, number: Any) -> list[np.ndarray]:
-        with exiting.busy():
-            exiting.check("dataset() batches")
-            target = ref()
-            if target is None:
-                msg = "This dataset's loader was garbage collected; keep the dataset referenced."
-                raise RuntimeError(msg)
-            return target.chunk_at(int(position), int(number))
-
-    return chunk
+def _chunk_at(path: GraphPath, position: Any, number: Any) -> list[np.ndarray]:
+    return path.chunk_at(int(position), int(number))
 
 
 class _Begin:
