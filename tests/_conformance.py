@@ -184,6 +184,23 @@ def _graph_endless() -> ResumableLoader:
     return ResumableLoader.from_pipeline(pipeline, shard=Shard(2, 3), prefetch=None)
 
 
+def _unaligned(array: np.ndarray) -> np.ndarray:
+    """A copy of `array` 16 bytes past a 64-byte boundary, as large NumPy and ``np.load``
+    arrays are: the graph path gathers it by NumPy a chunk at a time."""
+    raw = np.empty(array.nbytes + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + 16
+    view = raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    view[...] = array
+    return view
+
+
+@register("graph-unaligned-column-block-order", num_steps=9, break_points=(3, 8))
+def _graph_unaligned() -> ResumableLoader:
+    data = {"image": _IMAGES, "label": _unaligned(_LABELS)}
+    pipeline = Pipeline(data, seed=19).shuffle(chunk_records=4, window_chunks=2).batch(3)
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2)
+
+
 @register("composed-pipeline-two-maps", num_steps=7)
 def _composed() -> ResumableLoader:
     pipeline = (
