@@ -26,6 +26,7 @@ record by record, which names the record (file, number, byte offset).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import struct
 from typing import Any
@@ -167,10 +168,21 @@ class TFRecordSource(file_records.FileRecordSource):
         self.block_records: int | None = None
         self._blocks: objects_lib.Blocks | None = None
         super().__init__(paths, storage=storage)
+        # Every record's offset (in its file), the files' in order, in one array that the
+        # indexes then view (no second copy): `_spans` finds a batch's byte ranges with a
+        # few array operations, whatever the number of files.
+        self._offsets = np.concatenate([layout.data.offsets for layout in self._layouts])
+        self._layouts = [
+            dataclasses.replace(layout, data=dataclasses.replace(
+                layout.data, offsets=self._offsets[begin:end]))
+            for layout, begin, end in zip(self._layouts, self._starts.tolist(),
+                                          self._ends.tolist(), strict=True)
+        ]
         self._indexes: list[index_lib.FileIndex] = [layout.data for layout in self._layouts]
+        self._sizes = np.array([ix.size for ix in self._indexes], dtype=np.int64)
         # Where each file starts when the files are laid end to end, `ranges.GAP` apart
         # (`read_packed` cuts the runs of all files at once).
-        sizes = np.array([ix.size for ix in self._indexes], dtype=np.int64) + ranges.GAP + 1
+        sizes = self._sizes + ranges.GAP + 1
         self._bases = np.cumsum(sizes) - sizes
         if not self._remote.any():
             base.without(self, "prefetch", "readahead")  # nothing to read ahead
@@ -204,15 +216,11 @@ class TFRecordSource(file_records.FileRecordSource):
 
     def _spans(self, files: np.ndarray, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The byte range [start, stop) of each record, its framing included."""
-        starts = np.empty(len(files), dtype=np.int64)
-        stops = np.empty(len(files), dtype=np.int64)
-        for file in np.unique(files).tolist():
-            ix, mine = self._indexes[file], files == file
-            local = numbers[mine]
-            starts[mine] = ix.offsets[local]
-            # A record ends where the next one starts, the last one at the end of the file.
-            following = np.minimum(local + 1, len(ix.offsets) - 1)
-            stops[mine] = np.where(local + 1 == len(ix.offsets), ix.size, ix.offsets[following])
+        records = self._starts[files] + numbers
+        starts = self._offsets[records]
+        # A record ends where the next one starts, the last one at the end of the file.
+        following = self._offsets[np.minimum(records + 1, len(self._offsets) - 1)]
+        stops = np.where(records + 1 == self._ends[files], self._sizes[files], following)
         return starts, stops
 
     def read_packed(self, indices: np.ndarray) -> np.ndarray:
