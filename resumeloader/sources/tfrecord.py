@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import os
 import struct
 from typing import Any
@@ -286,19 +287,23 @@ class TFRecordSource(file_records.FileRecordSource):
         are cut out of their blocks, the cache asked once per block; False when a file
         is shorter than indexed."""
         memory = values.data
-        local: dict[int, list[tuple[memoryview, int]]] = {}
-        for file, start, stop, put in zip(*(a.tolist() for a in runs), strict=True):
-            if not self._remote[file]:
-                local.setdefault(file, []).append((memory[put : put + stop - start], start))
-        if local:
-            wheres = [self._locations[file] for file in local]
+        files, begins, ends, puts = runs
+        mine = np.flatnonzero(~self._remote[files])
+        if len(mine):
+            # The runs are sorted by file: each local file's runs lie together.
+            here, size = files[mine], ends[mine] - begins[mine]
+            bounds = [0, *(np.flatnonzero(here[1:] != here[:-1]) + 1).tolist(), len(mine)]
+            targets = list(map(memory.__getitem__, map(
+                slice, puts[mine].tolist(), (puts[mine] + size).tolist())))
+            offsets = begins[mine].tolist()
+            wheres = [self._locations[file] for file in here[bounds[:-1]].tolist()]
             done = handles.pread_into_files(
                 [(where.path, where.stamp) for where in wheres],  # type: ignore[union-attr]
-                list(local.values()),
+                [list(zip(targets[lo:hi], offsets[lo:hi], strict=True))
+                 for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)],
             )
-            for reads, read in zip(local.values(), done, strict=True):
-                if read != [len(target) for target, _ in reads]:
-                    return False
+            if list(itertools.chain.from_iterable(done)) != size.tolist():
+                return False
         if block is not None:
             return self._fill_blocks(memory, runs, block)
         files = records[0]
