@@ -74,6 +74,38 @@ def test_neighbouring_records_are_read_by_one_pread_per_run(local):
         assert handles.stats()["reads"] - before == preads, indices
 
 
+def test_a_batch_over_many_files_reads_each_file_once_and_releases_it(tmp_path):
+    """12 files, shuffled batches touching most of them: the records of read_batch, one
+    pread per run, every descriptor released after the batch; the indexes view one array
+    of all the records' offsets (no second copy)."""
+    paths, every = _files(str(tmp_path), count=12, per_file=20, size=50)
+    src = TFRecordSource(paths, index_dir=tmp_path / "index")
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        indices = rng.permutation(len(every))[:64]
+        before = handles.stats()["reads"]
+        assert _strings(src.read_packed(indices)) == [every[i] for i in indices]
+        assert 12 <= handles.stats()["reads"] - before <= 64
+        assert all(entry.users == 0 for entry in handles.CACHE._entries.values())
+    offsets = [ix.offsets for ix in src._indexes]
+    assert all(view.base is offsets[0].base for view in offsets)
+    assert sum(map(len, offsets)) == len(offsets[0].base) == len(every)
+
+
+def test_a_changed_file_among_many_is_named_and_its_descriptor_released(tmp_path):
+    """One file of 12 rewritten (another size) after the source was built: a batch over all
+    of them raises naming that file, and leaves no descriptor in use."""
+    paths, every = _files(str(tmp_path), count=12, per_file=20, size=50)
+    src = TFRecordSource(paths, index_dir=tmp_path / "index")
+    assert _strings(src.read_packed(np.arange(0, 240, 7))) == every[0:240:7]
+    with open(paths[5], "ab") as out:
+        out.write(b"more")
+    with pytest.raises(CorruptRecordError, match=r"part-5\.tfrecord changed") as info:
+        src.read_packed(np.arange(0, 240, 7))
+    assert info.value.record_index == 105  # the batch's first record of that file
+    assert all(entry.users == 0 for entry in handles.CACHE._entries.values())
+
+
 def _corrupt(path: str, offset: int) -> None:
     stat = os.stat(path)
     with open(path, "r+b") as out:
