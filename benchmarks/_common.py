@@ -131,14 +131,17 @@ class PeakRss:
     (``VmHWM``, reset on entry through ``/proc/self/clear_refs`` where the kernel
     allows; else its peak so far) plus each worker process's peak, child processes
     (recursively) read every `interval` seconds by a thread, so that workers that end
-    meanwhile (a tuner's trial) count too. A sum of peaks: at least the tree's peak,
-    the figure to hold against a RAM budget.
+    meanwhile (a tuner's trial) count too. A sum of peaks: at least the tree's peak.
+    `added` leaves out what this process held on entry (its resident memory then): what
+    the code run inside added, the figure to hold against a RAM budget given as a share
+    of the memory available then; `bytes` depends on all this process ran before.
     """
 
     def __init__(self, interval: float = 0.05) -> None:
         self.interval = interval
         self._children: dict[int, int] = {}  # pid -> its largest VmHWM seen (KiB)
         self._own = 0
+        self._entry = 0  # this process's resident memory on entry (KiB)
         self._stop: Any = None
         self._thread: Any = None
 
@@ -150,6 +153,7 @@ class PeakRss:
                 refs.write("5")
         except OSError:
             pass  # an older kernel or a sandbox: the peak since the process started
+        self._entry = _status_kib("self", "VmRSS") or 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="bench-peak-rss", daemon=True)
         self._thread.start()
@@ -179,6 +183,12 @@ class PeakRss:
     def bytes(self) -> int:
         """This process's peak plus every worker process's, in bytes."""
         return (self._own + sum(self._children.values())) * 1024
+
+    @property
+    def added(self) -> int:
+        """`bytes` less this process's resident memory on entry: this process's peak
+        above it plus every worker process's peak, in bytes."""
+        return (max(0, self._own - self._entry) + sum(self._children.values())) * 1024
 
 
 class Meter:
