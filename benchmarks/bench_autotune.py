@@ -54,7 +54,7 @@ from _results import Column, Report, Table, Target  # noqa: E402
 
 HAND_PICKED = bench_map_fn.HAND_PICKED
 #: Seconds of batches `Workers("auto")` reads after its decision before the clock starts:
-#: the first half second after it ran ~30% more CPU per record than the rest (measured).
+#: its first half second ran up to 40% more CPU per record than the rest (3 runs of (b)).
 SETTLE_SECONDS = 0.5
 AUTO, TF = "`Workers(\"auto\")`", "tf.data `map(numpy_function, AUTOTUNE)`"
 # What each Workers("auto") loader decided, per workload: (decision, batches, seconds).
