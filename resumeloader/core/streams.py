@@ -13,7 +13,8 @@ stream in that generator from then on: its later draws are that generator's.
 A Philox pass over the rows costs per array operation more than per row (about 130 us
 for 128 rows, 270 us for 1024). So when a batch's keys are a view of a longer array
 (the plan's chunk of an epoch's order), the first blocks of the `AHEAD_ROWS` rows from
-there on are computed together and kept (per thread): the batches after it take
+there on are computed together and kept (the last `_RUNS_KEPT` runs, whatever thread
+made them: tf.data calls a generator from more than one): the batches after it take
 theirs from there. What is kept is Philox of the keys it was computed for, which are
 kept too and compared with the batch's: a pure function, looked up.
 """
@@ -21,7 +22,6 @@ kept too and compared with the batch's: a pure function, looked up.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -42,8 +42,10 @@ _LOW = np.uint64(0xFFFFFFFF)
 #: Rows whose first blocks are computed at once when a batch's keys are a view of a
 #: longer array (see the module docstring).
 AHEAD_ROWS = 1024
-# Per thread: the `_Ahead` of the last run of rows computed.
-_KEPT = threading.local()
+# The `_Ahead` runs last computed, newest first: a tuple replaced whole (a thread that
+# reads it meanwhile sees the old one; a run lost to a race is computed again).
+_RUNS_KEPT = 4
+_runs: tuple[_Ahead, ...] = ()
 
 
 class _Ahead:
@@ -80,18 +82,20 @@ def _ahead(keys: np.ndarray, high_key: int, count: int) -> np.ndarray | None:
             or base.itemsize != 8 or not base.flags.c_contiguous
             or not keys.flags.c_contiguous or len(base) <= len(keys)):
         return None
+    global _runs
     address = keys.__array_interface__["data"][0]
-    kept: _Ahead | None = getattr(_KEPT, "run", None)
-    if kept is not None and kept.base is base:
-        found = kept.find(keys, address, high_key, count)
-        if found is not None:
-            return found
+    runs = _runs
+    for kept in runs:
+        if kept.base is base:
+            found = kept.find(keys, address, high_key, count)
+            if found is not None:
+                return found
     start, rest = divmod(address - base.__array_interface__["data"][0], 8)
     if rest or not 0 <= start <= len(base) - len(keys):
         return None
     run = base[start : start + max(AHEAD_ROWS, len(keys))].view(np.uint64)
     kept = _Ahead(base, address, run, high_key, count)
-    _KEPT.run = kept
+    _runs = (kept, *runs[: _RUNS_KEPT - 1])
     return kept.find(keys, address, high_key, count)
 
 
