@@ -184,7 +184,7 @@ class RowStreams:
         values, refused = draw.convert(raw)
         for row, owned in self._owned.items():
             values[row] = draw.finish(owned, count)
-        if refused is not None:
+        if refused is not None and refused.any():
             stray: np.ndarray = np.asarray(refused.any(axis=1))
             if self._owned:
                 stray[list(self._owned)] = False

@@ -221,3 +221,16 @@ def test_record_rngs_over_a_view_changed_in_place_draw_from_the_new_indices():
         first, _row_by_row(_rows(_SEED, 0, np.arange(64)), "random", (), {}))
     np.testing.assert_array_equal(
         second, _row_by_row(_rows(_SEED, 0, np.arange(5064, 5128)), "random", (), {}))
+
+
+def test_record_rngs_repeated_calls_keep_numpys_sign_of_zero():
+    """Draws kept per arguments tell 0.0 from -0.0: each call's sign bits are NumPy's."""
+    indices = np.arange(6)
+    rngs, rows_alone = rng.RecordRngs(_SEED, 0, indices), _rows(_SEED, 0, indices)
+    for loc, scale in [(0.0, 0.0), (-0.0, 0.0), (0.0, 0.0), (-0.0, 0.0)]:
+        got = rngs.normal(loc, scale, 4)
+        want = _row_by_row(rows_alone, "normal", (loc, scale, 4), {})
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    for low, high in [(0.5, 1.5), (0.5, 1.5), (1, 3), (np.float32(1), 3.0)]:
+        got = rngs.uniform(low, high, 2)
+        np.testing.assert_array_equal(got, _row_by_row(rows_alone, "uniform", (low, high, 2), {}))
