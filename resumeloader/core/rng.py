@@ -242,16 +242,17 @@ _FLOAT64 = np.dtype(np.float64)
 _DRAWS: dict[tuple[Any, ...], draws.Draw | None] = {}
 _DRAWS_KEPT = 256
 _SCALARS = (int, float, bool, np.integer, np.floating, np.bool_)
+_FLOATS = (float, np.floating)
 
 
 def _checked(method: str, *args: Any) -> draws.Draw | None:
     """The `draws.Draw` of ``RecordRngs.<method>(*args)`` (None: NumPy draws it row by
     row), its arguments checked once as NumPy checks them (NumPy's error raised). Kept
     per arguments of scalar types (with their types: ``1`` and ``1.0`` are not one),
-    at most `_DRAWS_KEPT` of them."""
-    # A zero is left out: 0.0 and -0.0 are one key but may give other sign bits.
-    if all((isinstance(arg, _SCALARS) and arg != 0) or arg is None
-           or isinstance(arg, np.dtype) for arg in args):
+    at most `_DRAWS_KEPT` of them, but a float zero's."""
+    # A float zero is left out: 0.0 and -0.0 are one key but may give other sign bits.
+    if all((isinstance(arg, _SCALARS) and not (isinstance(arg, _FLOATS) and arg == 0))
+           or arg is None or isinstance(arg, np.dtype) for arg in args):
         key = (method, *args, *map(type, args))
         draw = _DRAWS.get(key, _MISSING)
         if draw is not _MISSING:
