@@ -275,6 +275,62 @@ def interleaved(contenders: dict[str, Callable[[], float]], rounds: int,
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def _settled(step: float = 0.02, idle: float = 0.1, limit: float = 1.0) -> float:
+    """`cpu_seconds` once the process's threads have stopped working: the first time a
+    `step` s sleep costs under `idle` x `step` of CPU (`limit` s at most)."""
+    last = cpu_seconds()
+    deadline = time.perf_counter() + limit
+    while time.perf_counter() < deadline:
+        time.sleep(step)
+        now = cpu_seconds()
+        if now - last < idle * step:
+            return now
+        last = now
+    return last
+
+
+def paired(contenders: dict[str, Callable[[], Callable[[int], int]]], rounds: int,
+           slice_seconds: float = 0.25) -> dict[str, tuple[float, float]]:
+    """CPU and wall microseconds per record (medians) of contenders kept live side by side.
+
+    ``contenders[name]()`` starts one (a loader and its iterator) and returns
+    ``run(batches)``, which consumes that many batches and returns their records. Every
+    contender is started first, warmed up (WARMUP_BATCHES plus a calibration that picks
+    the batches a slice of about `slice_seconds` takes), then the rounds alternate their
+    slices (every other round in reverse order). Unlike `interleaved` with a fresh
+    loader per measurement, no contender's start-up, closing or garbage lands in
+    another's measured slice, and both sides of a switch run in the same warm process:
+    what is left between them is what the switch costs.
+
+    A contender's prefetch keeps producing after its slice until its buffers are full
+    again: a slice's CPU time is read once the process has settled (`_settled`), so it
+    holds the refill of what the slice took from the buffers and no other contender's;
+    its wall time ends with its last batch.
+    """
+    runs = {name: start() for name, start in contenders.items()}
+    sizes: dict[str, int] = {}
+    for name, run in runs.items():
+        run(WARMUP_BATCHES)
+        begin, batches = time.perf_counter(), 0
+        while time.perf_counter() - begin < slice_seconds:
+            run(1)
+            batches += 1
+        sizes[name] = max(batches, 1)
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
+    wall: dict[str, list[float]] = {name: [] for name in runs}
+    order = list(runs)
+    for number in range(rounds):
+        for name in order[::-1] if number % 2 else order:
+            before, start = cpu_seconds(), time.perf_counter()
+            records = runs[name](sizes[name])
+            wall[name].append((time.perf_counter() - start) * 1e6 / records)
+            cpu[name].append((_settled() - before) * 1e6 / records)
+    for name in runs:
+        print(f"  {name}: {statistics.median(cpu[name]):,.3f} CPU us/record", file=sys.stderr,
+              flush=True)
+    return {name: (statistics.median(cpu[name]), statistics.median(wall[name])) for name in runs}
+
+
 # -- the malloc regime ----------------------------------------------------------------
 
 # glibc's mallopt parameters.

@@ -58,6 +58,8 @@ def to_tensors(batch: Any) -> Any:
     """
     if type(batch) is np.ndarray:
         return _tensor(batch)
+    if isinstance(batch, tf.Tensor):  # made a tensor already (decoded variable leaves)
+        return batch
     if type(batch) is dict and all(type(leaf) is np.ndarray for leaf in batch.values()):
         return {key: _tensor(leaf) for key, leaf in batch.items()}
     if type(batch) is tuple and all(type(leaf) is np.ndarray for leaf in batch):
