@@ -131,14 +131,17 @@ class PeakRss:
     (``VmHWM``, reset on entry through ``/proc/self/clear_refs`` where the kernel
     allows; else its peak so far) plus each worker process's peak, child processes
     (recursively) read every `interval` seconds by a thread, so that workers that end
-    meanwhile (a tuner's trial) count too. A sum of peaks: at least the tree's peak,
-    the figure to hold against a RAM budget.
+    meanwhile (a tuner's trial) count too. A sum of peaks: at least the tree's peak.
+    `added` leaves out what this process held on entry (its resident memory then): what
+    the code run inside added, the figure to hold against a RAM budget given as a share
+    of the memory available then; `bytes` depends on all this process ran before.
     """
 
     def __init__(self, interval: float = 0.05) -> None:
         self.interval = interval
         self._children: dict[int, int] = {}  # pid -> its largest VmHWM seen (KiB)
         self._own = 0
+        self._entry = 0  # this process's resident memory on entry (KiB)
         self._stop: Any = None
         self._thread: Any = None
 
@@ -150,6 +153,7 @@ class PeakRss:
                 refs.write("5")
         except OSError:
             pass  # an older kernel or a sandbox: the peak since the process started
+        self._entry = _status_kib("self", "VmRSS") or 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="bench-peak-rss", daemon=True)
         self._thread.start()
@@ -179,6 +183,12 @@ class PeakRss:
     def bytes(self) -> int:
         """This process's peak plus every worker process's, in bytes."""
         return (self._own + sum(self._children.values())) * 1024
+
+    @property
+    def added(self) -> int:
+        """`bytes` less this process's resident memory on entry: this process's peak
+        above it plus every worker process's peak, in bytes."""
+        return (max(0, self._own - self._entry) + sum(self._children.values())) * 1024
 
 
 class Meter:
@@ -263,6 +273,62 @@ def interleaved(contenders: dict[str, Callable[[], float]], rounds: int,
         for name, values in extras[kind].items():
             medians[name] = statistics.median(values) if values else None
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _settled(step: float = 0.02, idle: float = 0.1, limit: float = 1.0) -> float:
+    """`cpu_seconds` once the process's threads have stopped working: the first time a
+    `step` s sleep costs under `idle` x `step` of CPU (`limit` s at most)."""
+    last = cpu_seconds()
+    deadline = time.perf_counter() + limit
+    while time.perf_counter() < deadline:
+        time.sleep(step)
+        now = cpu_seconds()
+        if now - last < idle * step:
+            return now
+        last = now
+    return last
+
+
+def paired(contenders: dict[str, Callable[[], Callable[[int], int]]], rounds: int,
+           slice_seconds: float = 0.25) -> dict[str, tuple[float, float]]:
+    """CPU and wall microseconds per record (medians) of contenders kept live side by side.
+
+    ``contenders[name]()`` starts one (a loader and its iterator) and returns
+    ``run(batches)``, which consumes that many batches and returns their records. Every
+    contender is started first, warmed up (WARMUP_BATCHES plus a calibration that picks
+    the batches a slice of about `slice_seconds` takes), then the rounds alternate their
+    slices (every other round in reverse order). Unlike `interleaved` with a fresh
+    loader per measurement, no contender's start-up, closing or garbage lands in
+    another's measured slice, and both sides of a switch run in the same warm process:
+    what is left between them is what the switch costs.
+
+    A contender's prefetch keeps producing after its slice until its buffers are full
+    again: a slice's CPU time is read once the process has settled (`_settled`), so it
+    holds the refill of what the slice took from the buffers and no other contender's;
+    its wall time ends with its last batch.
+    """
+    runs = {name: start() for name, start in contenders.items()}
+    sizes: dict[str, int] = {}
+    for name, run in runs.items():
+        run(WARMUP_BATCHES)
+        begin, batches = time.perf_counter(), 0
+        while time.perf_counter() - begin < slice_seconds:
+            run(1)
+            batches += 1
+        sizes[name] = max(batches, 1)
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
+    wall: dict[str, list[float]] = {name: [] for name in runs}
+    order = list(runs)
+    for number in range(rounds):
+        for name in order[::-1] if number % 2 else order:
+            before, start = cpu_seconds(), time.perf_counter()
+            records = runs[name](sizes[name])
+            wall[name].append((time.perf_counter() - start) * 1e6 / records)
+            cpu[name].append((_settled() - before) * 1e6 / records)
+    for name in runs:
+        print(f"  {name}: {statistics.median(cpu[name]):,.3f} CPU us/record", file=sys.stderr,
+              flush=True)
+    return {name: (statistics.median(cpu[name]), statistics.median(wall[name])) for name in runs}
 
 
 # -- the malloc regime ----------------------------------------------------------------

@@ -42,12 +42,15 @@ def format_load(load: list[float]) -> str:
 @dataclasses.dataclass
 class Column:
     """A column: the row key it shows, its header, and how a number in it is printed
-    (a format spec such as ``",.0f"``, then `suffix`); strings print as they are."""
+    (a format spec such as ``",.0f"``, then `suffix`); strings print as they are.
+    `identity`: whether its text names the row (`compare_runs.py` pairs two runs' rows
+    by their naming text); False for text that reports what a run found."""
 
     key: str
     label: str
     format: str = ""
     suffix: str = ""
+    identity: bool = True
 
     def cell(self, value: Any) -> str:
         if value is None:

@@ -1,6 +1,7 @@
 """``Workers("auto")`` against hand-picked workers and tf.data's AUTOTUNE, same ``map_fn``.
 
     python benchmarks/bench_autotune.py [--quick]
+    python benchmarks/bench_autotune.py --workload {a,b,c}   # one workload, printed only
 
 (w) Records/s in steady state and CPU microseconds per record (the process and its
     worker processes), batch 128, endless shuffled loaders, for three ``map_fn``s:
@@ -12,11 +13,18 @@
     ``map(numpy_function, num_parallel_calls=AUTOTUNE)``. The hand-picked ones and tf.data
     are measured after 4 batches (start-up excluded); ``Workers("auto")`` after it
     decided (its trials excluded: their batches and seconds are in the table, with the
-    decision). Interleaved rounds, medians (`_common.interleaved`). For
-    ``Workers("auto")``: the peak resident memory of the whole process tree (this
-    process and its worker processes, trials included: `_common.PeakRss`) against
-    the RAM budget it was given (`Tuning`'s default: `tuning.MEMORY_SHARE` of the
-    memory available when the loader was made).
+    decision, and after `SETTLE_SECONDS` more: the switch from its trials to its choice
+    is not steady state). Interleaved rounds, medians (`_common.interleaved`). A row is
+    named by its workload and pipeline only (`compare_runs.py` pairs the rows of two
+    runs by their names): the map_fn's measured cost has a column of its own and the
+    decision is not part of the name. For
+    ``Workers("auto")``: the peak resident memory the loader added to the process tree
+    (this process's peak above its memory when the loader was made, plus its worker
+    processes' peaks, trials included: `_common.PeakRss.added`) against the RAM budget
+    it was given (`Tuning`'s default: `tuning.MEMORY_SHARE` of the memory available
+    when the loader was made, which leaves out what the process held already). The
+    whole tree's peak would be mostly what the process kept from earlier contenders
+    (it grew 865 -> 1,002 -> 1,497 MiB over three rounds of (b)).
 
 Absolute numbers depend on the machine and its load; the ratios in one run are the
 result.
@@ -45,15 +53,19 @@ from _common import BATCH, SEED  # noqa: E402
 from _results import Column, Report, Table, Target  # noqa: E402
 
 HAND_PICKED = bench_map_fn.HAND_PICKED
+#: Seconds of batches `Workers("auto")` reads after its decision before the clock starts:
+#: its first half second ran up to 40% more CPU per record than the rest (3 runs of (b)).
+SETTLE_SECONDS = 0.5
 AUTO, TF = "`Workers(\"auto\")`", "tf.data `map(numpy_function, AUTOTUNE)`"
 # What each Workers("auto") loader decided, per workload: (decision, batches, seconds).
 _DECIDED: dict[str, list[tuple[str, int, float]]] = {}
-# Per workload, each Workers("auto") round's peak RSS of the process tree and RAM budget.
+# Per workload, each Workers("auto") round's added peak RSS of the tree and RAM budget.
 _MEMORY: dict[str, list[tuple[int, int]]] = {}
 
 
 def _auto_rate(source: np.ndarray, fn: Callable[..., Any], workload: str) -> Callable[[], float]:
-    """Records/s of a fresh Workers("auto") loader once it decided (trials excluded)."""
+    """Records/s of a fresh Workers("auto") loader once it decided and `SETTLE_SECONDS`
+    passed (trials and the switch excluded)."""
     import resumeloader
 
     def measure() -> float:
@@ -76,8 +88,11 @@ def _auto_rate(source: np.ndarray, fn: Callable[..., Any], workload: str) -> Cal
                 (chosen, batches, time.perf_counter() - start))
             print(f"  auto decided {chosen} after {batches} batches: {decision['why']}",
                   file=sys.stderr)
+            settled = time.perf_counter() + SETTLE_SECONDS
+            while time.perf_counter() < settled:
+                next(iterator)
             rate = _common.steady_rate(lambda: iterator)
-        _MEMORY.setdefault(workload, []).append((peak.bytes, budget))
+        _MEMORY.setdefault(workload, []).append((peak.added, budget))
         loader.close()
         return rate
 
@@ -95,35 +110,46 @@ def _workload(name: str, source: np.ndarray, fn: Callable[..., Any],
     return rates, {name: _common.cpu_us(name) for name in contenders}
 
 
-def autotune(quick: bool) -> tuple[Table, list[Target]]:
-    rounds = 1 if quick else 3
-    start = _results.load_average()
+def _workloads() -> dict[str, tuple[np.ndarray, Callable[..., Any], float]]:
+    """Each workload by name: its source, its map_fn and the map_fn's measured cost (us
+    per record; not in the name, which identifies the row from one run to the next)."""
     gil_us = _common.calibrate_burn(2000.0)
     small = np.random.default_rng(1).random((4_000, 16), np.float32)
     mats = np.random.default_rng(2).random((4_000, 64, 64), np.float32)
     numpy_us = _common.per_call_us(_common.numpy_work, mats[0], 500)
     cheap_us = _common.per_call_us(_common.identity, small[0], 2_000)
-    workloads = {
-        f"(a) GIL-holding Python (~{gil_us / 1000:.1f} ms)": (small, _common.burn_python),
-        f"(b) GIL-releasing NumPy (~{numpy_us:.0f} us)": (mats, _common.numpy_work),
-        f"(c) cheap stage (~{cheap_us:.1f} us)": (small, _common.identity),
+    return {
+        "(a) GIL-holding Python": (small, _common.burn_python, gil_us),
+        "(b) GIL-releasing NumPy": (mats, _common.numpy_work, numpy_us),
+        "(c) cheap stage": (small, _common.identity, cheap_us),
     }
+
+
+def autotune(quick: bool) -> tuple[Table, list[Target]]:
+    rounds = 1 if quick else 3
+    start = _results.load_average()
+    workloads = _workloads()
     measured = {name: _workload(name, source, fn, rounds)
-                for name, (source, fn) in workloads.items()}
+                for name, (source, fn, _) in workloads.items()}
     table = Table(
         "autotune", "(w) `Workers(\"auto\")` against hand-picked workers and tf.data AUTOTUNE",
         "bench_autotune.py",
         f"Batch {BATCH}, endless shuffled loaders; records/s after 4 batches (start-up "
         "excluded; `Workers(\"auto\")`: after its decision), median of "
-        f"{rounds} interleaved round(s); CPU budget {os.cpu_count()} cores. 'decided' is "
-        "what `Workers(\"auto\")` chose in each round, after how many batches and seconds; "
-        "'peak RSS' the largest over its rounds of the peak resident memory of the whole "
-        "process tree (this process, TensorFlow included, plus each worker process's "
-        "peak, trials included), 'RAM budget' what its default `Tuning` gave it.",
-        [Column("workload", "workload"), Column("pipeline", "pipeline"),
+        f"{rounds} interleaved round(s); CPU budget {os.cpu_count()} cores. 'map_fn us' is "
+        "one call's time, measured alone. 'decided' is "
+        "what `Workers(\"auto\")` chose in each round, after how many batches and seconds "
+        f"(then {SETTLE_SECONDS:g} s more before the clock starts); "
+        "'added peak RSS' the largest over its rounds of the peak resident memory the "
+        "loader added to the process tree (this process's peak above its memory when the "
+        "loader was made, plus each worker process's peak, trials included), 'RAM "
+        "budget' what its default `Tuning` gave it (a share of the memory available then).",
+        [Column("workload", "workload"), Column("fn_us", "map_fn us", ",.1f"),
+         Column("pipeline", "pipeline"),
          Column("rate", "records/s", ",.0f"), _results.cpu_column(),
-         Column("vs_best", "/ best hand-picked", ".2f"), Column("decided", "decided"),
-         Column("peak_rss_mib", "peak RSS MiB", ",.0f"),
+         Column("vs_best", "/ best hand-picked", ".2f"),
+         Column("decided", "decided", identity=False),
+         Column("peak_rss_mib", "added peak RSS MiB", ",.0f"),
          Column("budget_mib", "RAM budget MiB", ",.0f")],
     )
     targets = []
@@ -135,14 +161,15 @@ def autotune(quick: bool) -> tuple[Table, list[Target]]:
                 decided = "; ".join(f"{c} ({b} batches, {s:.1f} s)"
                                     for c, b, s in _DECIDED.get(workload, []))
                 peak, budget = _peak_and_budget(workload)
-            table.add(workload=workload, pipeline=name, rate=rate, cpu_us=cpus[name],
+            table.add(workload=workload, fn_us=workloads[workload][2], pipeline=name,
+                      rate=rate, cpu_us=cpus[name],
                       vs_best=rate / rates[best], decided=decided,
                       peak_rss_mib=None if peak is None else peak / 2**20,
                       budget_mib=None if budget is None else budget / 2**20)
-        label = workload.split(" (~")[0]
+        label = workload
         peak, budget = _peak_and_budget(workload)
         targets += [
-            Target(f"(w) {label}: auto peak RSS (process tree) / RAM budget",
+            Target(f"(w) {label}: auto added peak RSS (process tree) / RAM budget",
                    peak / budget if peak is not None and budget else None, 1.0,
                    at_most=True, item="31.4, autotune"),
             Target(f"(w) {label}: auto / best hand-picked ({best})", rates[AUTO] / rates[best],
@@ -156,7 +183,7 @@ def autotune(quick: bool) -> tuple[Table, list[Target]]:
 
 
 def _peak_and_budget(workload: str) -> tuple[int | None, int | None]:
-    """The largest peak RSS of the `workload`'s Workers("auto") rounds, and the smallest
+    """The largest added peak RSS of the `workload`'s Workers("auto") rounds, and the smallest
     budget it was given (None, None: not measured)."""
     measured = _MEMORY.get(workload)
     if not measured:
@@ -170,7 +197,32 @@ def run(quick: bool) -> Report:
     return Report([table], targets)
 
 
+def only(letter: str) -> None:
+    """Workload `letter` alone (``--workload``), 3 rounds: each contender's records/s and
+    CPU microseconds per record, the decisions and the added peak RSS, printed only."""
+    for name, (source, fn, cost) in _workloads().items():
+        if name.startswith(f"({letter})"):
+            rates, cpus = _workload(name, source, fn, 3)
+            print(f"{name} (map_fn {cost:,.1f} us)")
+            for contender, rate in rates.items():
+                print(f"  {contender}: {rate:,.0f} records/s, {cpus[contender] or 0:.1f} CPU "
+                      "us/record")
+            print("  decided:", "; ".join(f"{c} ({b} batches, {s:.1f} s)"
+                                          for c, b, s in _DECIDED.get(name, [])))
+            peak, budget = _peak_and_budget(name)
+            if peak is not None and budget:
+                print(f"  added peak RSS {peak / 2**20:,.0f} MiB of a {budget / 2**20:,.0f} "
+                      "MiB budget")
+
+
 def main() -> None:
+    if "--workload" in sys.argv:  # one workload, printed only (no results file)
+        import argparse
+
+        parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        parser.add_argument("--workload", choices="abc", required=True)
+        only(parser.parse_args().workload)
+        return
     _common.script_main(run, __doc__, "one round")
 
 

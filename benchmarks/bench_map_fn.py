@@ -89,10 +89,12 @@ def steady(quick: bool) -> tuple[Table, list[Target]]:
     mats = np.random.default_rng(2).random((records // 4, 64, 64), np.float32)
     gil_us = _common.calibrate_burn()
     numpy_us = _common.per_call_us(_common.numpy_work, mats[0], 500)
+    # Named without their measured cost (its own column): `compare_runs.py` pairs the
+    # rows of two runs by their names.
+    costs = {"(ii) GIL-bound `map_fn`": gil_us, "(iii) GIL-releasing NumPy `map_fn`": numpy_us}
     workloads = {
-        f"(ii) GIL-bound `map_fn` (~{gil_us:.0f} us)": _workload(
-            small, _common.burn_python, "BurnPython", rounds),
-        f"(iii) GIL-releasing NumPy `map_fn` (~{numpy_us:.0f} us)": _workload(
+        "(ii) GIL-bound `map_fn`": _workload(small, _common.burn_python, "BurnPython", rounds),
+        "(iii) GIL-releasing NumPy `map_fn`": _workload(
             mats, _common.numpy_work, "NumpyWork", rounds),
     }
     capacity.append(_common.parallel_capacity())
@@ -100,16 +102,17 @@ def steady(quick: bool) -> tuple[Table, list[Target]]:
         "map_fn", "(g) Workers for a Python `map_fn`, steady state", "bench_map_fn.py",
         f"{records:,} records per source, batch {BATCH}; records/s after "
         f"{_common.WARMUP_BATCHES} batches (worker start-up excluded), median of {rounds} "
-        "interleaved round(s). Parallel capacity (before, after): "
+        "interleaved round(s); 'map_fn us' is one call's time, measured alone. Parallel "
+        "capacity (before, after): "
         f"{capacity[0]:.2f}, {capacity[1]:.2f} CPUs.",
-        [Column("workload", "workload"), Column("pipeline", "pipeline"),
-         Column("rate", "records/s", ",.0f"), _results.cpu_column(),
-         Column("vs_zero", "/ 0 workers", ".2f")],
+        [Column("workload", "workload"), Column("fn_us", "map_fn us", ",.1f"),
+         Column("pipeline", "pipeline"), Column("rate", "records/s", ",.0f"),
+         _results.cpu_column(), Column("vs_zero", "/ 0 workers", ".2f")],
     )
     for workload, (rates, cpus) in workloads.items():
         for name, rate in rates.items():
-            table.add(workload=workload, pipeline=name, rate=rate, cpu_us=cpus[name],
-                      vs_zero=rate / rates[ZERO])
+            table.add(workload=workload, fn_us=costs[workload], pipeline=name, rate=rate,
+                      cpu_us=cpus[name], vs_zero=rate / rates[ZERO])
     table.finish(start)
     gil, gil_cpu = next(iter(workloads.values()))
 

@@ -12,13 +12,15 @@
     ``record_rng`` part is measured directly, next to the construction of 0.1.
 (f) What the stage counters cost (``loader.stats()``): CPU microseconds per record of
     the whole process with counting on (the default) and off (``RESUMELOADER_STATS=0``),
-    interleaved, on the in-memory paths and on local TFRecord files.
+    on the in-memory paths and on local TFRecord files: the two loaders of a path live
+    side by side and take turns in short slices (``_common.paired``).
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import statistics
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
+import _instructions
 import _results
 import numpy as np
 from _common import BATCH, SEED
@@ -185,33 +188,54 @@ def _tfrecords(root: str, num_records: int) -> list[str]:
     return paths
 
 
-def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
-    import tempfile
+def _eager_run(loader: Any) -> Callable[[int], int]:
+    """``run(batches)`` over a live ``for batch in loader`` iteration."""
+    iterator = iter(loader)
 
+    def run(batches: int) -> int:
+        records = 0
+        for _ in range(batches):
+            records += _common._records(next(iterator))
+        return records
+
+    return run
+
+
+def _graph_run(loader: Any) -> Callable[[int], int]:
+    """``run(batches)`` over a live iterator of ``loader.dataset()`` pulled in a
+    ``tf.function`` that advances the loader after each batch (as Keras' step does)."""
     import tensorflow as tf
 
+    @tf.function
+    def pull(iterator: Any, count: tf.Tensor) -> tf.Tensor:
+        records = tf.constant(0, tf.int64)
+        for _ in tf.range(count):
+            batch = next(iterator)
+            records += tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+            loader.advance(after=batch)
+        return records
+
+    iterator = iter(loader.dataset())
+
+    def run(batches: int) -> int:
+        return int(pull(iterator, tf.constant(batches)))
+
+    return run
+
+
+_INT64_LOOP = "in-memory int64, `for batch in loader`"
+
+
+def _counter_paths(root: str) -> dict[str, Callable[[], Any]]:
+    """The loaders of table (f) by path, their TFRecord files written under `root`."""
     import resumeloader
-    from resumeloader.core import meters
     from resumeloader.sources import TFRecordSource
 
-    # An even number of rounds: each of a pair runs second (its caches warm) as often.
-    rounds, batches = (4, 300) if quick else (8, 2_000)
-    start = _results.load_average()
     ints = np.arange(200_000, dtype=np.int64)
     floats = np.random.default_rng(0).random((100_000, 16), np.float32)
-    root = tempfile.mkdtemp()
     files = _tfrecords(root, 40_000)
-
-    def built(on: bool, make: Callable[[], resumeloader.ResumableLoader]) -> Any:
-        os.environ[meters.ENV] = "1" if on else "0"
-        try:
-            return make()
-        finally:
-            os.environ.pop(meters.ENV, None)
-
-    paths: dict[str, Callable[[], resumeloader.ResumableLoader]] = {
-        "in-memory int64, `for batch in loader`": lambda: resumeloader.ResumableLoader(
-            ints, batch_size=BATCH, seed=SEED),
+    return {
+        _INT64_LOOP: lambda: resumeloader.ResumableLoader(ints, batch_size=BATCH, seed=SEED),
         "in-memory float32[16] + identity `map_fn`, `for batch in loader`":
             lambda: resumeloader.ResumableLoader(floats, batch_size=BATCH, seed=SEED,
                                                  map_fn=_common.identity),
@@ -219,49 +243,115 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
             lambda: resumeloader.ResumableLoader.from_pipeline(resumeloader.Pipeline(
                 TFRecordSource(files, index_dir=root), seed=SEED).shuffle().batch(BATCH)),
     }
+
+
+def _built(on: bool, make: Callable[[], Any]) -> Any:
+    """``make()`` with the stage counters on or off (``RESUMELOADER_STATS``)."""
+    from resumeloader.core import meters
+
+    os.environ[meters.ENV] = "1" if on else "0"
+    try:
+        return make()
+    finally:
+        os.environ.pop(meters.ENV, None)
+
+
+def counting_loop(path: int, on: bool, batches: int) -> None:
+    """Under `_instructions.counted`: builds path number `path` of table (f), counters
+    `on` or off, warms it up, prints READY, waits for a line, runs `batches` batches,
+    prints DONE and waits for its stdin to close."""
+    import tempfile
+
+    root = tempfile.mkdtemp()
+    run = _eager_run(_built(on, list(_counter_paths(root).values())[path]))
+    run(64)
+    print(_instructions.READY, flush=True)
+    sys.stdin.readline()
+    run(batches)
+    print(_instructions.DONE, flush=True)
+    sys.stdin.read()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _instruction_counts(batches: int) -> dict[tuple[int, bool], int]:
+    """Instructions per batch of each `for batch in loader` path of table (f), counters
+    on and off, each in its own process under callgrind, two at a time."""
+    import concurrent.futures
+
+    script = str(Path(__file__).resolve())
+    jobs = [(path, on) for path in range(3) for on in (True, False)]
+
+    def count(job: tuple[int, bool]) -> int:
+        path, on = job
+        args = [script, "--count-loop", str(path), "on" if on else "off", str(batches)]
+        return _instructions.counted(args)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        return {job: total / batches for job, total in zip(jobs, pool.map(count, jobs),
+                                                           strict=True)}
+
+
+def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
+    import tempfile
+
+    import tensorflow as tf
+
+    from resumeloader.core import meters
+
+    rounds, slice_seconds = (8, 0.1) if quick else (40, 0.25)
+    start = _results.load_average()
+    root = tempfile.mkdtemp()
+    paths = _counter_paths(root)
+    built = _built
     graph_path = "in-memory int64, `dataset()` + `advance()` in a `tf.function`"
-    walls: dict[str, list[float]] = {}
-
-    def eager(name: str, on: bool) -> Callable[[], float]:
-        def measure() -> float:
-            rate = _common.steady_rate(lambda: built(on, paths[name]))
-            walls.setdefault(f"{name}|{on}", []).append(1e6 / rate)
-            return (_common.LAST_CPU or 0.0) / rate * 1e6
-        return measure
-
-    def graph(on: bool) -> Callable[[], float]:
-        def measure() -> float:
-            fresh = built(on, paths["in-memory int64, `for batch in loader`"])
-            rate = _common.graph_rate(fresh.dataset(), batches, loader=fresh)
-            walls.setdefault(f"{graph_path}|{on}", []).append(1e6 / rate)
-            return (_common.LAST_CPU or 0.0) / rate * 1e6
-        return measure
-
-    contenders: dict[str, Callable[[], float]] = {}
-    for name in paths:
-        for on in (True, False):
-            contenders[f"{name}|{on}"] = eager(name, on)
-    for on in (True, False):
-        contenders[f"{graph_path}|{on}"] = graph(on)
-    cpu = _common.interleaved(contenders, rounds, alternate=True)
+    figures: dict[str, tuple[float, float]] = {}
+    # One pair at a time: the two loaders of a switch live side by side, nothing else.
+    for name in [*paths, graph_path]:
+        # "control": a second loader with the counters off, the A/A twin that shows
+        # how far two identical loaders differ in this run (what a ratio can resolve).
+        contenders: dict[str, Callable[[], Callable[[int], int]]] = {}
+        for label, on in (("on", True), ("off", False), ("control", False)):
+            if name == graph_path:
+                contenders[f"{name}|{label}"] = functools.partial(
+                    lambda on: _graph_run(built(on, paths[_INT64_LOOP])), on)
+            else:
+                contenders[f"{name}|{label}"] = functools.partial(
+                    lambda on, name: _eager_run(built(on, paths[name])), on, name)
+        figures.update(_common.paired(contenders, rounds, slice_seconds))
+    shutil.rmtree(root, ignore_errors=True)
+    counts = _instruction_counts(100 if quick else 400) if _instructions.available() else {}
     table = Table(
         "counters_cost", "(f) What the stage counters cost", "bench_overhead.py",
         f"CPU microseconds per record of the whole process (all threads) with the stage "
         f"counters on (the default: every batch counted, one in {meters.EVERY} timed) and off "
-        f"(`RESUMELOADER_STATS=0`), batch {BATCH}, 0 workers, median of {rounds} interleaved "
-        "rounds (every other one in reverse order); wall us/record beside.",
+        f"(`RESUMELOADER_STATS=0`), batch {BATCH}, 0 workers. The two loaders of a row live "
+        f"side by side and take turns: median of {rounds} alternating slices of about "
+        f"{slice_seconds} s each (every other round in reverse order), after a warm-up; "
+        "wall us/record beside. 'control': a second loader with the counters off, run in "
+        "the same turns: off / control is how far two identical loaders differ. "
+        "Instructions: per batch, every thread, counted by Valgrind's callgrind over a "
+        "fixed number of batches after a warm-up, each loader in its own process (a "
+        "figure the machine's load does not move; not for the graph path, whose "
+        "tf.data threads Valgrind serialises).",
         [Column("path", "path"), Column("cpu_on", "CPU us/record, on", ".3f"),
          Column("cpu_off", "CPU us/record, off", ".3f"), Column("ratio", "on / off", ".3f"),
+         Column("control", "off / control", ".3f"),
+         Column("ins_on", "instructions/batch, on", ",.0f"),
+         Column("ins_off", "instructions/batch, off", ",.0f"),
+         Column("ins_ratio", "on / off, instructions", ".4f"),
          Column("wall_on", "wall us/record, on", ".3f"),
          Column("wall_off", "wall us/record, off", ".3f")],
         note=f"TensorFlow {tf.__version__}",
     )
     targets = []
-    for name in [*paths, graph_path]:
-        on, off = cpu[f"{name}|True"], cpu[f"{name}|False"]
-        table.add(path=name, cpu_on=on, cpu_off=off, ratio=on / off,
-                  wall_on=statistics.median(walls[f"{name}|True"]),
-                  wall_off=statistics.median(walls[f"{name}|False"]))
+    for number, name in enumerate([*paths, graph_path]):
+        (on, wall_on), (off, wall_off) = figures[f"{name}|on"], figures[f"{name}|off"]
+        control = figures[f"{name}|control"][0]
+        ins_on, ins_off = counts.get((number, True)), counts.get((number, False))
+        table.add(path=name, cpu_on=on, cpu_off=off, ratio=on / off, control=off / control,
+                  ins_on=ins_on, ins_off=ins_off,
+                  ins_ratio=ins_on / ins_off if ins_on and ins_off else None,
+                  wall_on=wall_on, wall_off=wall_off)
         targets.append(Target(f"(f) counters on / off, CPU per record: {name}", on / off, 1.02,
                               at_most=True, item="31.1, counters"))
     table.finish(start)
@@ -277,6 +367,10 @@ def run(quick: bool) -> Report:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--count-loop"]:  # a process `_instruction_counts` starts
+        path, mode, batches = sys.argv[2:5]
+        counting_loop(int(path), mode == "on", int(batches))
+        return
     _common.script_main(run, __doc__, "fewer rounds and batches")
 
 

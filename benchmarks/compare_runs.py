@@ -70,8 +70,10 @@ def agree(a: float, b: float, tolerance: float = TOLERANCE, floor: float = 0.0) 
 
 
 def _row_key(table: _results.Table, row: dict[str, Any], seen: dict[tuple, int]) -> tuple:
-    """A row's text cells, and which occurrence of them it is (rows may repeat them)."""
-    text = tuple((c.key, row.get(c.key)) for c in table.columns if not _number(row.get(c.key)))
+    """A row's naming text cells (`_results.Column.identity`), and which occurrence of
+    them it is (rows may repeat them)."""
+    text = tuple((c.key, row.get(c.key)) for c in table.columns
+                 if c.identity and not _number(row.get(c.key)))
     seen[text] = seen.get(text, 0) + 1
     return (*text, seen[text])
 

@@ -176,3 +176,30 @@ def test_compare_loaded_run_target_without_its_cpu_figure_is_not_measured(tmp_pa
 
     kept = found.kept["bench_x"].targets[0]
     assert (kept.value, kept.cpu_value, kept.verdict()) == (None, None, "not measured")
+
+
+def _decided_run(folder: Path, decided: str, rate: float) -> Path:
+    table = _results.Table(
+        "autotune", "(w) t", "bench_x.py", "Rates.",
+        [_results.Column("pipeline", "pipeline"),
+         _results.Column("decided", "decided", identity=False),
+         _results.Column("rate", "records/s", ",.0f")],
+    )
+    table.add(pipeline="auto", decided=decided, rate=rate)
+    run = _results.Run("python benchmarks/bench_x.py", False, "2026-12-02 00:00 UTC", 1.0,
+                       {"machine": "x86_64", "cpus": 2, "python": "3.11"},
+                       {"start": [0.1, 0.1, 0.1], "end": [0.1, 0.1, 0.1]})
+    return _results.write(folder / "bench_x.json", _results.Report([table], []), run)
+
+
+def test_compare_pairs_rows_by_their_naming_text_only(tmp_path):
+    """A text cell that reports what a run found (`identity=False`: a decision after so
+    many batches and seconds) does not name the row: two runs' rows still pair up, and
+    their figures are compared (kept within 15%, dropped beyond)."""
+    first = _decided_run(tmp_path / "one", "process x 2 (398 batches, 1.8 s)", 1000.0)
+    _decided_run(tmp_path / "two", "process x 2 (368 batches, 1.9 s)", 1100.0)
+    _decided_run(tmp_path / "three", "process x 2 (401 batches, 1.8 s)", 1300.0)
+    kept = compare_runs.compare(first.parent, tmp_path / "two").kept
+    assert [row["rate"] for row in kept["bench_x"].table("autotune").rows] == [1000.0]
+    kept = compare_runs.compare(first.parent, tmp_path / "three").kept
+    assert [row["rate"] for row in kept["bench_x"].table("autotune").rows] == [None]

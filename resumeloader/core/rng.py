@@ -192,44 +192,30 @@ class RecordRngs(Sequence[np.random.Generator]):
     def random(self, shape: Any = (), dtype: Any = np.float64, *, size: Any = None) -> np.ndarray:
         """Floats in [0, 1), ``[rows, *shape]``: row ``i`` is ``self[i].random(shape, dtype)``."""
         shape, kind = _shape(shape, size), np.dtype(dtype)
-        draw = {np.dtype(np.float64): draws.doubles, np.dtype(np.float32): draws.floats}.get(kind)
-        if draw is None:
-            _CHECKS.random(dtype=dtype)  # NumPy's error for another dtype
-        return self._drawn(draw() if draw else None, shape, kind,
-                           lambda g: g.random(shape, dtype))
+        draw = _checked("random", kind)
+        return self._drawn(draw, shape, kind, lambda g: g.random(shape, dtype))
 
     def uniform(self, low: Any = 0.0, high: Any = 1.0, shape: Any = (), *,
                 size: Any = None) -> np.ndarray:
         """``self[i].uniform(low, high, shape)`` for each row ``i``, stacked."""
         shape = _shape(shape, size)
-        draw = None
-        if np.ndim(low) == 0 and np.ndim(high) == 0:
-            _CHECKS.uniform(low, high)
-            draw = draws.uniforms(float(low), float(high))
-        return self._drawn(draw, shape, np.dtype(np.float64),
+        draw = _checked("uniform", low, high)
+        return self._drawn(draw, shape, _FLOAT64,
                            lambda g: g.uniform(low, high, shape))
 
     def normal(self, loc: Any = 0.0, scale: Any = 1.0, shape: Any = (), *,
                size: Any = None) -> np.ndarray:
         """``self[i].normal(loc, scale, shape)`` for each row ``i``, stacked."""
         shape = _shape(shape, size)
-        draw = None
-        if np.ndim(loc) == 0 and np.ndim(scale) == 0:
-            _CHECKS.normal(loc, scale)
-            draw = draws.normals(float(loc), float(scale))
-        return self._drawn(draw, shape, np.dtype(np.float64),
+        draw = _checked("normal", loc, scale)
+        return self._drawn(draw, shape, _FLOAT64,
                            lambda g: g.normal(loc, scale, shape))
 
     def integers(self, low: Any, high: Any = None, shape: Any = (), dtype: Any = np.int64,
                  endpoint: bool = False, *, size: Any = None) -> np.ndarray:
         """``self[i].integers(low, high, shape, dtype, endpoint)`` for each row ``i``, stacked."""
         shape, kind = _shape(shape, size), np.dtype(dtype)
-        draw = None
-        if np.ndim(low) == 0 and np.ndim(high) == 0:
-            _CHECKS.integers(low, high, dtype=dtype, endpoint=endpoint)
-            bounds = (0, low) if high is None else (low, high)
-            first, last = (int(np.asarray(bound)) for bound in bounds)
-            draw = draws.integers(first, last, kind, endpoint=endpoint)
+        draw = _checked("integers", low, high, kind, bool(endpoint))
         return self._drawn(draw, shape, kind,
                            lambda g: g.integers(low, high, shape, dtype, endpoint))
 
@@ -251,8 +237,67 @@ class RecordRngs(Sequence[np.random.Generator]):
         return f"RecordRngs(seed={self.seed}, epoch={self.epoch}, rows={len(self)})"
 
 
+_FLOAT64 = np.dtype(np.float64)
+# (method, its scalar arguments and their types) -> its checked `draws.Draw` or None.
+_DRAWS: dict[tuple[Any, ...], draws.Draw | None] = {}
+_DRAWS_KEPT = 256
+_SCALARS = (int, float, bool, np.integer, np.floating, np.bool_)
+_FLOATS = (float, np.floating)
+
+
+def _checked(method: str, *args: Any) -> draws.Draw | None:
+    """The `draws.Draw` of ``RecordRngs.<method>(*args)`` (None: NumPy draws it row by
+    row), its arguments checked once as NumPy checks them (NumPy's error raised). Kept
+    per arguments of scalar types (with their types: ``1`` and ``1.0`` are not one),
+    at most `_DRAWS_KEPT` of them, but a float zero's."""
+    # A float zero is left out: 0.0 and -0.0 are one key but may give other sign bits.
+    if all((isinstance(arg, _SCALARS) and not (isinstance(arg, _FLOATS) and arg == 0))
+           or arg is None or isinstance(arg, np.dtype) for arg in args):
+        key = (method, *args, *map(type, args))
+        draw = _DRAWS.get(key, _MISSING)
+        if draw is not _MISSING:
+            return draw  # type: ignore[return-value]
+        draw = _made(method, *args)
+        if len(_DRAWS) >= _DRAWS_KEPT:
+            _DRAWS.clear()
+        _DRAWS[key] = draw
+        return draw
+    return _made(method, *args)
+
+
+_MISSING = object()
+
+
+def _made(method: str, *args: Any) -> draws.Draw | None:
+    """`_checked`'s draw, made and checked."""
+    if method == "random":
+        (kind,) = args
+        draw = {_FLOAT64: draws.doubles, np.dtype(np.float32): draws.floats}.get(kind)
+        if draw is None:
+            _CHECKS.random(dtype=kind)  # NumPy's error for another dtype
+        return draw() if draw else None
+    if method == "integers":
+        low, high, kind, endpoint = args
+        if np.ndim(low) or np.ndim(high):
+            return None
+        _CHECKS.integers(low, high, dtype=kind, endpoint=endpoint)
+        bounds = (0, low) if high is None else (low, high)
+        first, last = (int(np.asarray(bound)) for bound in bounds)
+        return draws.integers(first, last, kind, endpoint=endpoint)
+    first, second = args
+    if np.ndim(first) or np.ndim(second):
+        return None
+    if method == "uniform":
+        _CHECKS.uniform(first, second)
+        return draws.uniforms(float(first), float(second))
+    _CHECKS.normal(first, second)
+    return draws.normals(float(first), float(second))
+
+
 def _shape(shape: Any, size: Any) -> tuple[int, ...]:
     """The per-row shape from `shape` or NumPy's spelling `size` (an int or a sequence)."""
+    if size is None and type(shape) is tuple and not shape:
+        return ()
     if size is not None:
         if shape not in ((), None):
             msg = (

@@ -98,15 +98,29 @@ class GatherPath(delivery.DeliveryPath):
     def source_row(self) -> delivery.Row:
         pipeline = self.engine.plan.pipeline
         record = self.engine.producer.spec.describe()
-        return ("source", f"{pipeline.source.description}, as constant tensors", record,
-                "constant")
+        how = columns_lib.read_as(self._made_columns())
+        return ("source", f"{pipeline.source.description}, {how}", record, "constant")
 
     def handover_rows(self) -> list[delivery.Row]:
+        columns = self._made_columns()
+        by_numpy = sum(not column.in_place for column in columns)
+        gathered = (
+            "tf.gather(source, indices)" if not by_numpy
+            else "rows gathered by NumPy (numpy_function)" if by_numpy == len(columns)
+            else "tf.gather(in-place columns, indices), the others by NumPy (numpy_function)"
+        )
         return [
             ("from_generator", "gather path: index array of each batch", "int64[None]",
              "recomputed"),
-            ("map", "tf.gather(source, indices)", self.batch_text(), "recomputed"),
+            ("map", f"{gathered}, up to {CHUNK} batches at once", self.batch_text(),
+             "recomputed"),
         ]
+
+    def _made_columns(self) -> list[columns_lib.Column]:
+        """The columns as `columns.Column` (made once: nothing is copied or read)."""
+        if self._columns is None:
+            self._columns = [columns_lib.Column(leaf) for leaf in self._leaves]
+        return self._columns
 
     def _gathered(
         self,
@@ -123,9 +137,7 @@ class GatherPath(delivery.DeliveryPath):
             element_spec: the loader's element spec, which the batches are given.
             with_metadata: whether elements are ``(batch, metadata)``.
         """
-        if self._columns is None:
-            self._columns = [columns_lib.Column(leaf) for leaf in self._leaves]
-        columns = self._columns
+        columns = self._made_columns()
         data_spec = element_spec[0] if with_metadata else element_spec
         specs = optree.tree_leaves(data_spec, is_leaf=_is_spec, none_is_leaf=True)
         index_spec = tf.TensorSpec(specs[0].shape[:1], tf.int64)

@@ -282,16 +282,26 @@ class GraphPath(delivery.DeliveryPath):
     def source_row(self) -> delivery.Row:
         pipeline = self.engine.plan.pipeline
         record = self.engine.producer.spec.describe()
-        return ("source", f"{pipeline.source.description}, as constant tensors", record,
-                "constant")
+        how = columns_lib.read_as(self._columns)
+        return ("source", f"{pipeline.source.description}, {how}", record, "constant")
 
     def handover_rows(self) -> list[delivery.Row]:
         chunk = self.batches.chunk_batches
+        mapped = "map(AUTOTUNE, deterministic)"
+        if not self._by_numpy:
+            return [
+                ("order", f"graph path: record indices in TensorFlow ops, up to {chunk} "
+                 "batches at once", "int64[None]", "recomputed"),
+                ("map", f"tf.gather(source, indices), {mapped}", self.batch_text(),
+                 "recomputed"),
+            ]
+        gathered = ("each batch a slice of its chunk" if len(self._by_numpy) == len(self._columns)
+                    else "tf.gather(in-place columns, indices), the others a slice of the chunk")
         return [
-            ("order", f"graph path: record indices in TensorFlow ops, up to {chunk} "
-             "batches at once", "int64[None]", "recomputed"),
-            ("map", "tf.gather(source, indices), map(AUTOTUNE, deterministic)",
-             self.batch_text(), "recomputed"),
+            ("order", f"graph path: record indices and rows of up to {chunk} batches at once "
+             "by NumPy (the plan's order, one numpy_function per chunk)", "int64[None]",
+             "recomputed"),
+            ("map", f"{gathered}, {mapped}", self.batch_text(), "recomputed"),
         ]
 
 

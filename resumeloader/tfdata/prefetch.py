@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from resumeloader.core import board as board_lib
-from resumeloader.core import exiting, handoff, waits
+from resumeloader.core import buffers, exiting, handoff, waits
 
 __all__ = ["PREFETCHED", "Started", "prefetched", "rows", "to_tensors"]
 
@@ -58,6 +58,8 @@ def to_tensors(batch: Any) -> Any:
     """
     if type(batch) is np.ndarray:
         return _tensor(batch)
+    if isinstance(batch, tf.Tensor):  # made a tensor already (decoded variable leaves)
+        return batch
     if type(batch) is dict and all(type(leaf) is np.ndarray for leaf in batch.values()):
         return {key: _tensor(leaf) for key, leaf in batch.items()}
     if type(batch) is tuple and all(type(leaf) is np.ndarray for leaf in batch):
@@ -68,15 +70,14 @@ def to_tensors(batch: Any) -> Any:
 def _tensor(array: np.ndarray) -> Any:
     """`array` as an eager tensor: a fresh numeric array the library made (a gathered
     batch, `core/handoff.py`) hands its memory over through DLPack, any
-    other array is copied (a view of shared memory, an array a source may reuse)."""
-    if (
-        array.dtype.kind in "iuf"
-        and array.flags.c_contiguous
-        and array.flags.writeable
-        and array.size
-        and handoff.take(array)
-    ):
-        return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+    other array is copied (a view of shared memory, an array a source may reuse): a
+    small numeric one into fresh memory handed over (`handoff.small`), others by
+    TensorFlow."""
+    if array.dtype.kind in "iuf" and array.size:
+        if array.flags.c_contiguous and array.flags.writeable and handoff.take(array):
+            return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+        if array.nbytes < buffers.MIN_BYTES:
+            return tf.experimental.dlpack.from_dlpack(handoff.small(array).__dlpack__())
     return tf.constant(array)
 
 

@@ -18,8 +18,10 @@ of that need reads within an epoch), the re-reads on the reads with the cache as
 (`resumeloader.tools.plan_reads`).
 
 It holds no bytes: one small entry per span, at most `MAX_SPANS` of them and at most
-`limit` bytes' worth; what it forgot past that is counted as ``forgot`` (the need may
-then be larger than found).
+`limit` bytes' worth; what it forgot past that is counted as ``forgot``. A GET of bytes
+of a span it forgot in the same epoch (and the reads ran on a cache of `limit` bytes,
+which dropped it too) is a reuse farther than it follows: counted as ``beyond``, the
+need is then larger than ``limit``, not measured (`need` is only what was seen).
 """
 
 from __future__ import annotations
@@ -62,15 +64,21 @@ class CacheNeed:
         need: the largest reuse distance within an epoch seen (bytes).
         reread: bytes that GETs read again in an epoch of spans the cache had dropped.
         forgot: spans forgotten past the limits (a later reuse of one is not seen).
+        beyond: bytes that GETs read again in an epoch of spans forgotten in it: a reuse
+            farther than `limit` (the need is larger than `limit`).
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = max(1, int(limit))
-        self.need = self.reread = self.forgot = 0
+        self.need = self.reread = self.forgot = self.beyond = 0
         self._order: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
         self._by_key: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (start, made) sorted
         self._made = 0
         self._held = 0
+        # The spans forgotten in `_epoch` that it used, by key: (start, stop) sorted.
+        self._forgotten: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        self._forgotten_spans = 0
+        self._epoch = -1
 
     def step(self, step: int, epoch: int, ranges: Sequence[tuple[Any, int, int]],
              gets: Sequence[tuple[Any, int, int]],
@@ -83,6 +91,8 @@ class CacheNeed:
         the cache holds all of it; a GET merged across a span the cache holds reads its
         bytes again too, but not for want of room)."""
         reread = 0
+        if epoch != self._epoch:
+            self._epoch, self._forgotten, self._forgotten_spans = epoch, {}, 0
         before: dict[int, int] = {}  # the epoch a span was last used in before this step
         hits = [self._find((obj.url, obj.version), start, stop) for obj, start, stop in ranges]
         distance = self._distance({
@@ -97,6 +107,7 @@ class CacheNeed:
             self._order.move_to_end(found.made)
         for obj, start, stop in gets:
             key = (obj.url, obj.version)
+            self.beyond += self._refetched(key, start, stop)
             for old in self._overlapping(key, start, stop):
                 if held(old.obj, old.start, old.stop):
                     continue  # the cache keeps it beside the new span, as here
@@ -106,8 +117,7 @@ class CacheNeed:
             self._add(_Entry(key, obj, start, stop, step, epoch, self._made, epoch))
             self._made += 1
         while len(self._order) > MAX_SPANS or self._held > self.limit:
-            self._drop(next(iter(self._order.values())))
-            self.forgot += 1
+            self._forget(next(iter(self._order.values())))
         self.need = max(self.need, distance)
         self.reread += reread
         return distance, reread
@@ -143,6 +153,32 @@ class CacheNeed:
             if entry.stop > start:
                 out.append(entry)
         return out
+
+    def _forget(self, entry: _Entry) -> None:
+        """Drops `entry` past the limits, remembering where it was if used in this epoch."""
+        self._drop(entry)
+        self.forgot += 1
+        if entry.epoch == self._epoch and self._forgotten_spans < MAX_SPANS:
+            bisect.insort(self._forgotten.setdefault(entry.key, []), (entry.start, entry.stop))
+            self._forgotten_spans += 1
+
+    def _refetched(self, key: tuple[str, str], start: int, stop: int) -> int:
+        """The bytes of ``[start, stop)`` in spans of `key` forgotten in this epoch (then
+        forgotten for good: the GET's new span is followed instead)."""
+        found = self._forgotten.get(key)
+        if not found:
+            return 0
+        at = bisect.bisect_left(found, (stop, -1))
+        hit = [k for k in range(max(0, at - 64), at) if found[k][1] > start]
+        clipped = sorted((max(found[k][0], start), min(found[k][1], stop)) for k in hit)
+        for k in reversed(hit):
+            del found[k]
+        self._forgotten_spans -= len(hit)
+        total, reached = 0, start
+        for first, last in clipped:  # their union: forgotten spans may overlap
+            total += max(0, last - max(first, reached))
+            reached = max(reached, last)
+        return total
 
     def _add(self, entry: _Entry) -> None:
         self._order[entry.made] = entry

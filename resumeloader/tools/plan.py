@@ -194,9 +194,14 @@ def _cells(row: plan_reads.Row, terminal: bool) -> list[str]:
     ratio = f"{read / row.record_bytes:.2f}" if row.record_bytes else ""
     return [
         *cells, _names(row.files, terminal), _requests(row), _size(read), ratio,
-        _size(row.readahead_bytes) if row.gets else "", _size(row.cache_bytes) if row.gets else "",
+        _size(row.readahead_bytes) if row.gets else "", _cache(row) if row.gets else "",
         _size(row.reread_bytes) if row.gets else "",
     ]
+
+
+def _cache(row: plan_reads.Row) -> str:
+    """The cache need: more than the plan follows when an epoch reuses a span farther."""
+    return f"> {_size(row.cache_followed)}" if row.cache_beyond else _size(row.cache_bytes)
 
 
 def _table(
@@ -239,7 +244,13 @@ def _advice(total: plan_reads.Row | None, out: Console) -> None:
         f"ObjectReads: cache_bytes {_size(total.cache_limit)}, readahead_bytes "
         f"{_size(total.readahead_limit)}. ", soft_wrap=True, end="",
     )
-    if total.reread_bytes or total.cache_bytes > total.cache_limit:
+    if total.cache_beyond:
+        out.print(f"The cache drops spans before an epoch reads them again, and reading no "
+                  f"byte twice in an epoch needs cache_bytes > {_size(total.cache_followed)} "
+                  "(the most this plan follows: 4x cache_bytes, at least "
+                  f"{_size(plan_reads.NEED_BYTES)}): plan again with a larger cache_bytes.",
+                  soft_wrap=True)
+    elif total.reread_bytes or total.cache_bytes > total.cache_limit:
         out.print(f"The cache drops spans before an epoch reads them again: cache_bytes >= "
                   f"{_size(total.cache_bytes)} reads no byte twice in an epoch.", soft_wrap=True)
     else:

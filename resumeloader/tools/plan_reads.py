@@ -32,10 +32,11 @@ from resumeloader.stages import plan as plan_lib
 from resumeloader.tools import cache_need
 from resumeloader.workers import readahead
 
-__all__ = ["Row", "read_rows", "shard_plan", "step_positions"]
+__all__ = ["NEED_BYTES", "Row", "read_rows", "shard_plan", "step_positions"]
 
-#: The most bytes of spans the cache need is looked for in (a larger need is not seen).
-_NEED_BYTES = 1 << 30
+#: The fewest bytes of spans the cache need is looked for in (with at least 4x the
+#: source's ``cache_bytes``): a larger need is noticed (`Row.cache_beyond`), not measured.
+NEED_BYTES = 1 << 30
 
 
 @dataclasses.dataclass
@@ -59,6 +60,10 @@ class Row:
             distance within an epoch, of the reads with a cache that drops nothing).
         reread_bytes: bytes that GETs read again in an epoch because the cache had
             dropped them.
+        cache_followed: the largest cache the need is looked for in (bytes): a larger
+            need is only noticed (`cache_beyond`).
+        cache_beyond: whether an epoch reuses a span farther than `cache_followed`:
+            the need is then larger than that, and `cache_bytes` only what was seen.
         predicted: False when the source cannot tell its reads (then only `records`).
         cache_limit, readahead_limit: the source's ``ObjectReads.cache_bytes`` and
             ``readahead_bytes`` (None for a source that reads no object).
@@ -79,6 +84,8 @@ class Row:
     readahead_bytes: int = 0
     cache_bytes: int = 0
     reread_bytes: int = 0
+    cache_followed: int = 0
+    cache_beyond: bool = False
     predicted: bool = True
     cache_limit: int | None = None
     readahead_limit: int | None = None
@@ -96,8 +103,9 @@ class Row:
         for name in ("records", "gets", "get_bytes", "preads", "pread_bytes", "record_bytes",
                      "reread_bytes"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("readahead_bytes", "cache_bytes"):
+        for name in ("readahead_bytes", "cache_bytes", "cache_followed"):
             setattr(self, name, max(getattr(self, name), getattr(other, name)))
+        self.cache_beyond = self.cache_beyond or other.cache_beyond
         self.predicted = self.predicted and other.predicted
         self.cache_limit = self.cache_limit or other.cache_limit
         self.readahead_limit = self.readahead_limit or other.readahead_limit
@@ -150,15 +158,13 @@ class _DryAhead:
     """What `readahead.hinted` asks of a source, recorded in a `fetch.DryRun`, with the
     bytes of the GETs started for each task (by its records' array)."""
 
-    def __init__(self, source: sources_base.Source, dry: fetch.DryRun,
-                 shadow: fetch.DryRun) -> None:
-        self._source, self._dry, self._shadow = source, dry, shadow
+    def __init__(self, source: sources_base.Source, dry: fetch.DryRun) -> None:
+        self._source, self._dry = source, dry
         self._started: dict[int, tuple[Any, int]] = {}  # id(indices) -> (indices, bytes)
 
     def prefetch(self, indices: Any) -> bool:
         before = self._dry.get_bytes
         done = self._source.dry_prefetch(indices, self._dry)
-        self._source.dry_prefetch(indices, self._shadow)
         held = self._started.get(id(indices), (indices, 0))
         self._started[id(indices)] = (indices, held[1] + self._dry.get_bytes - before)
         return done
@@ -207,17 +213,18 @@ def read_rows(
 def _shard_rows(
     plan: plan_lib.Plan, index: int, steps: tuple[int, int], every: int, read_ahead: bool
 ) -> Iterator[Row]:
-    dry = fetch.DryRun()
     # The cache need: the reuse distances of the same reads with a cache that drops no
     # span within `need.limit` bytes (`shadow`): with a cache of that need, a run reads as
     # it does (the GETs depend on what the cache holds). The re-reads: of `dry`'s own.
-    need = cache_need.CacheNeed(_NEED_BYTES)
-    shadow = fetch.DryRun(cache_bytes=_NEED_BYTES)
-    reuse = cache_need.CacheNeed(_NEED_BYTES)
+    # One dry read of the source records its reads in both caches (`DryRun.shadow`).
+    need = cache_need.CacheNeed(NEED_BYTES)
+    shadow = fetch.DryRun(cache_bytes=NEED_BYTES)
+    dry = fetch.DryRun(shadow=shadow)
+    reuse = cache_need.CacheNeed(NEED_BYTES)
     source, one_call = plan.pipeline.source, _one_call(plan)
     row: Row | None = None
     seen: set[str] = set()
-    ahead = _DryAhead(source, dry, shadow) if read_ahead else None
+    ahead = _DryAhead(source, dry) if read_ahead else None
     for step, task in _steps(plan, *steps, ahead=ahead):
         if row is not None and step >= row.first_step + every:
             yield row
@@ -228,14 +235,13 @@ def _shard_rows(
                                                  for k in range(len(task.indices))]
         before = dry.get_bytes
         predicted = all([source.dry_read(indices, dry) for indices in calls])
-        for indices in calls:
-            source.dry_read(indices, shadow)
         taken, shadowed = dry.take(), shadow.take()
         if dry.reads is not None:  # the source's settings, known after its first read
-            need.limit = reuse.limit = max(_NEED_BYTES, 4 * dry.reads.cache_bytes)
+            need.limit = reuse.limit = max(NEED_BYTES, 4 * dry.reads.cache_bytes)
             shadow.cache_bytes = need.limit
             row.cache_limit = dry.reads.cache_bytes
             row.readahead_limit = fetch.budget_of(dry.reads)  # "auto": its first budget
+            row.cache_followed = need.limit
         # the GETs the step's records need: those read-ahead started, then its own
         started = dry.get_bytes - before + (ahead.started(task) if ahead is not None else 0)
         row.readahead_bytes = max(row.readahead_bytes, started)
@@ -243,8 +249,10 @@ def _shard_rows(
         gets = [(o, a, b) for o, a, b in taken.sent if isinstance(o, objects.Object)]
         _, reread = reuse.step(step, task.epoch, taken.cached, gets, dry.holds)
         gets = [(o, a, b) for o, a, b in shadowed.sent if isinstance(o, objects.Object)]
+        beyond = need.beyond
         distance, _ = need.step(step, task.epoch, shadowed.cached, gets, shadow.holds)
         row.cache_bytes = max(row.cache_bytes, distance)
+        row.cache_beyond = row.cache_beyond or need.beyond > beyond
         row.reread_bytes += reread
         row.stop_step = max(row.stop_step, step + 1)
     if row is not None:

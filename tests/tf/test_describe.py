@@ -142,3 +142,72 @@ def test_describe_arrays_with_a_worker_name_read_batch():
     """Arrays read a batch per `read_batch` call, and say so."""
     text = _source_row(_loader(workers=resumeloader.Workers(1)).describe())
     assert text.endswith(": read_batch(indices)")
+
+
+def _at_offset(array: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of `array` whose data starts `offset` bytes past a 64-byte boundary (large
+    NumPy arrays, and ``np.load``'s, start 16 bytes off)."""
+    raw = np.empty(array.nbytes + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    copy = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
+def _cells(text: str) -> dict[str, str]:
+    """Each row's `what` cell (its lines joined), by stage."""
+    cells: dict[str, str] = {}
+    name = ""
+    for line in text.splitlines():
+        if line.startswith("│"):
+            first, what = (part.strip() for part in line.split("│")[1:3])
+            name = first or name
+            cells[name] = f"{cells.get(name, '')} {what}".strip()
+    return cells
+
+
+_ARRAY = np.arange(10 * 6, dtype=np.float32).reshape(10, 6)
+
+
+@pytest.mark.parametrize("skips", [False, True], ids=["graph-path", "gather-path"])
+def test_describe_says_an_aligned_array_is_gathered_by_tensorflow_in_place(skips):
+    """An array TensorFlow can address: indices (graph path) and rows in TensorFlow ops."""
+    pipeline = resumeloader.Pipeline(_at_offset(_ARRAY, 0), seed=0)
+    loader = resumeloader.ResumableLoader.from_pipeline(
+        (pipeline.skip(2, 4) if skips else pipeline).batch(4), num_epochs=2)
+    cells = _cells(loader.describe())
+    assert cells["source"].endswith("as constant tensors")
+    assert cells["map"].startswith("tf.gather(source, indices)")
+    assert "NumPy" not in loader.describe()
+    if not skips:
+        assert cells["order"].startswith("graph path: record indices in TensorFlow ops")
+
+
+@pytest.mark.parametrize("skips", [False, True], ids=["graph-path", "gather-path"])
+def test_describe_says_an_unaligned_array_is_gathered_by_numpy(skips):
+    """An array 16 bytes off 64-byte alignment (as ``np.load``'s): NumPy gathers its rows
+    a chunk at a time (graph path: with the chunk's record indices), and describe() says so."""
+    pipeline = resumeloader.Pipeline(_at_offset(_ARRAY, 16), seed=0)
+    loader = resumeloader.ResumableLoader.from_pipeline(
+        (pipeline.skip(2, 4) if skips else pipeline).batch(4), num_epochs=2)
+    text = loader.describe()
+    cells = _cells(text)
+    assert "constant tensors" not in text and "tf.gather" not in text
+    assert cells["source"].endswith("gathered by NumPy (not 64-byte aligned, strided, "
+                                    "read-only or big-endian)")
+    if skips:
+        assert cells["map"].startswith("rows gathered by NumPy (numpy_function)")
+    else:
+        assert "TensorFlow ops" not in text
+        assert cells["order"].startswith("graph path: record indices and rows of up to")
+        assert "by NumPy (the plan's order, one numpy_function per chunk)" in cells["order"]
+        assert cells["map"].startswith("each batch a slice of its chunk")
+
+
+def test_describe_says_which_columns_numpy_gathers():
+    """Aligned and unaligned columns together: each read as it is, and describe() counts them."""
+    arrays = {"a": _at_offset(_ARRAY, 0), "b": _at_offset(_ARRAY[:, 0].copy(), 16)}
+    loader = resumeloader.ResumableLoader(arrays, batch_size=4, seed=0, num_epochs=1)
+    cells = _cells(loader.describe())
+    assert "1 of 2 columns as constant tensors, 1 gathered by NumPy" in cells["source"]
+    assert cells["map"].startswith("tf.gather(in-place columns, indices), the others a slice")

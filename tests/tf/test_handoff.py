@@ -110,3 +110,54 @@ def test_a_source_buffer_reused_between_batches_is_copied(prefetch):
     rows = [row for batch in batches for row in batch.numpy()]
     assert sorted(int(row[0]) for row in rows) == list(range(16))
     assert all((row == row[0]).all() for row in rows)
+
+
+@pytest.mark.parametrize("dtype", [">i8", "<f4", "u2", "f2"])
+def test_small_is_an_aligned_native_copy_sharing_nothing(dtype):
+    """`small` copies a small array into fresh aligned memory, in native byte order."""
+    array = np.arange(12).reshape(3, 4).astype(dtype)[:, ::2]  # strided, maybe swapped
+
+    out = handoff.small(array)
+
+    np.testing.assert_array_equal(out, array)
+    assert out.ctypes.data % handoff.ALIGNMENT == 0 and out.flags.c_contiguous
+    assert out.dtype.isnative and not np.shares_memory(out, array)
+    assert not np.shares_memory(out, handoff.small(array))  # each copy its own
+
+
+class _KeptOutput:
+    """A ``map_batch`` function that returns a small buffer it keeps and rewrites on
+    every call, with the labels."""
+
+    def __init__(self) -> None:
+        self.buffer = _aligned_zeros(8)
+
+    def __call__(self, batch, rngs):
+        _images, labels = batch
+        self.buffer[...] = labels[:, None] + rngs.random()[:, None]
+        return self.buffer, labels
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_map_batch_small_outputs_kept_by_the_user_keep_their_values(prefetch):
+    """Small outputs (a buffer the function rewrites, the labels) are handed over as
+    copies: every batch the user keeps holds its own values after later batches."""
+    import tensorflow as tf
+
+    import resumeloader
+
+    images = np.zeros((64, 2), np.float32)
+    labels = np.arange(64)
+    signature = (tf.TensorSpec((3,), tf.float32), tf.TensorSpec((), tf.int64))
+    pipeline = (resumeloader.Pipeline((images, labels), seed=3).shuffle().batch(8)
+                .map_batch(_KeptOutput(), output_signature=signature))
+    loader = ResumableLoader.from_pipeline(pipeline, num_epochs=2, prefetch=prefetch)
+    kept = list(loader)  # every tensor alive at once, 16 batches
+
+    assert len(kept) == 16
+    seen = []
+    for values, label in kept:
+        label = label.numpy()
+        seen.extend(label.tolist())
+        np.testing.assert_array_equal(np.floor(values.numpy()), label[:, None] + np.zeros(3))
+    assert sorted(seen) == sorted(list(range(64)) * 2)

@@ -255,3 +255,75 @@ def test_plan_of_a_packing_stage_refuses_steps(tmp_path, capsys):
     assert "Steps cannot be planned for this loader without reading its data" in (
         capsys.readouterr().err
     )
+
+
+def test_plan_reads_each_task_once_for_both_caches(s3_store, tmp_path, capsys, monkeypatch):
+    """The source's dry read runs once per task: the cache need's cache (`DryRun.shadow`)
+    records the same reads, and the figures still equal a counted run."""
+    from resumeloader.sources import TFRecordSource
+
+    calls = []
+    real = TFRecordSource.dry_read
+
+    def counted(self, indices, dry):
+        calls.append(len(indices))
+        return real(self, indices, dry)
+
+    monkeypatch.setattr(TFRecordSource, "dry_read", counted)
+    url, _ = put_tfrecords(s3_store, files=3, count=60, size=2000)
+    reads = {"cache_bytes": 40_000, "readahead_bytes": 0}
+    spec = _job(tmp_path, url, order="small-blocks", reads=reads, options=s3_store.options)
+    total = _plan(spec, capsys, "--steps", "0:12")["total"][0]
+    assert calls == [16] * 11 + [4]  # one call per batch: 12 steps, an epoch of 180 records
+    assert total["cache_bytes"] > reads["cache_bytes"] and not total["cache_beyond"]
+    assert _run(spec, 12, proxy=s3_store.proxy)[0] == 12
+    assert (total["gets"], total["get_bytes"]) == (s3_store.proxy.reads,
+                                                   s3_store.proxy.bytes_sent)
+
+
+def test_plan_says_when_the_cache_need_exceeds_what_it_follows(s3_store, tmp_path, capsys,
+                                                                 monkeypatch):
+    """A need larger than the cache the plan follows (4x cache_bytes, at least
+    `NEED_BYTES`) is not measured but said, in the rows and in the advice; planning
+    again with that cache_bytes measures it."""
+    from resumeloader.tools import plan_reads
+
+    url, _ = put_tfrecords(s3_store, files=3, count=60, size=2000)
+    reads = {"cache_bytes": 40_000, "readahead_bytes": 0}
+    spec = _job(tmp_path, url, order="small-blocks", reads=reads, options=s3_store.options)
+    need = _plan(spec, capsys, "--steps", "0:12")["total"][0]["cache_bytes"]
+    monkeypatch.setattr(plan_reads, "NEED_BYTES", 1)
+    reads["cache_bytes"] = need // 8  # the plan follows 4x that: half the need
+    spec = _job(tmp_path, url, order="small-blocks", reads=reads, options=s3_store.options)
+    out = _plan(spec, capsys, "--steps", "0:12")
+    total = out["total"][0]
+    assert total["cache_beyond"] and total["cache_followed"] == 4 * reads["cache_bytes"]
+    assert any(row["cache_beyond"] for row in out["row"])
+    assert total["cache_bytes"] <= total["cache_followed"] < need
+    capsys.readouterr()
+    assert cli.main(["plan", spec, "--steps", "0:12"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"needs cache_bytes > {4 * reads['cache_bytes'] / 1024:.1f} KiB" in text
+    reads["cache_bytes"] = 4 * reads["cache_bytes"]  # as the advice says: follows 2x the need
+    spec = _job(tmp_path, url, order="small-blocks", reads=reads, options=s3_store.options)
+    again = _plan(spec, capsys, "--steps", "0:12")["total"][0]
+    assert (again["cache_beyond"], again["cache_bytes"]) == (False, need)
+
+
+def test_cache_need_notices_a_reuse_farther_than_it_follows():
+    """A span forgotten past `limit` and read again in its epoch counts as `beyond` (the
+    need is larger than `limit`); one forgotten in an earlier epoch does not."""
+    from resumeloader.sources.storage import objects
+    from resumeloader.tools import cache_need
+
+    obj = objects.Object("s3://b/k", 300, "v1")
+    a, b = (obj, 0, 100), (obj, 100, 200)
+    dropped = lambda *_: False  # noqa: E731
+    need = cache_need.CacheNeed(150)  # holds one span: a is forgotten when b is read
+    for k, span in enumerate([a, b, a]):
+        need.step(k, 0, [span], [span], dropped)
+    assert (need.beyond, need.need, need.forgot) == (100, 0, 2)
+    need = cache_need.CacheNeed(150)
+    for k, (epoch, span) in enumerate([(0, a), (0, b), (1, a)]):
+        need.step(k, epoch, [span], [span], dropped)
+    assert need.beyond == 0

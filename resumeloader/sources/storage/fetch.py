@@ -297,15 +297,20 @@ class DryRun:
     that reads local files records each ``pread`` it would make (`pread`). `take` hands
     over what was recorded since the last call. With `cache_bytes`, its cache holds that
     many bytes instead of the reads' ``cache_bytes`` (the read-ahead budget unchanged).
+    With `shadow`, each objects' read and read-ahead is also recorded in that other
+    `DryRun` (another cache), so one dry read of the source serves both.
 
     Attributes:
         reads: the settings of the last objects' read recorded (None before one).
         get_bytes: the bytes of all GETs recorded so far (`take` leaves it).
+        shadow: the `DryRun` that also records the objects' reads (None: none).
     """
 
-    def __init__(self, *, cache_bytes: int | None = None) -> None:
+    def __init__(self, *, cache_bytes: int | None = None,
+                 shadow: DryRun | None = None) -> None:
         #: A ``cache_bytes`` of the dry cache in place of the reads' own (None: theirs).
         self.cache_bytes = cache_bytes
+        self.shadow = shadow
         self.reads: ObjectReads | None = None
         self.get_bytes = 0
         self._cache = spans.Cache()
@@ -319,6 +324,8 @@ class DryRun:
         """Records the GETs that ``read(ranges, reads, blocks=blocks, cache=cache)`` would
         send now, in the order it would send them (the cache updated as `read` would);
         `wanted` bytes of the ranges are records (default: all)."""
+        if self.shadow is not None:
+            self.shadow.read(ranges, reads, blocks=blocks, cache=cache, wanted=wanted)
         self.reads = reads
         self._taken.wanted_bytes += (
             sum(stop - start for _, start, stop in ranges) if wanted is None else wanted
@@ -339,7 +346,9 @@ class DryRun:
     ) -> bool:
         """Records the GETs that ``prefetch(ranges, reads, blocks=blocks)`` would start
         now (they finish by the end of the next `read`); False when the read-ahead budget
-        is full, as there."""
+        is full, as there (the shadow's answer is not asked)."""
+        if self.shadow is not None:
+            self.shadow.prefetch(ranges, reads, blocks=blocks)
         self.reads = reads
         found = _spans(ranges, self._own(reads), blocks, ahead=True, budget=budget_of(reads),
                        cache=self._cache, submit=self._submit)

@@ -188,3 +188,49 @@ def test_integers_draw_other_dtype_is_left_to_numpy():
     """Bounded integers of a dtype NumPy fills with 8- or 16-bit buffers are not drawn
     together (None): NumPy draws them row by row."""
     assert draws.integers(0, 9, np.dtype(np.int16), endpoint=False) is None
+
+
+def test_record_rngs_over_views_of_one_order_equal_each_rows_generator():
+    # Batches whose indices are views of one longer array (the plan's chunk) take their
+    # first Philox blocks from a run computed for the rows ahead: the same draws.
+    order = np.random.default_rng(4).permutation(5000).astype(np.int64)
+    for start, rows, epoch in [(0, 128, 0), (128, 128, 0), (1000, 100, 0), (1100, 5, 3),
+                               (4990, 10, 3), (256, 128, 0), (0, 128, 1)]:
+        indices = order[start : start + rows]
+        rngs = rng.RecordRngs(_SEED, epoch, indices)
+        got = [rngs.random(), rngs.integers(0, 9, size=2), rngs.normal(size=6),
+               rngs.uniform(0.8, 1.2, 3)]
+        rows_alone = _rows(_SEED, epoch, indices)
+        want = [_row_by_row(rows_alone, "random", (), {}),
+                _row_by_row(rows_alone, "integers", (0, 9), {"size": 2}),
+                _row_by_row(rows_alone, "normal", (), {"size": 6}),
+                _row_by_row(rows_alone, "uniform", (0.8, 1.2, 3), {})]
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert any(run.base is order for run in streams._runs)  # the batches took its blocks
+
+
+def test_record_rngs_over_a_view_changed_in_place_draw_from_the_new_indices():
+    # The run kept for the rows ahead is Philox of the keys it saw: a view whose array
+    # was changed since gets the new keys' draws, never the kept ones.
+    order = np.arange(2000, dtype=np.int64)
+    first = rng.RecordRngs(_SEED, 0, order[:64]).random()
+    order[64:128] += 5000
+    second = rng.RecordRngs(_SEED, 0, order[64:128]).random()
+    np.testing.assert_array_equal(
+        first, _row_by_row(_rows(_SEED, 0, np.arange(64)), "random", (), {}))
+    np.testing.assert_array_equal(
+        second, _row_by_row(_rows(_SEED, 0, np.arange(5064, 5128)), "random", (), {}))
+
+
+def test_record_rngs_repeated_calls_keep_numpys_sign_of_zero():
+    """Draws kept per arguments tell 0.0 from -0.0: each call's sign bits are NumPy's."""
+    indices = np.arange(6)
+    rngs, rows_alone = rng.RecordRngs(_SEED, 0, indices), _rows(_SEED, 0, indices)
+    for loc, scale in [(0.0, 0.0), (-0.0, 0.0), (0.0, 0.0), (-0.0, 0.0)]:
+        got = rngs.normal(loc, scale, 4)
+        want = _row_by_row(rows_alone, "normal", (loc, scale, 4), {})
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    for low, high in [(0.5, 1.5), (0.5, 1.5), (1, 3), (np.float32(1), 3.0)]:
+        got = rngs.uniform(low, high, 2)
+        np.testing.assert_array_equal(got, _row_by_row(rows_alone, "uniform", (low, high, 2), {}))

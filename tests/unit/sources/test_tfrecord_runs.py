@@ -245,21 +245,26 @@ def test_object_bodies_are_received_into_recycled_memory(s3_store, tmp_path):
     assert buffers.POOL.allocated - allocated <= 2
 
 
-def _gets_of_each_way(store, src, batches, every, *, announced: bool) -> dict[str, int]:
+def _gets_of_each_way(store, src, batches, every, *, announced: bool,
+                      asks: dict[str, int] | None = None) -> dict[str, int]:
     """The proxy's GETs for `batches` read by `read_batch` and by `read_packed`, each
     from a cold cache (every batch announced with `prefetch` first if `announced`);
-    both must give the records written."""
+    both must give the records written. `asks` receives the ranges each way asked of
+    the span cache (``fetch.stats()["ranges"]``)."""
     gets = {}
     for way in ("read_batch", "read_packed"):
         fetch.clear()
         store.proxy.clear()
         for indices in batches if announced else []:
             src.prefetch(indices)
+        before = fetch.stats()["ranges"]
         for indices in batches:
             got = getattr(src, way)(indices)
             got = got if way == "read_batch" else _strings(got)
             assert got == [every[i] for i in indices]
         gets[way] = store.proxy.reads
+        if asks is not None:
+            asks[way] = fetch.stats()["ranges"] - before
     return gets
 
 
@@ -279,13 +284,20 @@ def test_shuffled_objects_read_by_runs_cost_no_more_gets_than_record_by_record(
 
 def test_objects_read_by_blocks_cost_the_gets_of_record_by_record_reads(s3_store, tmp_path):
     """The block order's reads (`blocked`): runs cut at block boundaries, each served by
-    its block's GET; the same records and the same GETs as `read_batch` (which asks the
-    cache once per block too), with and without the batches announced first."""
+    its block's GET; the same records and the same GETs as `read_batch`, with and without
+    the batches announced first. Both ask the span cache once per block of a batch, not
+    once per record (which sends the same GETs: the blocks are what is fetched), and
+    send at most a GET per block."""
     url, every = put_tfrecords(s3_store, files=3, count=50, size=1000)
     src = source(s3_store, url, tmp_path).blocked(8)
     rng = np.random.default_rng(5)
     batches = [np.sort(rng.permutation(np.arange(start, start + 32)))[::-1][:24]
                for start in (0, 40, 90, 118)]
+    # (file, block) of each batch: a block that straddles two files is read per file
+    blocks = [len({(int(i) // 50, int(i) // 8) for i in indices}) for indices in batches]
+    assert sum(blocks) < sum(map(len, batches)) // 4  # so that a per-record ask shows
     for ahead in (False, True):
-        gets = _gets_of_each_way(s3_store, src, batches, every, announced=ahead)
-        assert gets["read_packed"] == gets["read_batch"], (ahead, gets)
+        asks: dict[str, int] = {}
+        gets = _gets_of_each_way(s3_store, src, batches, every, announced=ahead, asks=asks)
+        assert gets["read_packed"] == gets["read_batch"] <= sum(blocks), (ahead, gets)
+        assert asks == {"read_batch": sum(blocks), "read_packed": sum(blocks)}, (ahead, asks)
