@@ -298,9 +298,9 @@ class TFRecordSource(file_records.FileRecordSource):
             offsets = begins[mine].tolist()
             wheres = [self._locations[file] for file in here[bounds[:-1]].tolist()]
             done = handles.pread_into_files(
-                [(where.path, where.stamp) for where in wheres],  # type: ignore[union-attr]
+                [(where.path, where.stamp) for where in wheres],
                 [list(zip(targets[lo:hi], offsets[lo:hi], strict=True))
-                 for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)],
+                 for lo, hi in itertools.pairwise(bounds)],
             )
             if list(itertools.chain.from_iterable(done)) != size.tolist():
                 return False
@@ -371,7 +371,8 @@ class TFRecordSource(file_records.FileRecordSource):
         # One CRC32C call per record (the library takes only bytes), with no Python frame
         # of ours per record.
         first = where + 12
-        pieces = map(values.data.__getitem__, map(slice, first.tolist(), (first + lengths).tolist()))
+        ends = (first + lengths).tolist()
+        pieces = map(values.data.__getitem__, map(slice, first.tolist(), ends))
         found = np.fromiter(map(google_crc32c.value, map(bytes, pieces)), dtype=np.uint32,
                             count=len(where))
         return bool((_masked(found) == tails).all())

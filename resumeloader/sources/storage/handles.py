@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
+import functools
 import os
 import resource
 import threading
@@ -270,7 +271,8 @@ def pread_into_files(
     try:
         for (path, stamp), wanted in zip(files, reads, strict=True):
             entry = CACHE.acquire(
-                ("fd", path, stamp), lambda p=path, s=stamp: _open_fd(p, s), os.close, repr(path)
+                ("fd", path, stamp), functools.partial(_open_fd, path, stamp), os.close,
+                repr(path),
             )
             entries.append(entry)
             fd = entry.handle
