@@ -614,10 +614,22 @@ def naive_split(arrays: Any) -> Any:
     return ds.batch(BATCH, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
+def grain_flags() -> None:
+    """Marks absl's flags parsed, as an ``absl.app`` program has them: grain's
+    ``DataLoader`` with worker processes reads its flags (worker profiling) and raises
+    ``UnparsedFlagAccessError`` in a plain script otherwise (grain 0.2.18)."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
 def grain_loader(arrays: Any, operation: Any = None, workers: int = 0) -> Iterable[Any]:
     """grain's checkpointable ``DataLoader`` over the records, `workers` processes,
     ``ReadOptions(num_threads=0)`` as grain recommends for in-memory data."""
     import grain.python as grain
+
+    grain_flags()
 
     source = RecordSource(arrays)
     sampler = grain.IndexSampler(

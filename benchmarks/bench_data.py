@@ -221,6 +221,7 @@ def contenders(data: dict[str, Any], root: str, slow_limit: int) -> dict[str, tu
         return tf.io.decode_jpeg(tf.io.read_file(path), channels=3), label
 
     def grain_loader(workers: int) -> Any:
+        _common.grain_flags()
         source = grain.ArrayRecordDataSource(arrays)
         sampler = grain.IndexSampler(
             len(source), shard_options=grain.NoSharding(), shuffle=True, num_epochs=1, seed=0

@@ -319,7 +319,7 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
                     lambda on, name: _eager_run(built(on, paths[name])), on, name)
         figures.update(_common.paired(contenders, rounds, slice_seconds))
     shutil.rmtree(root, ignore_errors=True)
-    counts = _instruction_counts(100 if quick else 400) if _instructions.available() else {}
+    counts = _instruction_counts(100 if quick else 200) if _instructions.available() else {}
     table = Table(
         "counters_cost", "(f) What the stage counters cost", "bench_overhead.py",
         f"CPU microseconds per record of the whole process (all threads) with the stage "

@@ -2,6 +2,7 @@
 same figures as data (benchmarks/results/<script>.json, one file per script).
 
     python benchmarks/run_all.py [--quick] [--sections loader,overhead,...,faults]
+                                 [--scripts bench_overhead,bench_data,...]
                                  [--output benchmarks/RESULTS.md] [--results DIR]
 
 With ``--results DIR`` (another folder than benchmarks/results) the report goes to
@@ -137,11 +138,15 @@ def _own_process(script: str, quick: bool, results: Path, run_command: str) -> _
     return _results.read(path)[0]
 
 
-def run(sections: list[str], quick: bool, results: Path, command: str) -> list[_results.Report]:
+def run(sections: list[str], quick: bool, results: Path, command: str,
+        only: set[str] | None = None) -> list[_results.Report]:
+    """The reports of `sections`' scripts (those in `only`, if given), each in a process."""
     reports = []
     for name in sections:
         print(f"== {name}", file=sys.stderr, flush=True)
         for script in SCRIPTS[name]:
+            if only is not None and script not in only:
+                continue
             reports.append(_own_process(script, quick, results, command))
             _say_malloc(script, results / f"{script}.json")
     return reports
@@ -199,6 +204,10 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=_results.RESULTS,
                         help="folder of the JSON results, one file per script "
                              "(default: %(default)s)")
+    parser.add_argument("--scripts",
+                        help="comma-separated scripts to run (e.g. bench_overhead,bench_data), "
+                             "from the sections that hold them; default: every script of "
+                             "--sections")
     args = parser.parse_args()
     if args.output is None:  # a run into another folder leaves the published report alone
         other = args.results.resolve() != _results.RESULTS.resolve()
@@ -207,11 +216,22 @@ def main() -> None:
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
+    only = None
+    if args.scripts:
+        only = {name.strip() for name in args.scripts.split(",") if name.strip()}
+        known = {script for name in SECTIONS for script in SCRIPTS[name]}
+        if only - known:
+            parser.error(f"unknown scripts {sorted(only - known)}; choose from "
+                         f"{', '.join(sorted(known))}")
+        if args.sections == ",".join(SECTIONS):  # the sections that hold them
+            sections = [name for name in SECTIONS if only & set(SCRIPTS[name])]
     start, start_load = time.perf_counter(), _results.load_average()
     command = "python benchmarks/run_all.py" + (" --quick" if args.quick else "")
     if args.sections != ",".join(SECTIONS):
         command += f" --sections {args.sections}"
-    reports = run(sections, args.quick, args.results, command)
+    if args.scripts:
+        command += f" --scripts {args.scripts}"
+    reports = run(sections, args.quick, args.results, command, only)
     report = render(reports, command, time.perf_counter() - start, start_load)
     Path(args.output).write_text(report)
     print(report)
