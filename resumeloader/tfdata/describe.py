@@ -77,6 +77,12 @@ def describe(
     bottleneck and the measured figures of each stage. When `console` is given, both
     are also printed to it (the table with its colours and width).
 
+    An array TensorFlow can address in place (64-byte aligned, contiguous, writable,
+    native byte order) is gathered in TensorFlow ops (``tf.gather``); any other (e.g. one
+    from ``np.load``, 16 bytes off) by NumPy, a chunk of batches at a time: the source,
+    order and map rows say which (elided below: a small array's alignment is the
+    allocator's luck).
+
     Examples:
         >>> import numpy as np, resumeloader
         >>> loader = resumeloader.ResumableLoader(np.zeros((10, 3), np.float32),
@@ -89,11 +95,7 @@ def describe(
         │ position │ int64 tf.Variable, advanced by the consumer  │ int64           │ CHECKPOINTED │
         │ sampler  │ IndexSampler: shuffled, seed 0, 1 epochs,    │ record index    │ derived      │
         │          │ shard 0/1                                    │                 │              │
-        │ source   │ ndarray of arrays, as constant tensors       │ float32[3]      │ constant     │
-        │ order    │ graph path: record indices in TensorFlow     │ int64[None]     │ recomputed   │
-        │          │ ops, up to 1024 batches at once              │                 │              │
-        │ map      │ tf.gather(source, indices), map(AUTOTUNE,    │ float32[None,3] │ recomputed   │
-        │          │ deterministic)                               │                 │              │
+        │ source   │ ndarray of arrays, ...
         │ prefetch │ prefetch(AUTOTUNE)                           │ float32[None,3] │ recomputed   │
         └──────────┴──────────────────────────────────────────────┴─────────────────┴──────────────┘
         CHECKPOINTED: saved (with the order fingerprint). derived: a pure function of it. re-read,

@@ -246,7 +246,9 @@ def test_worker_killed_from_outside_raises_worker_error():
 
 def test_worker_killed_next_iteration_replaces_it_and_streams_exactly():
     """After a worker died, iterating again starts a new one and continues the exact stream."""
-    loader = _loader(2, "process", map_fn=fns.slow, num_epochs=1)
+    # 600 records of ~2 ms: the workers are still busy when the test kills one, even on a
+    # loaded machine (with 40 they could finish the epoch first: no WorkerError to see).
+    loader = _loader(2, "process", map_fn=fns.slow, num_epochs=1, source=_records(600))
     batches = iter(loader)
     consumed = [next(batches).numpy()]
     before = _children()
@@ -256,7 +258,7 @@ def test_worker_killed_next_iteration_replaces_it_and_streams_exactly():
             consumed.append(next(batches).numpy())
     del batches
     stream = consumed + _drain(loader)
-    serial = _drain(_loader(0, map_fn=fns.slow, num_epochs=1))
+    serial = _drain(_loader(0, map_fn=fns.slow, num_epochs=1, source=_records(600)))
     assert len(stream) == len(serial)
     for got, want in zip(stream, serial, strict=True):
         np.testing.assert_array_equal(got, want)
