@@ -442,10 +442,10 @@ def steady_rate(make: Callable[[], Iterable[Any]], share: float = 1.0) -> float:
     return count / seconds
 
 
-def graph_rate(dataset: Any, batches: int, *, loader: Any = None) -> float:
-    """Records/s of `batches` batches pulled from an iterator of `dataset` inside a
-    ``tf.function`` (as Keras' train step does), after WARMUP_BATCHES; `loader`, if
-    given, is advanced after each batch. `dataset` must not end before."""
+def graph_puller(dataset: Any, *, loader: Any = None) -> Callable[[int], int]:
+    """``run(batches)``: pulls that many batches from one live iterator of `dataset` in a
+    ``tf.function`` (as Keras' train step does), advancing `loader` (if given) after each;
+    returns their records."""
     import tensorflow as tf
 
     @tf.function
@@ -459,10 +459,22 @@ def graph_rate(dataset: Any, batches: int, *, loader: Any = None) -> float:
         return records
 
     iterator = iter(dataset)
-    pull(iterator, tf.constant(WARMUP_BATCHES))
+
+    def run(batches: int) -> int:
+        return int(pull(iterator, tf.constant(batches)))
+
+    return run
+
+
+def graph_rate(dataset: Any, batches: int, *, loader: Any = None) -> float:
+    """Records/s of `batches` batches pulled from an iterator of `dataset` inside a
+    ``tf.function`` (as Keras' train step does), after WARMUP_BATCHES; `loader`, if
+    given, is advanced after each batch. `dataset` must not end before."""
+    run = graph_puller(dataset, loader=loader)
+    run(WARMUP_BATCHES)
     with Meter() as meter:
         start = time.perf_counter()
-        records = int(pull(iterator, tf.constant(batches)))
+        records = run(batches)
         seconds = time.perf_counter() - start
         meter.done(batches, records)
     return records / seconds

@@ -204,23 +204,7 @@ def _eager_run(loader: Any) -> Callable[[int], int]:
 def _graph_run(loader: Any) -> Callable[[int], int]:
     """``run(batches)`` over a live iterator of ``loader.dataset()`` pulled in a
     ``tf.function`` that advances the loader after each batch (as Keras' step does)."""
-    import tensorflow as tf
-
-    @tf.function
-    def pull(iterator: Any, count: tf.Tensor) -> tf.Tensor:
-        records = tf.constant(0, tf.int64)
-        for _ in tf.range(count):
-            batch = next(iterator)
-            records += tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
-            loader.advance(after=batch)
-        return records
-
-    iterator = iter(loader.dataset())
-
-    def run(batches: int) -> int:
-        return int(pull(iterator, tf.constant(batches)))
-
-    return run
+    return _common.graph_puller(loader.dataset(), loader=loader)
 
 
 _INT64_LOOP = "in-memory int64, `for batch in loader`"
