@@ -249,15 +249,7 @@ def pread_into(
         StaleFileError: the file's size or modification time is not `stamp`.
         TooManyOpenFiles: no descriptor is left for it (see the module docstring).
     """
-    key = ("fd", path, stamp)
-    with CACHE.use(key, lambda: _open_fd(path, stamp), os.close, repr(path)) as fd:
-        done = [os.preadv(fd, [buffer], offset) for buffer, offset in reads]
-        if stamp is not None:
-            _check(fd, path, stamp)
-    with _counts_lock:
-        _counts["reads"] += len(done)
-        _counts["bytes"] += sum(done)
-    return done
+    return pread_into_files([(path, stamp)], [reads])[0]
 
 
 def pread_into_files(
