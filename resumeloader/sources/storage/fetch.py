@@ -313,6 +313,9 @@ class DryRun:
         self.shadow = shadow
         self.reads: ObjectReads | None = None
         self.get_bytes = 0
+        #: What sources hold between reads in this dry run, by source (a source that
+        #: holds local blocks keeps the blocks it would hold here).
+        self.held: dict[Any, Any] = {}
         self._cache = spans.Cache()
         self._taken = DryReads([], [], 0)
         self._pending: list[concurrent.futures.Future[bytes]] = []
