@@ -103,11 +103,14 @@ HELD_BYTES = 256 << 20
 
 class _Held:
     """The blocks of local files that a source read by blocks holds: (file, block) ->
-    (the block's first byte in its file, its bytes), the `size` least recently used
-    kept (the blocks of a window and the next, read once each)."""
+    (the block's first byte in its file, its bytes), the least recently used dropped
+    past `budget` bytes (the blocks of a window and the next, each read once; a block
+    over many small files is a piece per file)."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._bytes = 0
+        self._sizes: dict[tuple[int, int], int] = {}
         self._lock = threading.Lock()
         self._blocks: collections.OrderedDict[tuple[int, int], tuple[int, memoryview]] = (
             collections.OrderedDict()
@@ -120,18 +123,22 @@ class _Held:
                 self._blocks.move_to_end(key)
             return found
 
-    def put(self, key: tuple[int, int], block: tuple[int, memoryview]) -> None:
+    def put(self, key: tuple[int, int], block: tuple[int, memoryview], size: int) -> None:
+        """Holds `block`, of `size` bytes (a dry run holds the sizes, not the bytes)."""
         with self._lock:
+            self._bytes += size - self._sizes.pop(key, 0)
+            self._sizes[key] = size
             self._blocks[key] = block
             self._blocks.move_to_end(key)
-            while len(self._blocks) > self.size:
-                self._blocks.popitem(last=False)
+            while self._bytes > self.budget and len(self._blocks) > 1:
+                dropped, _ = self._blocks.popitem(last=False)
+                self._bytes -= self._sizes.pop(dropped)
 
     def __contains__(self, key: object) -> bool:
         return key in self._blocks
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _Held, (self.size,)  # a copy in another process holds nothing yet
+        return _Held, (self.budget,)  # a copy in another process holds nothing yet
 
 
 class TFRecordSource(file_records.FileRecordSource):
@@ -449,7 +456,7 @@ class TFRecordSource(file_records.FileRecordSource):
                 if got is None:
                     return None
                 found[k] = got
-                held.put(keys[k], got)
+                held.put(keys[k], got, len(got[1]))
         lows = np.array([got[0] for got in found], dtype=np.int64)  # type: ignore[index]
         return [got[1] for got in found], lows, which.reshape(-1)  # type: ignore[index]
 
@@ -606,12 +613,11 @@ class TFRecordSource(file_records.FileRecordSource):
         if block_records is not None:
             view._blocks = objects_lib.Blocks(self._indexes, self._starts, int(block_records))
             # A local file's block is read by one pread and held for the window's other
-            # records: a block and its neighbour's piece (a block crosses a file's end)
-            # for each chunk of the window and the next.
-            size = 2 * (2 * int(window_chunks) + 1)
+            # records: the blocks of the window and the next (and one more).
             mean = float(self._sizes.sum()) / max(1, len(self))
-            if not self._remote.all() and size * int(block_records) * mean <= HELD_BYTES:
-                view._held = _Held(size)
+            budget = int((2 * int(window_chunks) + 1) * int(block_records) * mean)
+            if not self._remote.all() and budget <= HELD_BYTES:
+                view._held = _Held(budget)
         return view
 
     def prefetch(self, indices: np.ndarray, *, budget: int | None = None) -> bool:
@@ -665,7 +671,7 @@ class TFRecordSource(file_records.FileRecordSource):
         """Records in `dry` the preads of the local records' blocks (`_held_views`): each
         block not held (in `dry`'s copy of what this source holds) read once."""
         assert self._held is not None and self.block_records
-        held = dry.held.setdefault(id(self._held), _Held(self._held.size))
+        held = dry.held.setdefault(id(self._held), _Held(self._held.budget))
         blocks = ((self._starts[files] + numbers) // self.block_records).tolist()
         keys = list(zip(files.tolist(), blocks, strict=True))
         missing = [key for key in sorted(set(keys)) if held.get(key) is None]
@@ -677,7 +683,7 @@ class TFRecordSource(file_records.FileRecordSource):
             wanted[key] += size
         lows, highs = self._block_spans(missing)
         for key, low, high in zip(missing, lows.tolist(), highs.tolist(), strict=True):
-            held.put(key, (low, memoryview(b"")))
+            held.put(key, (low, memoryview(b"")), high - low)
             where = self._locations[key[0]]
             assert isinstance(where, locations.LocalFile)
             dry.pread(where.path, low, high, wanted=wanted[key])

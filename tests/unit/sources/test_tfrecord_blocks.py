@@ -69,6 +69,19 @@ def test_an_epoch_reads_each_local_block_once_with_one_pread(tmp_path, read):
     assert handles.stats()["reads"] - before > 1
 
 
+def test_blocks_over_many_small_files_are_still_read_once(tmp_path):
+    """Files of 7 records, blocks of 20: a block is a piece of each of 3-4 files, a window
+    of 2 blocks up to 8 pieces; each piece is still read once in an epoch (what is held is
+    bounded by bytes, not by pieces)."""
+    paths, every = _files(str(tmp_path), count=12, per_file=7)
+    src, order = _blocked(paths, tmp_path / "index")
+    before = handles.stats()["reads"]
+    for start in range(0, len(order), 16):
+        indices = order[start : start + 16]
+        assert _strings(src.read_packed(indices)) == [every[i] for i in indices]
+    assert handles.stats()["reads"] - before == len({(i // 7, i // 20) for i in range(84)})
+
+
 @pytest.mark.parametrize("where", ["data", "length", "length-crc", "data-crc"])
 @pytest.mark.parametrize("read", ["read_packed", "read_batch"])
 def test_a_corrupt_record_inside_a_held_block_is_named_by_file_and_offset(tmp_path, where, read):
@@ -120,7 +133,7 @@ def test_a_copy_in_another_process_holds_nothing_and_reads_the_same(tmp_path):
     src.read_packed(order[:16])
     again = pickle.loads(pickle.dumps(src))
     assert again._held is not None and src._held is not None
-    assert not again._held._blocks and again._held.size == src._held.size
+    assert not again._held._blocks and again._held.budget == src._held.budget
     assert _strings(again.read_packed(order[:16])) == [every[i] for i in order[:16]]
     huge = TFRecordSource(paths, index_dir=tmp_path / "index").blocked(
         20, window_chunks=tfrecord.HELD_BYTES // (20 * 200))
