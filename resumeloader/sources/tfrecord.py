@@ -16,7 +16,10 @@ format (`resumeloader.core.wire.packed`: the runs as they lie in the files, and 
 each record's data starts); an object's records come through the span cache as for
 `read_batch` (the same GETs, received into recycled memory) and are copied into
 place, a run at a time when the source reads by blocks (`blocked`: runs are cut at
-block boundaries, so that each lies in its block's GET). The framing is checked with
+block boundaries, so that each lies in its block's GET). Read by blocks, a local file's
+block is read by one ``preadv`` and held (`_Held`: two windows' worth of bytes) for the
+other records of its window, which are copied out of it (one ``pread`` per block and
+window, not one per record). The framing is checked with
 array operations, and each record's data by one CRC32C call (no library computes the
 checksums of many ranges in one call): with `verify_checksums` that call is the
 Python left per record. A batch that fails a check is read again
