@@ -671,25 +671,24 @@ class TFRecordSource(file_records.FileRecordSource):
         return True
 
     def _dry_held(self, files: np.ndarray, numbers: np.ndarray, dry: fetch.DryRun) -> None:
-        """Records in `dry` the preads of the local records' blocks (`_held_views`): each
-        block not held (in `dry`'s copy of what this source holds) read once."""
+        """Records in `dry` the preads of the local records' blocks (`_held_blocks`): each
+        block not held (in `dry`'s copy of what this source holds) read once; the records'
+        bytes as wanted, whether their block was held or read."""
         assert self._held is not None and self.block_records
-        held = dry.held.setdefault(id(self._held), _Held(self._held.budget))
+        held = dry.holdings.setdefault(id(self._held), _Held(self._held.budget))
         blocks = ((self._starts[files] + numbers) // self.block_records).tolist()
         keys = list(zip(files.tolist(), blocks, strict=True))
         missing = [key for key in sorted(set(keys)) if held.get(key) is None]
+        starts, stops = self._spans(files, numbers)
+        dry.held(int((stops - starts).sum()))
         if not missing:
             return
-        starts, stops = self._spans(files, numbers)
-        wanted: collections.Counter[tuple[int, int]] = collections.Counter()
-        for key, size in zip(keys, (stops - starts).tolist(), strict=True):
-            wanted[key] += size
         lows, highs = self._block_spans(missing)
         for key, low, high in zip(missing, lows.tolist(), highs.tolist(), strict=True):
             held.put(key, (low, memoryview(b"")), high - low)
             where = self._locations[key[0]]
             assert isinstance(where, locations.LocalFile)
-            dry.pread(where.path, low, high, wanted=wanted[key])
+            dry.pread(where.path, low, high, wanted=0)
 
     def _object_ranges(self, indices: np.ndarray) -> list[fetch.Range]:
         """The byte ranges of the records of `indices` that lie in object storage."""
