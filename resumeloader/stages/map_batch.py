@@ -91,7 +91,7 @@ class MapBatchStage(base.BatchMapStage):
         self, batch: Any, *, seed: int, epoch: int, indices: np.ndarray, out: Any = None
     ) -> Any:
         if self.out:
-            return self.fn(batch, rng.RecordRngs(seed, epoch, indices), out)  # type: ignore[call-arg]
+            return self.fn(batch, rng.RecordRngs(seed, epoch, indices), out)
         return self.fn(batch, rng.RecordRngs(seed, epoch, indices))
 
     def resized(self, batch_size: int) -> MapBatchStage:

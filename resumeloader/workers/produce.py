@@ -146,8 +146,9 @@ class BatchProducer:
         self._map_specs = [self._batch_stage.output_spec(self.spec)]
         for stage in self._maps:
             self._map_specs.append(stage.output_spec(self._map_specs[-1]))
-        # Per batch map stage: the spec of the batch its function writes into, or None.
-        self._outs = [_out_spec(stage, spec)
+        # Per batch map stage: the (row shape, dtype) of each leaf of the batch its
+        # function writes into (``out``), or None.
+        self._outs = [_out_leaves(stage, spec)
                       for stage, spec in zip(self._maps, self._map_specs[1:], strict=True)]
         #: The spec of one row of the batches (what the batch stage and the batch map
         #: stages make of records).
@@ -294,14 +295,13 @@ class BatchProducer:
         indices, position = task.indices[start : start + count], task.position + start
         batch = optree.tree_unflatten(self._map_specs[0].treespec, leaves)
         given: list[np.ndarray] = []  # the last stage's `out` arrays
-        for number, (stage, spec, out_spec) in enumerate(
+        for number, (stage, spec, out_leaves) in enumerate(
             zip(self._maps, self._map_specs[1:], self._outs, strict=True)
         ):
             out = None
-            if out_spec is not None:
-                given = [buffers.empty((count, *leaf.shape), leaf.dtype)
-                         for leaf in out_spec.leaves]
-                out = optree.tree_unflatten(out_spec.treespec, given)
+            if out_leaves is not None:
+                given = [buffers.empty((count, *shape), dtype) for shape, dtype in out_leaves]
+                out = optree.tree_unflatten(spec.treespec, given)
             else:
                 given = []
             try:
@@ -403,10 +403,10 @@ class BatchProducer:
 
 
 
-def _out_spec(stage: stages_base.BatchMapStage, spec: spec_lib.RecordSpec
-              ) -> spec_lib.RecordSpec | None:
-    """The spec of the batch `stage`'s function writes into (`spec`, its output's), or
-    None for a stage without ``out``.
+def _out_leaves(stage: stages_base.BatchMapStage, spec: spec_lib.RecordSpec
+                ) -> list[tuple[tuple[int, ...], np.dtype]] | None:
+    """The (row shape, dtype) of each leaf of the batch `stage`'s function writes into
+    (of `spec`, its output's), or None for a stage without ``out``.
 
     Raises:
         ValueError: the stage has ``out`` and a leaf of `spec` is not a fixed-shape
@@ -423,7 +423,8 @@ def _out_spec(stage: stages_base.BatchMapStage, spec: spec_lib.RecordSpec
             f"output per record: {spec.describe()}). Leave `out` off for this stage."
         )
         raise ValueError(msg)
-    return spec
+    return [(tuple(int(dim) for dim in leaf.shape if dim is not None), leaf.dtype)
+            for leaf in spec.leaves]
 
 
 def _adopt(leaves: list[Any], given: list[np.ndarray]) -> None:
