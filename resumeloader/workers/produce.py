@@ -432,12 +432,12 @@ def _adopt(leaves: list[Any], given: list[np.ndarray]) -> None:
     `leaves` that is one of the recycled arrays `given` to the user's function that
     nothing else references: neither the array (a reference kept, in a structure or a
     view of another type) nor its memory's owner (a view, which references that owner,
-    not the array). `given` is emptied."""
+    not the array), in native byte order (DLPack takes no other). `given` is emptied."""
     ids = {id(array) for array in given}
     given.clear()
     for leaf in leaves:
         # References: `leaves`, `leaf` and the call's argument; the owner's: the array
         # and the argument.
-        if (id(leaf) in ids and leaf.base is not None and sys.getrefcount(leaf) == 3
-                and sys.getrefcount(leaf.base) == 2):
+        if (id(leaf) in ids and leaf.base is not None and leaf.dtype.isnative
+                and sys.getrefcount(leaf) == 3 and sys.getrefcount(leaf.base) == 2):
             handoff.mark(leaf)
