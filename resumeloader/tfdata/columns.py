@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from resumeloader.core import buffers, exiting, handoff
 
-__all__ = ["Column", "read_as"]
+__all__ = ["Column", "by_numpy", "read_as"]
 
 # TensorFlow's kernels check that a tensor's buffer is aligned to EIGEN_MAX_ALIGN_BYTES
 # (64) and abort the process otherwise, so only such arrays are read in place.
@@ -79,16 +79,21 @@ class Column:
         return rows
 
 
+def by_numpy(columns: list[Column]) -> int:
+    """How many of `columns` NumPy gathers (not read in place by TensorFlow)."""
+    return sum(not column.in_place for column in columns)
+
+
 def read_as(columns: list[Column]) -> str:
     """How tf.data reads `columns`, as ``describe()`` says it: in place, by NumPy, or both."""
-    by_numpy = sum(not column.in_place for column in columns)
-    if not by_numpy:
+    numpy_count = by_numpy(columns)
+    if not numpy_count:
         return "as constant tensors"
     why = "not 64-byte aligned, strided, read-only or big-endian"
-    if by_numpy == len(columns):
+    if numpy_count == len(columns):
         return f"gathered by NumPy ({why})"
-    return (f"{len(columns) - by_numpy} of {len(columns)} columns as constant tensors, "
-            f"{by_numpy} gathered by NumPy ({why})")
+    return (f"{len(columns) - numpy_count} of {len(columns)} columns as constant tensors, "
+            f"{numpy_count} gathered by NumPy ({why})")
 
 
 def weakly(target: Any, call: Callable[..., Any]) -> Callable[..., Any]:

@@ -103,7 +103,7 @@ class GatherPath(delivery.DeliveryPath):
 
     def handover_rows(self) -> list[delivery.Row]:
         columns = self._made_columns()
-        by_numpy = sum(not column.in_place for column in columns)
+        by_numpy = columns_lib.by_numpy(columns)
         gathered = (
             "tf.gather(source, indices)" if not by_numpy
             else "rows gathered by NumPy (numpy_function)" if by_numpy == len(columns)
