@@ -243,7 +243,9 @@ def _built(on: bool, make: Callable[[], Any]) -> Any:
 def counting_loop(path: int, on: bool, batches: int) -> None:
     """Under `_instructions.counted`: builds path number `path` of table (f), counters
     `on` or off, warms it up, prints READY, waits for a line, runs `batches` batches,
-    prints DONE and waits for its stdin to close."""
+    prints DONE and waits for its stdin to close. (Not waiting for the process to
+    settle: under Valgrind an idle TensorFlow process keeps executing instructions,
+    ~50 million a second, more than a prefetch thread's lead of a batch or two.)"""
     import tempfile
 
     root = tempfile.mkdtemp()
@@ -291,10 +293,14 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
     figures: dict[str, tuple[float, float]] = {}
     # One pair at a time: the two loaders of a switch live side by side, nothing else.
     for name in [*paths, graph_path]:
-        # "control": a second loader with the counters off, the A/A twin that shows
-        # how far two identical loaders differ in this run (what a ratio can resolve).
+        # Two loaders of each setting, built in the order on, off, off, on (ABBA): a
+        # loader's place in the build order (where its memory lands, which one the
+        # process warmed first) weighs on both settings alike. The second of each is
+        # its A/A twin: how far two identical loaders differ in this run (what a
+        # ratio can resolve).
         contenders: dict[str, Callable[[], Callable[[int], int]]] = {}
-        for label, on in (("on", True), ("off", False), ("control", False)):
+        for label, on in (("on", True), ("off", False), ("control", False),
+                          ("on-control", True)):
             if name == graph_path:
                 contenders[f"{name}|{label}"] = functools.partial(
                     lambda on: _graph_run(built(on, paths[_INT64_LOOP])), on)
@@ -308,11 +314,13 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
         "counters_cost", "(f) What the stage counters cost", "bench_overhead.py",
         f"CPU microseconds per record of the whole process (all threads) with the stage "
         f"counters on (the default: every batch counted, one in {meters.EVERY} timed) and off "
-        f"(`RESUMELOADER_STATS=0`), batch {BATCH}, 0 workers. The two loaders of a row live "
+        f"(`RESUMELOADER_STATS=0`), batch {BATCH}, 0 workers. The loaders of a row live "
         f"side by side and take turns: median of {rounds} alternating slices of about "
         f"{slice_seconds} s each (every other round in reverse order), after a warm-up; "
-        "wall us/record beside. 'control': a second loader with the counters off, run in "
-        "the same turns: off / control is how far two identical loaders differ. "
+        "wall us/record beside. Each setting runs on two loaders, built in the order on, "
+        "off, off, on (so the build order weighs on both alike) and taking the same turns; "
+        "a setting's figure is the mean of its two loaders' medians, and off / control and "
+        "on / control show how far two identical loaders differ (what a ratio can resolve). "
         "Instructions: per batch, every thread, counted by Valgrind's callgrind over a "
         "fixed number of batches after a warm-up, each loader in its own process (a "
         "figure the machine's load does not move; not for the graph path, whose "
@@ -320,6 +328,7 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
         [Column("path", "path"), Column("cpu_on", "CPU us/record, on", ".3f"),
          Column("cpu_off", "CPU us/record, off", ".3f"), Column("ratio", "on / off", ".3f"),
          Column("control", "off / control", ".3f"),
+         Column("on_control", "on / control", ".3f"),
          Column("ins_on", "instructions/batch, on", ",.0f"),
          Column("ins_off", "instructions/batch, off", ",.0f"),
          Column("ins_ratio", "on / off, instructions", ".4f"),
@@ -329,10 +338,13 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
     )
     targets = []
     for number, name in enumerate([*paths, graph_path]):
-        (on, wall_on), (off, wall_off) = figures[f"{name}|on"], figures[f"{name}|off"]
-        control = figures[f"{name}|control"][0]
+        (on1, wall_on1), (on2, wall_on2) = figures[f"{name}|on"], figures[f"{name}|on-control"]
+        (off1, wall_off1), (off2, wall_off2) = figures[f"{name}|off"], figures[f"{name}|control"]
+        on, off = (on1 + on2) / 2, (off1 + off2) / 2
+        wall_on, wall_off = (wall_on1 + wall_on2) / 2, (wall_off1 + wall_off2) / 2
         ins_on, ins_off = counts.get((number, True)), counts.get((number, False))
-        table.add(path=name, cpu_on=on, cpu_off=off, ratio=on / off, control=off / control,
+        table.add(path=name, cpu_on=on, cpu_off=off, ratio=on / off, control=off1 / off2,
+                  on_control=on1 / on2,
                   ins_on=ins_on, ins_off=ins_off,
                   ins_ratio=ins_on / ins_off if ins_on and ins_off else None,
                   wall_on=wall_on, wall_off=wall_off)
