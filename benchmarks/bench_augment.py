@@ -5,7 +5,8 @@
 (r) ``map_batch`` with its per-row ``rngs``: CIFAR-like uint8 records, batch 128,
     shuffled; the same vectorised maths (to float32, a random flip, a random 4-pixel
     shift, a random brightness: three draws per row) run by the loader's ``map_batch``
-    (``for batch in loader`` and a Python loop over ``dataset()``, 0 workers), by the
+    (``for batch in loader`` and a Python loop over ``dataset()``, 0 workers; and with
+    ``out=True``, the last multiply writing into the loader's recycled output), by the
     same function drawing through ``rngs[i]`` row by row (what 0.3's helpers cost),
     and by the NumPy reference: a permutation per epoch, a fancy-index per batch and
     one ``numpy.random.Generator`` per batch for the draws.
@@ -80,9 +81,10 @@ def _measured(contenders: dict[str, tuple[Callable[[], Iterable[Any]], int]],
 
 
 def augment(images: np.ndarray, flips: np.ndarray, shifts: np.ndarray,
-            brightness: np.ndarray) -> np.ndarray:
+            brightness: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """To float32 in [0, 1], flipped left-right where `flips`, shifted by `shifts` - PAD
-    pixels (zero padding), scaled by `brightness`: the maths both sides run."""
+    pixels (zero padding), scaled by `brightness`: the maths both sides run. With `out`
+    the last multiply writes there instead of in place (the same operations)."""
     size = len(images)
     x = images.astype(np.float32)
     x *= np.float32(1 / 255)
@@ -91,8 +93,10 @@ def augment(images: np.ndarray, flips: np.ndarray, shifts: np.ndarray,
     rows = shifts[:, :1] + np.arange(x.shape[1])
     cols = shifts[:, 1:] + np.arange(x.shape[2])
     x = padded[np.arange(size)[:, None, None], rows[:, :, None], cols[:, None, :]]
-    x *= brightness.astype(np.float32)[:, None, None, None]
-    return x
+    if out is None:
+        x *= brightness.astype(np.float32)[:, None, None, None]
+        return x
+    return np.multiply(x, brightness.astype(np.float32)[:, None, None, None], out=out)
 
 
 def vectorised(batch: Any, rngs: Any) -> Any:
@@ -102,6 +106,16 @@ def vectorised(batch: Any, rngs: Any) -> Any:
     shifts = rngs.integers(0, 2 * PAD + 1, size=2)
     brightness = rngs.uniform(0.8, 1.2)
     return augment(images, flips, shifts, brightness), labels
+
+
+def vectorised_into(batch: Any, rngs: Any, out: Any) -> Any:
+    """`vectorised` writing its images into the loader's ``out`` (``map_batch(...,
+    out=True)``): handed to TensorFlow without a copy."""
+    images, labels = batch
+    flips = rngs.random() < 0.5
+    shifts = rngs.integers(0, 2 * PAD + 1, size=2)
+    brightness = rngs.uniform(0.8, 1.2)
+    return augment(images, flips, shifts, brightness, out[0]), labels
 
 
 def row_by_row(batch: Any, rngs: Any) -> Any:
@@ -140,10 +154,10 @@ def map_batch_table(quick: bool) -> tuple[Table, list[Target]]:
     start = _results.load_average()
     signature = (tf.TensorSpec((32, 32, 3), tf.float32), tf.TensorSpec((), tf.int64))
 
-    def loader(fn: Callable[..., Any]) -> Any:
+    def loader(fn: Callable[..., Any], out: bool = False) -> Any:
         pipeline = (resumeloader.Pipeline((images, labels), seed=SEED).shuffle()
                     .batch(BATCH, drop_remainder=True)
-                    .map_batch(fn, output_signature=signature))
+                    .map_batch(fn, output_signature=signature, out=out))
         return resumeloader.ResumableLoader.from_pipeline(pipeline)
 
     def over_dataset() -> Iterator[Any]:
@@ -154,8 +168,10 @@ def map_batch_table(quick: bool) -> tuple[Table, list[Target]]:
 
     reference = "NumPy loop, one `Generator` per batch (reference)"
     eager, graph = "`map_batch`, `for batch in loader`", "`map_batch`, `dataset()` in Python"
+    into = "`map_batch(..., out=True)` writing into `out`, `for batch in loader`"
     results = _measured({
         eager: (lambda: loader(vectorised), BATCH),
+        into: (lambda: loader(vectorised_into, out=True), BATCH),
         graph: (over_dataset, BATCH),
         "`map_batch` drawing through `rngs[i]` row by row, `for batch in loader`": (
             lambda: loader(row_by_row), BATCH),

@@ -691,6 +691,18 @@ def _map_batch_inline() -> ResumableLoader:
     return ResumableLoader.from_pipeline(pipeline, num_epochs=2)
 
 
+# Rows of 4,096 float32: a batch of 5 is 80 KiB, written into the loader's `out` and
+# handed to TensorFlow uncopied.
+_WIDE = np.arange(37 * 4096, dtype=np.float32).reshape(37, 4096) % 89
+
+
+@register("map_batch-out-inline", num_steps=7)
+def _map_batch_out() -> ResumableLoader:
+    pipeline = (Pipeline((_WIDE, _LABELS), seed=40).shuffle().batch(5)
+                .map_batch(_worker_fns.flip_scale_into, out=True))
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2)
+
+
 @register("map_batch-after-map_fn-thread-workers-shard-1-of-2", num_steps=4)
 def _map_batch_threads() -> ResumableLoader:
     pipeline = (Pipeline(_IMAGES, seed=41).shuffle().map(_worker_fns.augment).batch(4)

@@ -37,6 +37,17 @@ def flip_scale_batch(batch: tuple, rngs) -> tuple:
     return images * scale[:, None], labels
 
 
+def flip_scale_into(batch: tuple, rngs, out: tuple) -> tuple:
+    """`flip_scale_batch` writing its images into the loader's ``out`` (``map_batch(...,
+    out=True)``); the same values."""
+    images, labels = batch
+    flip = rngs.random() < 0.5
+    images = np.where(flip[:, None], images[:, ::-1], images)
+    scale = rngs.uniform(0.5, 1.5).astype(images.dtype)
+    np.multiply(images, scale[:, None], out=out[0])
+    return out[0], labels
+
+
 def mix_rows_batch(batch: np.ndarray, rngs) -> np.ndarray:
     """Not row-wise: every row gets a keyed share of the batch mean (mixup-like)."""
     weight = rngs.random().astype(batch.dtype)[:, None]

@@ -290,9 +290,13 @@ class BatchMapStage(Stage):
         """The spec of one row of the batches this stage returns, for rows of `spec`."""
         return spec
 
-    def apply_batch(self, batch: Any, *, seed: int, epoch: int, indices: np.ndarray) -> Any:
+    def apply_batch(
+        self, batch: Any, *, seed: int, epoch: int, indices: np.ndarray, out: Any = None
+    ) -> Any:
         """The transformed batch; row ``i`` holds record `indices[i]` of `epoch` (the
-        pipeline's `seed` keys each row's generator)."""
+        pipeline's `seed` keys each row's generator). `out`: a batch of the output spec
+        in fresh memory the result may be written into (only for a stage whose ``out``
+        is true; None otherwise)."""
         raise NotImplementedError
 
 

@@ -39,6 +39,12 @@ class MapBatchStage(base.BatchMapStage):
     depends on which records share a batch, so the batch size becomes an order field
     (``map_batch.batch_size``) and a state saved with another one is refused.
 
+    With `out`, ``fn(batch, rngs, out)`` also receives ``out``: a batch of the output
+    spec (every leaf a fixed-shape numeric array) in uninitialised memory the loader
+    recycles, 64-byte aligned. A leaf ``fn`` returns as the very array it was given,
+    and keeps no reference to (nor a view of), goes to TensorFlow without a copy; any
+    other leaf is copied as usual. It changes no value of the stream.
+
     Raises:
         TypeError: `fn` is not callable, `rowwise` not a bool.
         ValueError: `batch_size` is given for a row-wise stage, or missing for another.
@@ -46,7 +52,7 @@ class MapBatchStage(base.BatchMapStage):
 
     name = "map_batch"
 
-    fn: Callable[[Any, rng.RecordRngs], Any] = dataclasses.field(
+    fn: Callable[..., Any] = dataclasses.field(
         metadata=fields.meta(check=map_stage.function)
     )
     rowwise: bool = dataclasses.field(
@@ -54,6 +60,10 @@ class MapBatchStage(base.BatchMapStage):
     )
     output_signature: Any = dataclasses.field(
         default=None, kw_only=True, compare=False, metadata=fields.meta(check=_spec)
+    )
+    #: Whether ``fn`` takes a third argument, the batch to write its output into.
+    out: bool = dataclasses.field(
+        default=False, kw_only=True, metadata=fields.meta(check=fields.flag)
     )
     #: The batch size the stage's output depends on (``rowwise=False`` only).
     batch_size: int | None = dataclasses.field(
@@ -77,7 +87,11 @@ class MapBatchStage(base.BatchMapStage):
     def output_spec(self, spec: spec_lib.RecordSpec) -> spec_lib.RecordSpec:
         return spec if self.output_signature is None else self.output_signature
 
-    def apply_batch(self, batch: Any, *, seed: int, epoch: int, indices: np.ndarray) -> Any:
+    def apply_batch(
+        self, batch: Any, *, seed: int, epoch: int, indices: np.ndarray, out: Any = None
+    ) -> Any:
+        if self.out:
+            return self.fn(batch, rng.RecordRngs(seed, epoch, indices), out)
         return self.fn(batch, rng.RecordRngs(seed, epoch, indices))
 
     def resized(self, batch_size: int) -> MapBatchStage:
@@ -89,7 +103,8 @@ class MapBatchStage(base.BatchMapStage):
     def describe(self) -> str:
         name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
         rows = "" if self.rowwise else f", rowwise=False, batch_size={self.batch_size}"
-        return f"map_batch({name}(batch, rngs){rows})"
+        out = ", out" if self.out else ""
+        return f"map_batch({name}(batch, rngs{out}){rows})"
 
 
 def check_placement(

@@ -316,8 +316,8 @@ class Pipeline:
         return self.apply(stage)
 
     def map_batch(
-        self, fn: Callable[[Any, Any], Any], *, output_signature: Any = None,
-        rowwise: bool = True,
+        self, fn: Callable[..., Any], *, output_signature: Any = None,
+        rowwise: bool = True, out: bool = False,
     ) -> Pipeline:
         """Runs ``fn(batch, rngs)`` on every batch, in Python (the calling thread or the
         workers), after the batch stage: vectorised NumPy augmentation once per batch.
@@ -326,10 +326,12 @@ class Pipeline:
         row's record index) (`MapBatchStage`: the generators, the checks, and what
         `rowwise` guarantees on a batch-size change). `output_signature` describes a row
         of what ``fn`` returns (the input's when None). Must follow a plain batch stage
-        (`batch`, `padded_batch`).
+        (`batch`, `padded_batch`). With `out`, ``fn(batch, rngs, out)`` may write its
+        result into ``out`` (a batch of that signature in recycled aligned memory) and
+        return it: it then reaches TensorFlow without a copy.
         """
         stage = map_batch.MapBatchStage(
-            fn, rowwise=rowwise, output_signature=output_signature,
+            fn, rowwise=rowwise, output_signature=output_signature, out=out,
             batch_size=None if rowwise or self.batch_stage is None else self.batch_stage.batch_size,
         )
         return self.apply(stage)

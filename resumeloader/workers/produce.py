@@ -16,6 +16,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -145,6 +146,10 @@ class BatchProducer:
         self._map_specs = [self._batch_stage.output_spec(self.spec)]
         for stage in self._maps:
             self._map_specs.append(stage.output_spec(self._map_specs[-1]))
+        # Per batch map stage: the (row shape, dtype) of each leaf of the batch its
+        # function writes into (``out``), or None.
+        self._outs = [_out_leaves(stage, spec)
+                      for stage, spec in zip(self._maps, self._map_specs[1:], strict=True)]
         #: The spec of one row of the batches (what the batch stage and the batch map
         #: stages make of records).
         self.output_spec = self._map_specs[-1]
@@ -289,13 +294,22 @@ class BatchProducer:
         rows are the task's records from `start` on), each result checked (and timed)."""
         indices, position = task.indices[start : start + count], task.position + start
         batch = optree.tree_unflatten(self._map_specs[0].treespec, leaves)
-        for number, (stage, spec) in enumerate(
-            zip(self._maps, self._map_specs[1:], strict=True)
+        given: list[np.ndarray] = []  # the last stage's `out` arrays
+        for number, (stage, spec, out_leaves) in enumerate(
+            zip(self._maps, self._map_specs[1:], self._outs, strict=True)
         ):
+            out = None
+            if out_leaves is not None:
+                given = [buffers.empty((count, *shape), dtype) for shape, dtype in out_leaves]
+                out = optree.tree_unflatten(spec.treespec, given)
+            else:
+                given = []
             try:
-                batch = stage.apply_batch(
-                    batch, seed=self._seed, epoch=task.epoch, indices=indices
-                )
+                batch = (stage.apply_batch(batch, seed=self._seed, epoch=task.epoch,
+                                           indices=indices, out=out)
+                         if out is not None else
+                         stage.apply_batch(batch, seed=self._seed, epoch=task.epoch,
+                                           indices=indices))
             except Exception as err:
                 who = f"The `{stage.name}` function"
                 raise checks.batch_error(stage.name, err, indices, task.epoch, position,
@@ -305,6 +319,9 @@ class BatchProducer:
             batch = optree.tree_unflatten(spec.treespec, leaves)
             if lap is not None:
                 lap.lap(lap.place[self.names.maps[number]], count)
+        if given and self._hand_over:
+            del batch, out
+            _adopt(leaves, given)
         return leaves
 
     # -- the error policy's path: only for a batch in which a record failed --------
@@ -384,3 +401,43 @@ class BatchProducer:
             return self.spec.treespec.flatten_up_to(batch)
         return checks.batch(self.spec, batch, indices, epoch=epoch, position=position)
 
+
+
+def _out_leaves(stage: stages_base.BatchMapStage, spec: spec_lib.RecordSpec
+                ) -> list[tuple[tuple[int, ...], np.dtype]] | None:
+    """The (row shape, dtype) of each leaf of the batch `stage`'s function writes into
+    (of `spec`, its output's), or None for a stage without ``out``.
+
+    Raises:
+        ValueError: the stage has ``out`` and a leaf of `spec` is not a fixed-shape
+            numeric array.
+    """
+    if not getattr(stage, "out", False):
+        return None
+    bad = [path for path, leaf in zip(spec.paths(), spec.leaves, strict=True)
+           if leaf.is_string or None in leaf.shape or leaf.dtype.kind not in "biufc"]
+    if bad:
+        msg = (
+            f"`{stage.name}(..., out=True)` writes into a batch of fixed-shape numeric "
+            f"arrays, but its output has leaves that are not: {', '.join(bad)} (the "
+            f"output per record: {spec.describe()}). Leave `out` off for this stage."
+        )
+        raise ValueError(msg)
+    return [(tuple(int(dim) for dim in leaf.shape if dim is not None), leaf.dtype)
+            for leaf in spec.leaves]
+
+
+def _adopt(leaves: list[Any], given: list[np.ndarray]) -> None:
+    """Marks fresh (`handoff.mark`: handed to TensorFlow without a copy) each of
+    `leaves` that is one of the recycled arrays `given` to the user's function that
+    nothing else references: neither the array (a reference kept, in a structure or a
+    view of another type) nor its memory's owner (a view, which references that owner,
+    not the array), in native byte order (DLPack takes no other). `given` is emptied."""
+    ids = {id(array) for array in given}
+    given.clear()
+    for leaf in leaves:
+        # References: `leaves`, `leaf` and the call's argument; the owner's: the array
+        # and the argument.
+        if (id(leaf) in ids and leaf.base is not None and leaf.dtype.isnative
+                and sys.getrefcount(leaf) == 3 and sys.getrefcount(leaf.base) == 2):
+            handoff.mark(leaf)

@@ -170,3 +170,96 @@ def test_map_batch_placement_is_checked(build, match):
 def test_map_batch_function_must_be_callable():
     with pytest.raises(TypeError, match="`fn` must be callable"):
         Pipeline(_IMAGES, seed=0).batch(4).map_batch(3)
+
+
+# -- out=True: the function writes into recycled aligned memory handed over uncopied --
+
+_WIDE = np.arange(64 * 2048, dtype=np.float32).reshape(64, 2048) % 97  # 128 KiB batches
+_WIDE_SIGNATURE = (tf.TensorSpec((2048,), tf.float32), tf.TensorSpec((), tf.int64))
+
+
+def _wide(fn, out=False, **loader) -> ResumableLoader:
+    pipeline = (Pipeline((_WIDE, _LABELS[:1].repeat(64) * 0 + np.arange(64)), seed=3)
+                .shuffle().batch(16).map_batch(fn, output_signature=_WIDE_SIGNATURE, out=out))
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2, **loader)
+
+
+class _Recording:
+    """`flip_scale_into`, recording the address of every `out` it was given."""
+
+    def __init__(self) -> None:
+        self.given: list[int] = []
+
+    def __call__(self, batch, rngs, out):
+        self.given.append(out[0].ctypes.data)
+        assert out[0].ctypes.data % 64 == 0 and out[0].shape == (len(batch[1]), 2048)
+        return _worker_fns.flip_scale_into(batch, rngs, out)
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_map_batch_out_gives_the_same_stream_without_a_copy(prefetch):
+    """out=True changes no value; each batch's tensor is the `out` it was given."""
+    plain = [(a.numpy(), b.numpy()) for a, b in _wide(_worker_fns.flip_scale_batch)]
+    fn = _Recording()
+    kept = list(_wide(fn, out=True, prefetch=prefetch))  # every tensor alive at once
+
+    assert len(kept) == len(plain) == 8
+    for (a, b), (x, y) in zip(plain, kept, strict=True):
+        np.testing.assert_array_equal(a, x.numpy())
+        np.testing.assert_array_equal(b, y.numpy())
+    assert [np.asarray(x).ctypes.data for x, _ in kept] == fn.given  # the same memory
+    assert len(set(fn.given)) == 8  # no memory reused while its tensor lives
+
+
+class _Keeping:
+    """Writes into `out` and keeps it (or a view of it, or the batch it returns); on
+    the next call it overwrites what it kept with -1."""
+
+    def __init__(self, keep) -> None:
+        self.keep = keep
+        self.kept: list = []
+
+    def __call__(self, batch, rngs, out):
+        for old in self.kept:
+            np.asarray(old[0] if isinstance(old, tuple) else old)[...] = -1
+        result = _worker_fns.flip_scale_into(batch, rngs, out)
+        self.kept.append(self.keep(out, result))
+        return result
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [lambda out, result: out[0], lambda out, result: out[0][:3],
+     lambda out, result: result, lambda out, result: out],
+    ids=["array", "view", "result", "out"],
+)
+def test_map_batch_out_kept_by_the_function_is_copied(keep):
+    """An `out` the function still references after it returns is not handed over:
+    overwriting it later changes no batch already handed out."""
+    plain = [a.numpy() for a, _ in _wide(_worker_fns.flip_scale_batch)]
+    kept = [a for a, _ in _wide(_Keeping(keep), out=True)]
+    for a, x in zip(plain, kept, strict=True):
+        np.testing.assert_array_equal(a, x.numpy())
+
+
+@pytest.mark.parametrize(
+    "workers", [Workers(2, kind="thread"), Workers(2, kind="process")],
+    ids=["threads", "processes"],
+)
+def test_map_batch_out_in_workers_and_dataset_equals_the_loop(workers):
+    loop = [a.numpy() for a, _ in _wide(_worker_fns.flip_scale_into, out=True)]
+    other = [a.numpy() for a, _ in _wide(_worker_fns.flip_scale_into, out=True,
+                                          workers=workers)]
+    graph = [a.numpy() for a, _ in _wide(_worker_fns.flip_scale_into, out=True).dataset()]
+    assert len(loop) == len(other) == len(graph) == 8
+    for a, b, c in zip(loop, other, graph, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_map_batch_out_refuses_an_output_that_is_not_fixed_numeric():
+    strings = (tf.TensorSpec((), tf.string), tf.TensorSpec((), tf.int64))
+    pipeline = (Pipeline((_IMAGES, _LABELS), seed=3).batch(4)
+                .map_batch(_worker_fns.flip_scale_into, output_signature=strings, out=True))
+    with pytest.raises(ValueError, match=r"out=True.*fixed-shape numeric.*\[0\]"):
+        next(iter(ResumableLoader.from_pipeline(pipeline, num_epochs=1)))

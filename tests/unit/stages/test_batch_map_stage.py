@@ -22,8 +22,9 @@ def _identity(batch, rngs):
         (lambda: MapBatchStage(3), lambda p: p.map_batch(3)),
         (lambda: MapBatchStage(_identity, rowwise="no"),
          lambda p: p.map_batch(_identity, rowwise="no")),
+        (lambda: MapBatchStage(_identity, out=1), lambda p: p.map_batch(_identity, out=1)),
     ],
-    ids=["not-callable", "rowwise-str"],
+    ids=["not-callable", "rowwise-str", "out-int"],
 )
 def test_map_batch_stage_refuses_what_its_builder_refuses(make, build):
     with pytest.raises((TypeError, ValueError)) as direct:
@@ -84,3 +85,20 @@ def test_record_rngs_stream_is_not_the_map_fns():
     mapped = rng.record_rng(9, 0, 4).random(8)
     batched = rng.RecordRngs(9, 0, np.array([4]))[0].random(8)
     assert not np.array_equal(mapped, batched)
+
+
+def _into(batch, rngs, out):
+    np.add(batch, rngs.integers(0, 5), out=out)
+    return out
+
+
+def test_out_stage_calls_fn_with_the_out_batch_and_says_so():
+    stage = MapBatchStage(_into, out=True)
+    out = np.empty(3, np.int64)
+    result = stage.apply_batch(np.arange(3), seed=1, epoch=0, indices=np.arange(3), out=out)
+    assert result is out
+    plain = MapBatchStage(lambda b, r: b + r.integers(0, 5))
+    np.testing.assert_array_equal(
+        out, plain.apply_batch(np.arange(3), seed=1, epoch=0, indices=np.arange(3)))
+    assert stage.describe() == "map_batch(_into(batch, rngs, out))"
+    assert stage.order_fields() == {}  # how the output is written is not the stream's
