@@ -453,6 +453,17 @@ def _tfrecord() -> ResumableLoader:
     return ResumableLoader.from_pipeline(pipeline, num_epochs=2, with_metadata=True)
 
 
+@register("tfrecord-block-order-tf_map-seeds", num_steps=7)
+def _tfrecord_blocks() -> ResumableLoader:
+    # Local blocks read whole and held (`TFRecordSource.blocked`); the seeds handed over
+    # alone (no metadata yielded).
+    source = TFRecordSource(
+        os.path.join(_files(), "part-*.tfrecord"), index_dir=os.path.join(_files(), "index")
+    )
+    pipeline = Pipeline(source, seed=16).shuffle(chunk_records=4, window_chunks=2)
+    return ResumableLoader.from_pipeline(pipeline.batch(5).tf_map(_lengths), num_epochs=2)
+
+
 def _lengths(batch, seeds):
     import tensorflow as tf
 

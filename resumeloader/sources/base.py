@@ -186,9 +186,10 @@ class Source:
         """Records of each file or object in order, for a source that reads files."""
         return None
 
-    def blocked(self, block_records: int | None) -> Source:
+    def blocked(self, block_records: int | None, *, window_chunks: int = 1) -> Source:
         """This source reading its storage a block of `block_records` consecutive records
-        at a time (or not, for None); the records are the same. Default: itself."""
+        at a time (or not, for None), in windows of `window_chunks` blocks (the block
+        order's); the records are the same. Default: itself."""
         return self
 
     def dry_read(self, indices: np.ndarray, dry: Any) -> bool:

@@ -16,7 +16,10 @@ format (`resumeloader.core.wire.packed`: the runs as they lie in the files, and 
 each record's data starts); an object's records come through the span cache as for
 `read_batch` (the same GETs, received into recycled memory) and are copied into
 place, a run at a time when the source reads by blocks (`blocked`: runs are cut at
-block boundaries, so that each lies in its block's GET). The framing is checked with
+block boundaries, so that each lies in its block's GET). Read by blocks, a local file's
+block is read by one ``preadv`` and held (`_Held`: two windows' worth of bytes) for the
+other records of its window, which are copied out of it (one ``pread`` per block and
+window, not one per record). The framing is checked with
 array operations, and each record's data by one CRC32C call (no library computes the
 checksums of many ranges in one call): with `verify_checksums` that call is the
 Python left per record. A batch that fails a check is read again
@@ -25,11 +28,13 @@ record by record, which names the record (file, number, byte offset).
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import itertools
 import os
 import struct
+import threading
 from typing import Any
 
 import google_crc32c
@@ -92,6 +97,51 @@ def _masked(crc: np.ndarray) -> np.ndarray:
 
 class _Corrupt(Exception):
     pass
+
+
+#: At most this many bytes of local blocks held per source read by blocks (`_Held`):
+#: past it (huge windows) local records are read by runs, as in the global shuffle.
+HELD_BYTES = 256 << 20
+
+
+class _Held:
+    """The blocks of local files that a source read by blocks holds: (file, block) ->
+    (the block's first byte in its file, its bytes), the least recently used dropped
+    past `budget` bytes (the blocks of a window and the next, each read once; a block
+    over many small files is a piece per file)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._bytes = 0
+        self._sizes: dict[tuple[int, int], int] = {}
+        self._lock = threading.Lock()
+        self._blocks: collections.OrderedDict[tuple[int, int], tuple[int, memoryview]] = (
+            collections.OrderedDict()
+        )
+
+    def get(self, key: tuple[int, int]) -> tuple[int, memoryview] | None:
+        with self._lock:
+            found = self._blocks.get(key)
+            if found is not None:
+                self._blocks.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[int, int], block: tuple[int, memoryview], size: int) -> None:
+        """Holds `block`, of `size` bytes (a dry run holds the sizes, not the bytes)."""
+        with self._lock:
+            self._bytes += size - self._sizes.pop(key, 0)
+            self._sizes[key] = size
+            self._blocks[key] = block
+            self._blocks.move_to_end(key)
+            while self._bytes > self.budget and len(self._blocks) > 1:
+                dropped, _ = self._blocks.popitem(last=False)
+                self._bytes -= self._sizes.pop(dropped)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._blocks
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _Held, (self.budget,)  # a copy in another process holds nothing yet
 
 
 class TFRecordSource(file_records.FileRecordSource):
@@ -168,6 +218,8 @@ class TFRecordSource(file_records.FileRecordSource):
         #: Records per block of aligned reads (`blocked`), or None.
         self.block_records: int | None = None
         self._blocks: objects_lib.Blocks | None = None
+        # The local blocks held when read by blocks (`blocked`), else None.
+        self._held: _Held | None = None
         super().__init__(paths, storage=storage)
         # Every record's offset (in its file), the files' in order, in one array that the
         # indexes then view (no second copy): `_spans` finds a batch's byte ranges with a
@@ -255,11 +307,16 @@ class TFRecordSource(file_records.FileRecordSource):
                                 bases[files[order]] + stops[order])
         block = None
         if self._blocks is not None and self.block_records:
-            # An object read by blocks: a run stays inside one block, whose GET holds it.
+            # Read by blocks: a run stays inside one block, whose GET (an object's) or
+            # pread (a local file's, when blocks are held) holds it.
             block = (self._starts[files] + numbers)[order] // self.block_records
             cuts = np.flatnonzero(block[1:] != block[:-1]) + 1
-            cuts = cuts[self._remote[files[order[cuts]]]]
-            run_starts = np.union1d(run_starts, cuts)
+            if self._held is None:
+                cuts = cuts[self._remote[files[order[cuts]]]]
+            starting = np.zeros(len(order), dtype=bool)
+            starting[run_starts] = True
+            starting[cuts] = True
+            run_starts = np.flatnonzero(starting)
             block = block[run_starts]
         run_ends = np.append(run_starts[1:], len(order))
         first, last = order[run_starts], order[run_ends - 1]
@@ -289,7 +346,18 @@ class TFRecordSource(file_records.FileRecordSource):
         memory = values.data
         files, begins, ends, puts = runs
         mine = np.flatnonzero(~self._remote[files])
-        if len(mine):
+        if len(mine) and self._held is not None and block is not None:
+            # Read by blocks: each run cut out of its block, each block read once.
+            held = self._held_blocks(files[mine], block[mine])
+            if held is None:
+                return False
+            datas, lows, which = held
+            froms = (begins[mine] - lows[which]).tolist()
+            tos = (ends[mine] - lows[which]).tolist()
+            for put, data, low, high in zip(puts[mine].tolist(), map(datas.__getitem__,
+                                            which.tolist()), froms, tos, strict=True):
+                memory[put : put + high - low] = data[low:high]
+        elif len(mine):
             # The runs are sorted by file: each local file's runs lie together.
             here, size = files[mine], ends[mine] - begins[mine]
             bounds = [0, *(np.flatnonzero(here[1:] != here[:-1]) + 1).tolist(), len(mine)]
@@ -358,6 +426,75 @@ class TFRecordSource(file_records.FileRecordSource):
             wanted.append((location, *self._blocks(location, int(starts[k]), int(stops[k]))))
         return wanted, which.reshape(-1)
 
+    def _held_views(self, files: np.ndarray, block: np.ndarray, begins: np.ndarray,
+                    ends: np.ndarray) -> list[memoryview] | None:
+        """Bytes ``[begins[k], ends[k])`` of local file ``files[k]``, inside block
+        ``block[k]``, cut out of the blocks held (`_held_blocks`); None when a file is
+        shorter than indexed."""
+        held = self._held_blocks(files, block)
+        if held is None:
+            return None
+        datas, lows, which = held
+        return [datas[w][low:high] for w, low, high in zip(
+            which.tolist(), (begins - lows[which]).tolist(), (ends - lows[which]).tolist(),
+            strict=True)]
+
+    def _held_blocks(self, files: np.ndarray, block: np.ndarray
+                     ) -> tuple[list[memoryview], np.ndarray, np.ndarray] | None:
+        """The blocks (local file ``files[k]``, block ``block[k]``) from those held
+        (`_Held`): the blocks not held read first, one ``preadv`` each (all of a call's
+        in one `handles.pread_into_files` call). Returns each distinct block's bytes and
+        first byte in its file (by file and block) and which of them holds item ``k``;
+        None when a file is shorter than indexed (nothing is then held)."""
+        held = self._held
+        assert held is not None and self.block_records
+        codes, which = np.unique(files * (len(self) + 1) + block, return_inverse=True)
+        keys = list(zip((codes // (len(self) + 1)).tolist(), (codes % (len(self) + 1)).tolist(),
+                        strict=True))
+        found = [held.get(key) for key in keys]
+        missing = [k for k, got in enumerate(found) if got is None]
+        if missing:
+            for k, got in zip(missing, self._read_blocks([keys[k] for k in missing]),
+                              strict=True):
+                if got is None:
+                    return None
+                found[k] = got
+                held.put(keys[k], got, len(got[1]))
+        lows = np.array([got[0] for got in found], dtype=np.int64)  # type: ignore[index]
+        return [got[1] for got in found], lows, which.reshape(-1)  # type: ignore[index]
+
+    def _block_spans(self, keys: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """The byte range [low, high) of each (file, block) of `keys` in its file: the
+        block's records that lie in that file, framing included."""
+        size = self.block_records
+        assert size
+        files = np.array([file for file, _ in keys], dtype=np.int64)
+        blocks = np.array([b for _, b in keys], dtype=np.int64)
+        first = np.maximum(blocks * size, self._starts[files]) - self._starts[files]
+        last = np.minimum((blocks + 1) * size, self._ends[files]) - 1 - self._starts[files]
+        return self._spans(files, first)[0], self._spans(files, last)[1]
+
+    def _read_blocks(self, keys: list[tuple[int, int]]) -> list[tuple[int, memoryview] | None]:
+        """The (low, bytes) of each local (file, block) of `keys`, read one ``preadv``
+        each (None for a block its file no longer holds)."""
+        lows, highs = self._block_spans(keys)
+        datas = [np.empty(int(n), dtype=np.uint8).data for n in (highs - lows).tolist()]
+        by_file: dict[int, list[int]] = {}
+        for k, (file, _) in enumerate(keys):
+            by_file.setdefault(file, []).append(k)
+        wheres = [self._locations[file] for file in by_file]
+        done = handles.pread_into_files(
+            [(where.path, where.stamp) for where in wheres
+             if isinstance(where, locations.LocalFile)],
+            [[(datas[k], int(lows[k])) for k in ks] for ks in by_file.values()],
+        )
+        out: list[tuple[int, memoryview] | None] = [None] * len(keys)
+        for ks, counts in zip(by_file.values(), done, strict=True):
+            for k, count in zip(ks, counts, strict=True):
+                if count == len(datas[k]):
+                    out[k] = (int(lows[k]), datas[k])
+        return out
+
     def _checked(self, values: np.ndarray, where: np.ndarray, lengths: np.ndarray) -> bool:
         """Whether every record framed in `values` at `where` passes its checks."""
         heads = values[where[:, None] + _HEAD]
@@ -406,22 +543,34 @@ class TFRecordSource(file_records.FileRecordSource):
                starts: np.ndarray, stops: np.ndarray) -> list[memoryview]:
         """The bytes of the records' ranges `wanted`; read by blocks, the objects' records
         are cut out of their blocks, the cache asked once per block, as `read_packed` does
-        (`_block_ranges`)."""
+        (`_block_ranges`), and the local files' out of the blocks held (`_held_views`)."""
         remote = self._remote[files]
-        if self._blocks is None or not self.block_records or not remote.any():
+        held = self._held is not None and bool(self.block_records)
+        if not held and (self._blocks is None or not self.block_records or not remote.any()):
             return ranges.read(wanted, self._storage.reads, blocks=self._blocks)
+        out: list[memoryview] = [memoryview(b"")] * len(wanted)
+        local = np.flatnonzero(~remote)
+        if len(local):
+            views = None
+            if held:
+                assert self.block_records
+                views = self._held_views(
+                    files[local], (self._starts[files] + numbers)[local] // self.block_records,
+                    starts[local], stops[local],
+                )
+            if views is None:  # the local files' ranges, read as `ranges.read` reads them
+                views = ranges.read([wanted[k] for k in local.tolist()], self._storage.reads)
+            for k, view in zip(local.tolist(), views, strict=True):
+                out[k] = view
         at = np.flatnonzero(remote)
+        if not len(at):
+            return out
+        assert self.block_records
         blocks, which = self._block_ranges(
             files[at], (self._starts[files] + numbers)[at] // self.block_records,
             starts[at], stops[at],
         )
         views = ranges.read(blocks, self._storage.reads, blocks=self._blocks)
-        out: list[memoryview] = [memoryview(b"")] * len(wanted)
-        local = np.flatnonzero(~remote).tolist()
-        if local:  # the local files' ranges, read as `ranges.read` reads them
-            for k, view in zip(local, ranges.read([wanted[k] for k in local],
-                                                  self._storage.reads), strict=True):
-                out[k] = view
         for k, w in zip(at.tolist(), which.tolist(), strict=True):
             low, view = blocks[w][1], views[w]
             out[k] = view[int(starts[k]) - low : int(stops[k]) - low]
@@ -452,16 +601,26 @@ class TFRecordSource(file_records.FileRecordSource):
         return data
 
     # -- object storage: the block order, read-ahead --------------------------------------
-    def blocked(self, block_records: int | None) -> TFRecordSource:
-        """This source reading objects a block at a time: a record's GET reads its whole
-        block of `block_records` consecutive records (the block order's chunk), kept in
-        the process's cache for the other records of the block. The records are the
-        same; only how objects are read changes."""
+    def blocked(self, block_records: int | None, *, window_chunks: int = 1) -> TFRecordSource:
+        """This source reading a block at a time: a record's GET reads its whole block
+        of `block_records` consecutive records (the block order's chunk), kept in the
+        process's cache for the other records of the block; a local file's block is
+        read by one ``pread`` and held by the source for its other records (the blocks
+        of two windows of `window_chunks` chunks, unless they exceed `HELD_BYTES`). The
+        records are the same (each checked as it is read); only how they are read
+        changes."""
         view = copy.copy(self)
         view.block_records = None if block_records is None else int(block_records)
         view._blocks = None
+        view._held = None
         if block_records is not None:
             view._blocks = objects_lib.Blocks(self._indexes, self._starts, int(block_records))
+            # A local file's block is read by one pread and held for the window's other
+            # records: the blocks of the window and the next (and one more).
+            mean = float(self._sizes.sum()) / max(1, len(self))
+            budget = int((2 * int(window_chunks) + 1) * int(block_records) * mean)
+            if not self._remote.all() and budget <= HELD_BYTES:
+                view._held = _Held(budget)
         return view
 
     def prefetch(self, indices: np.ndarray, *, budget: int | None = None) -> bool:
@@ -503,10 +662,33 @@ class TFRecordSource(file_records.FileRecordSource):
                 dry.read(wanted, self._storage.reads, blocks=self._blocks,
                          wanted=int((stops - starts).sum()))
             files, numbers = files[~remote], numbers[~remote]
+        if self._held is not None and len(files):
+            self._dry_held(files, numbers, dry)
+            return True
         ranges.dry_read(
             self._ranges(files, numbers), self._storage.reads, dry, blocks=self._blocks,
         )
         return True
+
+    def _dry_held(self, files: np.ndarray, numbers: np.ndarray, dry: fetch.DryRun) -> None:
+        """Records in `dry` the preads of the local records' blocks (`_held_blocks`): each
+        block not held (in `dry`'s copy of what this source holds) read once; the records'
+        bytes as wanted, whether their block was held or read."""
+        assert self._held is not None and self.block_records
+        held = dry.holdings.setdefault(id(self._held), _Held(self._held.budget))
+        blocks = ((self._starts[files] + numbers) // self.block_records).tolist()
+        keys = list(zip(files.tolist(), blocks, strict=True))
+        missing = [key for key in sorted(set(keys)) if held.get(key) is None]
+        starts, stops = self._spans(files, numbers)
+        dry.held(int((stops - starts).sum()))
+        if not missing:
+            return
+        lows, highs = self._block_spans(missing)
+        for key, low, high in zip(missing, lows.tolist(), highs.tolist(), strict=True):
+            held.put(key, (low, memoryview(b"")), high - low)
+            where = self._locations[key[0]]
+            assert isinstance(where, locations.LocalFile)
+            dry.pread(where.path, low, high, wanted=0)
 
     def _object_ranges(self, indices: np.ndarray) -> list[fetch.Range]:
         """The byte ranges of the records of `indices` that lie in object storage."""

@@ -245,7 +245,8 @@ class Pipeline:
             window_chunks=window_chunks, chunk_records=chunk_records,
         )
         chunk = ordered.chunk_records
-        return dataclasses.replace(self.apply(ordered), source=source.blocked(chunk))
+        blocked = source.blocked(chunk, window_chunks=ordered.window_chunks)
+        return dataclasses.replace(self.apply(ordered), source=blocked)
 
     def map(
         self, fn: Callable[[Any, np.random.Generator], Any], *, output_signature: Any = None

@@ -180,9 +180,14 @@ class DeliveryPath:
         hand-off where it converts). Closing it closes `batches` at once (and so their
         worker pool)."""
         spec, seeded = self.spec, self.finisher.seeded
+        seeds_only = self.finisher.seeds_only
         board = self.engine.board if counted else None
         try:
             if not spec.variable:
+                if seeds_only:
+                    for data, meta in batches:
+                        yield data, meta["seed"]
+                    return
                 yield from batches
                 return
             place = None if board is None else board.here()
@@ -196,7 +201,10 @@ class DeliveryPath:
                     if lap is not None:
                         kind.timed_records += count
                         lap.lap(place[timing.HAND_OFF], count)
-                yield (decoded, item[1]) if seeded else decoded
+                if seeds_only:
+                    yield decoded, item[1]["seed"]
+                else:
+                    yield (decoded, item[1]) if seeded else decoded
         finally:
             batches.close()
 

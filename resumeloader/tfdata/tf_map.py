@@ -94,12 +94,19 @@ class Finisher:
         self.with_metadata = with_metadata
         #: Whether the generator pairs batches with metadata (the stages need the seeds).
         self.seeded = with_metadata or bool(stages)
+        #: Whether the generator hands over only the records' seeds, not the whole
+        #: metadata (the stages need the seeds; the loader does not yield the rest):
+        #: one array per batch instead of four, each a conversion and a leaf tf.data
+        #: checks in Python.
+        self.seeds_only = self.seeded and not with_metadata
         self._functions: dict[tuple[int | None, bool, bool, bool], Any] = {}
         self._specs: dict[int | None, Any] = {}
 
     def input_spec(self, batch_dim: int | None) -> Any:
         """The spec of the generator's elements (variable leaves as `graph.wire_spec`)."""
         data = graph.wire_spec(self.spec, batch_dim)
+        if self.seeds_only:
+            return data, graph.metadata_spec(batch_dim)["seed"]
         return (data, graph.metadata_spec(batch_dim)) if self.seeded else data
 
     def element_spec(self, batch_dim: int | None) -> Any:
@@ -163,14 +170,16 @@ class Finisher:
 
     def _finish(self, element: Any, batch_dim: int | None, *, assemble: bool, stages: bool) -> Any:
         data, meta = element if self.seeded else (element, None)
+        # The metadata, or only its seeds (`seeds_only`: the generator's elements).
+        seeds = meta["seed"] if isinstance(meta, dict) else meta
         if assemble:
             data = graph.assemble(self.spec, data, batch_dim)
         if not stages:
             return (data, meta) if self.seeded else data
         for number, stage in enumerate(self.stages):
-            assert meta is not None  # the stages make the generator pair batches with seeds
+            assert seeds is not None  # the stages make the generator pair batches with seeds
             if self.timers is None:
-                data = stage.fn(data, meta["seed"])
+                data = stage.fn(data, seeds)
             else:
-                data = self.timers.timed(number, stage.fn, data, meta["seed"])
+                data = self.timers.timed(number, stage.fn, data, seeds)
         return (data, meta) if self.with_metadata else data

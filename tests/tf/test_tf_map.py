@@ -86,6 +86,26 @@ def test_tf_map_seeds_are_the_metadata_seed_pairs():
         assert seeds.numpy().tolist() == meta["seed"].numpy().tolist()
 
 
+@pytest.mark.parametrize("strings", [False, True], ids=["ints", "strings"])
+def test_tf_map_seeds_without_metadata_are_the_metadata_seeds_when_produced(strings):
+    """Batches produced in Python (a record stage) for a loader without metadata: the
+    generator hands over the seeds alone (two leaves, not five), and fn gets the same seed
+    pairs, in the same order, as with metadata."""
+    data = [bytes([i]) * (i + 1) for i in range(10)] if strings else np.arange(10)
+
+    def loader(**kwargs) -> ResumableLoader:
+        pipeline = Pipeline(data, seed=3).map(lambda_free_identity).shuffle().batch(4).tf_map(
+            lambda b, s: s)
+        return ResumableLoader.from_pipeline(pipeline, num_epochs=1, **kwargs)
+
+    plain, labelled = loader(), loader(with_metadata=True)
+    assert len(tf.nest.flatten(plain._delivery.finisher.input_spec(4))) == 2
+    assert len(tf.nest.flatten(labelled._delivery.finisher.input_spec(4))) == 5
+    seeds = [b.numpy().tolist() for b in plain.dataset()]
+    assert seeds == [meta["seed"].numpy().tolist() for _, meta in labelled.dataset()]
+    assert seeds == [s.numpy().tolist() for s in plain] and len(seeds) == 3
+
+
 def test_tf_map_keeps_batch_order_under_parallel_map():
     """Batches run in parallel but come out in order: the stage sees every batch once."""
     pipeline = Pipeline(np.arange(40), seed=0).batch(4).tf_map(lambda b, s: b * 2)

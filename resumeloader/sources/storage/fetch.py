@@ -313,6 +313,9 @@ class DryRun:
         self.shadow = shadow
         self.reads: ObjectReads | None = None
         self.get_bytes = 0
+        #: What sources hold between reads in this dry run, by source (a source that
+        #: holds local blocks keeps the blocks it would hold here).
+        self.holdings: dict[Any, Any] = {}
         self._cache = spans.Cache()
         self._taken = DryReads([], [], 0)
         self._pending: list[concurrent.futures.Future[bytes]] = []
@@ -364,6 +367,10 @@ class DryRun:
         `wanted` bytes are records (default: all)."""
         self._taken.sent.append((path, start, stop))
         self._taken.wanted_bytes += stop - start if wanted is None else wanted
+
+    def held(self, wanted: int) -> None:
+        """Records `wanted` bytes of records read out of what a source holds (no request)."""
+        self._taken.wanted_bytes += wanted
 
     def holds(self, obj: objects.Object, start: int, stop: int) -> bool:
         """Whether the cache holds a span of `obj` containing ``[start, stop)`` (nothing moves)."""

@@ -1,0 +1,141 @@
+"""TFRecord local files read by blocks (the block order, `TFRecordSource.blocked`): each
+block of a window read by one pread and held for its other records, the same records and
+errors as record-by-record reads, the reads counted by `handles.stats`; no TensorFlow."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import _objstore
+import numpy as np
+import pytest
+from _objstore_fixtures import records
+
+from resumeloader import Pipeline
+from resumeloader.core import spec as spec_lib
+from resumeloader.core import wire
+from resumeloader.sources import CorruptRecordError, TFRecordSource, tfrecord
+from resumeloader.sources.storage import handles
+
+_LEAF = spec_lib.RecordSpec.of(b"").leaves[0]
+
+
+def _strings(column: np.ndarray) -> list[bytes]:
+    return list(wire.decode(column, _LEAF))
+
+
+def _files(folder: str, count: int = 3, per_file: int = 50) -> tuple[list[str], list[bytes]]:
+    paths, every = [], []
+    for file in range(count):
+        data = records(file, per_file, 200 + 7 * file)
+        path = os.path.join(folder, f"part-{file}.tfrecord")
+        with open(path, "wb") as out:
+            out.write(_objstore.tfrecord_bytes(data))
+        paths.append(path)
+        every += data
+    return paths, every
+
+
+def _blocked(paths: list[str], index_dir, **kwargs) -> tuple[TFRecordSource, np.ndarray]:
+    """The source of a block order of chunks of 20 records in windows of 2, and its epoch 0."""
+    pipeline = Pipeline(TFRecordSource(paths, index_dir=index_dir, **kwargs), seed=3).shuffle(
+        chunk_records=20, window_chunks=2)
+    order = pipeline.index_stage.indices(0, np.arange(len(pipeline.source)), seed=3)
+    return pipeline.source, order
+
+
+@pytest.mark.parametrize("read", ["read_packed", "read_batch"])
+def test_an_epoch_reads_each_local_block_once_with_one_pread(tmp_path, read):
+    """An epoch in the block order, batches of 16: the records of the order, and one pread
+    per piece of a block in a file (blocks of 20 cross the files' ends at 50 and 100),
+    which together read every file once, whole."""
+    paths, every = _files(str(tmp_path))
+    src, order = _blocked(paths, tmp_path / "index")
+    assert src._held is not None
+    before = handles.stats()
+    for start in range(0, len(order), 16):
+        indices = order[start : start + 16]
+        got = getattr(src, read)(indices)
+        assert (_strings(got) if read == "read_packed" else got) == [every[i] for i in indices]
+    after = handles.stats()
+    pieces = {(i // 50, i // 20) for i in range(150)}  # (file, block)
+    assert after["reads"] - before["reads"] == len(pieces) == 9
+    assert after["bytes"] - before["bytes"] == sum(map(os.path.getsize, paths))
+    # read record by record (the global shuffle's source): one pread per record here
+    plain = TFRecordSource(paths, index_dir=tmp_path / "index")
+    before = handles.stats()["reads"]
+    assert _strings(plain.read_packed(order[:16])) == [every[i] for i in order[:16]]
+    assert handles.stats()["reads"] - before > 1
+
+
+def test_blocks_over_many_small_files_are_still_read_once(tmp_path):
+    """Files of 7 records, blocks of 20: a block is a piece of each of 3-4 files, a window
+    of 2 blocks up to 8 pieces; each piece is still read once in an epoch (what is held is
+    bounded by bytes, not by pieces)."""
+    paths, every = _files(str(tmp_path), count=12, per_file=7)
+    src, order = _blocked(paths, tmp_path / "index")
+    before = handles.stats()["reads"]
+    for start in range(0, len(order), 16):
+        indices = order[start : start + 16]
+        assert _strings(src.read_packed(indices)) == [every[i] for i in indices]
+    assert handles.stats()["reads"] - before == len({(i // 7, i // 20) for i in range(84)})
+
+
+@pytest.mark.parametrize("where", ["data", "length", "length-crc", "data-crc"])
+@pytest.mark.parametrize("read", ["read_packed", "read_batch"])
+def test_a_corrupt_record_inside_a_held_block_is_named_by_file_and_offset(tmp_path, where, read):
+    """A flipped byte of record 7 of file 1 (record 57, in the block of records 40-59 read by
+    one pread): the error names the file, the record's number and byte offset as a read
+    record by record does; the block's other records read as they are."""
+    paths, every = _files(str(tmp_path))
+    src, _ = _blocked(paths, tmp_path / "index")  # indexed before the byte flips
+    first = records(1, 50, 207)
+    offset = sum(16 + len(r) for r in first[:7])
+    at = {"data": 12 + 3, "length": 2, "length-crc": 9, "data-crc": 16 + len(first[7]) - 2}
+    stat = os.stat(paths[1])
+    with open(paths[1], "r+b") as out:
+        out.seek(offset + at[where])
+        byte = out.read(1)
+        out.seek(offset + at[where])
+        out.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(paths[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))  # only the checks see it
+    indices = np.array([41, 57, 52, 59])
+    with pytest.raises(CorruptRecordError) as info:
+        getattr(src, read)(indices)
+    message = str(info.value)
+    assert "part-1.tfrecord, record 7" in message and f"byte offset {offset}" in message
+    assert info.value.record_index == 57
+    assert (1, 2) in src._held  # the block was read whole, and is held
+    before = handles.stats()["reads"]
+    assert _strings(src.read_packed(np.array([59, 50, 41]))) == [every[59], every[50], every[41]]
+    assert handles.stats()["reads"] == before  # from the blocks held
+
+
+def test_a_file_cut_short_inside_a_block_is_named(tmp_path):
+    """A file truncated after it was indexed: the block's pread comes back short, nothing is
+    held, and the record is named as a read record by record names it."""
+    paths, _ = _files(str(tmp_path))
+    src, _ = _blocked(paths, tmp_path / "index")
+    with open(paths[2], "r+b") as out:
+        out.truncate(os.path.getsize(paths[2]) - 100)
+    for read in ("read_packed", "read_batch"):
+        with pytest.raises(CorruptRecordError, match=r"part-2\.tfrecord"):
+            getattr(src, read)(np.array([121, 149, 125]))
+    assert (2, 7) not in src._held
+
+
+def test_a_copy_in_another_process_holds_nothing_and_reads_the_same(tmp_path):
+    """Pickled (a process worker's copy): no block held, the same records; a window too
+    large for `HELD_BYTES` reads by runs (nothing held)."""
+    paths, every = _files(str(tmp_path))
+    src, order = _blocked(paths, tmp_path / "index")
+    src.read_packed(order[:16])
+    again = pickle.loads(pickle.dumps(src))
+    assert again._held is not None and src._held is not None
+    assert not again._held._blocks and again._held.budget == src._held.budget
+    assert _strings(again.read_packed(order[:16])) == [every[i] for i in order[:16]]
+    huge = TFRecordSource(paths, index_dir=tmp_path / "index").blocked(
+        20, window_chunks=tfrecord.HELD_BYTES // (20 * 200))
+    assert huge._held is None
+    assert _strings(huge.read_packed(order[:16])) == [every[i] for i in order[:16]]
