@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -245,8 +246,8 @@ class Pipeline:
             window_chunks=window_chunks, chunk_records=chunk_records,
         )
         chunk = ordered.chunk_records
-        blocked = source.blocked(chunk, window_chunks=ordered.window_chunks)
-        return dataclasses.replace(self.apply(ordered), source=blocked)
+        return dataclasses.replace(self.apply(ordered),
+                                   source=_blocked(source, chunk, ordered.window_chunks))
 
     def map(
         self, fn: Callable[[Any, np.random.Generator], Any], *, output_signature: Any = None
@@ -464,3 +465,17 @@ def _spec(output_signature: Any) -> spec_lib.RecordSpec | None:
     if output_signature is None or isinstance(output_signature, spec_lib.RecordSpec):
         return output_signature
     return spec_lib.RecordSpec.from_signature(output_signature)
+
+
+def _blocked(source: sources_base.Source, chunk: int, window_chunks: int) -> sources_base.Source:
+    """``source.blocked(chunk, window_chunks=...)``; a source of its own that overrides
+    `blocked` with the older signature (no `window_chunks`) is called without it."""
+    try:
+        parameters: Mapping[str, inspect.Parameter] = inspect.signature(source.blocked).parameters
+    except (TypeError, ValueError):  # no signature to read: the older call is the safe one
+        parameters = {}
+    accepts = "window_chunks" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    if accepts:
+        return source.blocked(chunk, window_chunks=window_chunks)
+    return source.blocked(chunk)

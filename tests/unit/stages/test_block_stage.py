@@ -56,6 +56,28 @@ def test_shuffle_block_order_fields_and_permutation():
     assert len(set((order[:30] // 10).tolist())) == 3
 
 
+def test_shuffle_block_calls_a_source_of_its_own_with_the_blocked_it_defines():
+    """A source that overrides `blocked` without `window_chunks` (the older signature) is
+    called without it; one that takes it gets the window."""
+    from resumeloader.sources import ArraySource
+
+    calls = []
+
+    class Older(ArraySource):
+        def blocked(self, block_records):
+            calls.append(("older", block_records))
+            return self
+
+    class Newer(ArraySource):
+        def blocked(self, block_records, *, window_chunks=1):
+            calls.append(("newer", block_records, window_chunks))
+            return self
+
+    Pipeline(Older(np.arange(100)), seed=4).shuffle(chunk_records=10, window_chunks=3)
+    Pipeline(Newer(np.arange(100)), seed=4).shuffle(chunk_records=10, window_chunks=3)
+    assert calls == [("older", 10), ("newer", 10, 3)]
+
+
 def test_shuffle_without_block_is_the_global_shuffle_again():
     """shuffle() after shuffle(block=...) is the global shuffle (its order fields)."""
     pipeline = Pipeline(np.arange(50), seed=4).shuffle(chunk_records=5).shuffle()
