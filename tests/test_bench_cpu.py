@@ -184,31 +184,35 @@ def test_every_table_with_a_rate_has_a_cpu_column(script):
 def test_paired_slice_holds_the_background_refill_of_its_own_contender():
     """A contender whose helper thread keeps working after each slice (a prefetch
     refilling its buffer) is charged that work, and its twin is not: the settle between
-    slices gives each slice its own tail."""
-    import threading
-
-    import _common as common
-
-    def spin(seconds: float) -> None:
-        end = time.thread_time() + seconds
-        while time.thread_time() < end:
-            pass
-
-    def with_tail() -> object:
-        def run(batches: int) -> int:
-            spin(0.002 * batches)
-            worker = threading.Thread(target=spin, args=(0.002 * batches,))
-            worker.start()  # finishes after the slice, like a prefetch refilling
-            return batches
-        return run
-
-    def plain() -> object:
-        def run(batches: int) -> int:
-            spin(0.002 * batches)
-            return batches
-        return run
-
-    figures = common.paired({"tail": with_tail, "plain": plain}, rounds=4, slice_seconds=0.05)
+    slices gives each slice its own tail. Run in a process of its own: a test worker's
+    threads left by other tests would be charged to whichever slice they ran in."""
+    script = (
+        "import json, sys, threading, time\n"
+        f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
+        "import _common\n"
+        "def spin(seconds):\n"
+        "    end = time.thread_time() + seconds\n"
+        "    while time.thread_time() < end:\n"
+        "        pass\n"
+        "def with_tail():\n"
+        "    def run(batches):\n"
+        "        spin(0.002 * batches)\n"
+        "        # finishes after the slice, like a prefetch refilling\n"
+        "        threading.Thread(target=spin, args=(0.002 * batches,)).start()\n"
+        "        return batches\n"
+        "    return run\n"
+        "def plain():\n"
+        "    def run(batches):\n"
+        "        spin(0.002 * batches)\n"
+        "        return batches\n"
+        "    return run\n"
+        "figures = _common.paired({'tail': with_tail, 'plain': plain}, rounds=4,\n"
+        "                         slice_seconds=0.05)\n"
+        "print(json.dumps(figures))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True)
+    figures = __import__("json").loads(done.stdout.strip().splitlines()[-1])
     tail, plain_cpu = figures["tail"][0], figures["plain"][0]
     # CPU per "record": ~2,000 us for plain, ~4,000 us with the tail; clock ticks are 10 ms.
     assert 1.5 < tail / plain_cpu < 2.6, figures
