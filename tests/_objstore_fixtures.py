@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -135,6 +136,21 @@ FAST = ObjectReads(attempts=4, backoff=0.01, timeout=1.0, deadline=10.0)
 def records(file: int, count: int, size: int = 300) -> list[bytes]:
     """`count` distinct records of about `size` bytes, tagged with `file`."""
     return [b"%d:%d:" % (file, i) + bytes([i % 251]) * size for i in range(count)]
+
+
+def tfrecord_files(folder: str, count: int = 3, per_file: int = 50,
+                   size: int = 200) -> tuple[list[str], list[bytes]]:
+    """`count` local TFRecord files of `per_file` `records` each (about ``size + 7 *
+    file`` bytes: other sizes per file) in `folder`; (paths, all records in file order)."""
+    paths, every = [], []
+    for file in range(count):
+        data = records(file, per_file, size + 7 * file)
+        path = os.path.join(folder, f"part-{file}.tfrecord")
+        with open(path, "wb") as out:
+            out.write(_objstore.tfrecord_bytes(data))
+        paths.append(path)
+        every += data
+    return paths, every
 
 
 def put_tfrecords(

@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 import pickle
 
-import _objstore
 import numpy as np
 import pytest
-from _objstore_fixtures import records
+from _objstore_fixtures import records, tfrecord_files
 
 from resumeloader import Pipeline
 from resumeloader.core import spec as spec_lib
@@ -23,18 +22,6 @@ _LEAF = spec_lib.RecordSpec.of(b"").leaves[0]
 
 def _strings(column: np.ndarray) -> list[bytes]:
     return list(wire.decode(column, _LEAF))
-
-
-def _files(folder: str, count: int = 3, per_file: int = 50) -> tuple[list[str], list[bytes]]:
-    paths, every = [], []
-    for file in range(count):
-        data = records(file, per_file, 200 + 7 * file)
-        path = os.path.join(folder, f"part-{file}.tfrecord")
-        with open(path, "wb") as out:
-            out.write(_objstore.tfrecord_bytes(data))
-        paths.append(path)
-        every += data
-    return paths, every
 
 
 def _blocked(paths: list[str], index_dir, **kwargs) -> tuple[TFRecordSource, np.ndarray]:
@@ -50,7 +37,7 @@ def test_an_epoch_reads_each_local_block_once_with_one_pread(tmp_path, read):
     """An epoch in the block order, batches of 16: the records of the order, and one pread
     per piece of a block in a file (blocks of 20 cross the files' ends at 50 and 100),
     which together read every file once, whole."""
-    paths, every = _files(str(tmp_path))
+    paths, every = tfrecord_files(str(tmp_path))
     src, order = _blocked(paths, tmp_path / "index")
     assert src._held is not None
     before = handles.stats()
@@ -73,7 +60,7 @@ def test_blocks_over_many_small_files_are_still_read_once(tmp_path):
     """Files of 7 records, blocks of 20: a block is a piece of each of 3-4 files, a window
     of 2 blocks up to 8 pieces; each piece is still read once in an epoch (what is held is
     bounded by bytes, not by pieces)."""
-    paths, every = _files(str(tmp_path), count=12, per_file=7)
+    paths, every = tfrecord_files(str(tmp_path), count=12, per_file=7)
     src, order = _blocked(paths, tmp_path / "index")
     before = handles.stats()["reads"]
     for start in range(0, len(order), 16):
@@ -88,7 +75,7 @@ def test_a_corrupt_record_inside_a_held_block_is_named_by_file_and_offset(tmp_pa
     """A flipped byte of record 7 of file 1 (record 57, in the block of records 40-59 read by
     one pread): the error names the file, the record's number and byte offset as a read
     record by record does; the block's other records read as they are."""
-    paths, every = _files(str(tmp_path))
+    paths, every = tfrecord_files(str(tmp_path))
     src, _ = _blocked(paths, tmp_path / "index")  # indexed before the byte flips
     first = records(1, 50, 207)
     offset = sum(16 + len(r) for r in first[:7])
@@ -115,7 +102,7 @@ def test_a_corrupt_record_inside_a_held_block_is_named_by_file_and_offset(tmp_pa
 def test_a_file_cut_short_inside_a_block_is_named(tmp_path):
     """A file truncated after it was indexed: the block's pread comes back short, nothing is
     held, and the record is named as a read record by record names it."""
-    paths, _ = _files(str(tmp_path))
+    paths, _ = tfrecord_files(str(tmp_path))
     src, _ = _blocked(paths, tmp_path / "index")
     with open(paths[2], "r+b") as out:
         out.truncate(os.path.getsize(paths[2]) - 100)
@@ -128,7 +115,7 @@ def test_a_file_cut_short_inside_a_block_is_named(tmp_path):
 def test_a_copy_in_another_process_holds_nothing_and_reads_the_same(tmp_path):
     """Pickled (a process worker's copy): no block held, the same records; a window too
     large for `HELD_BYTES` reads by runs (nothing held)."""
-    paths, every = _files(str(tmp_path))
+    paths, every = tfrecord_files(str(tmp_path))
     src, order = _blocked(paths, tmp_path / "index")
     src.read_packed(order[:16])
     again = pickle.loads(pickle.dumps(src))

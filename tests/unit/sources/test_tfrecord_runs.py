@@ -11,7 +11,7 @@ import os
 import _objstore
 import numpy as np
 import pytest
-from _objstore_fixtures import FAST, put_tfrecords, records, source
+from _objstore_fixtures import FAST, put_tfrecords, records, source, tfrecord_files
 
 from resumeloader import Pipeline
 from resumeloader.core import buffers, wire
@@ -29,21 +29,9 @@ def _strings(column: np.ndarray) -> list[bytes]:
     return list(wire.decode(column, _LEAF))
 
 
-def _files(folder, count: int = 3, per_file: int = 50, size: int = 200) -> tuple[list[str], list]:
-    paths, every = [], []
-    for file in range(count):
-        data = records(file, per_file, size + 7 * file)  # other sizes per file
-        path = os.path.join(folder, f"part-{file}.tfrecord")
-        with open(path, "wb") as out:
-            out.write(_objstore.tfrecord_bytes(data))
-        paths.append(path)
-        every += data
-    return paths, every
-
-
 @pytest.fixture
 def local(tmp_path):
-    paths, every = _files(str(tmp_path))
+    paths, every = tfrecord_files(str(tmp_path))
     return TFRecordSource(paths, index_dir=tmp_path / "index"), every, paths
 
 
@@ -78,7 +66,7 @@ def test_a_batch_over_many_files_reads_each_file_once_and_releases_it(tmp_path):
     """12 files, shuffled batches touching most of them: the records of read_batch, one
     pread per run, every descriptor released after the batch; the indexes view one array
     of all the records' offsets (no second copy)."""
-    paths, every = _files(str(tmp_path), count=12, per_file=20, size=50)
+    paths, every = tfrecord_files(str(tmp_path), count=12, per_file=20, size=50)
     src = TFRecordSource(paths, index_dir=tmp_path / "index")
     rng = np.random.default_rng(1)
     for _ in range(5):
@@ -95,7 +83,7 @@ def test_a_batch_over_many_files_reads_each_file_once_and_releases_it(tmp_path):
 def test_a_changed_file_among_many_is_named_and_its_descriptor_released(tmp_path):
     """One file of 12 rewritten (another size) after the source was built: a batch over all
     of them raises naming that file, and leaves no descriptor in use."""
-    paths, every = _files(str(tmp_path), count=12, per_file=20, size=50)
+    paths, every = tfrecord_files(str(tmp_path), count=12, per_file=20, size=50)
     src = TFRecordSource(paths, index_dir=tmp_path / "index")
     assert _strings(src.read_packed(np.arange(0, 240, 7))) == every[0:240:7]
     with open(paths[5], "ab") as out:
@@ -120,7 +108,7 @@ def _corrupt(path: str, offset: int) -> None:
 def test_a_corrupt_record_inside_a_run_is_named_by_file_and_offset(tmp_path, where):
     """A flipped byte of record 7 of file 1, read in a run of its neighbours: the error
     names the file, the record's number and byte offset; a batch without it reads."""
-    paths, every = _files(str(tmp_path))
+    paths, every = tfrecord_files(str(tmp_path))
     src = TFRecordSource(paths, index_dir=tmp_path / "index")
     first = records(1, 50, 207)
     offset = sum(16 + len(r) for r in first[:7])
@@ -139,7 +127,7 @@ def test_a_corrupt_record_inside_a_run_is_named_by_file_and_offset(tmp_path, whe
 
 def test_a_truncated_file_is_refused_naming_it(tmp_path):
     """A file cut short after it was indexed: CorruptRecordError naming it, no short record."""
-    paths, _ = _files(str(tmp_path))
+    paths, _ = tfrecord_files(str(tmp_path))
     src = TFRecordSource(paths, index_dir=tmp_path / "index")
     size = os.path.getsize(paths[2])
     with open(paths[2], "r+b") as out:
@@ -152,7 +140,7 @@ def test_a_kept_batch_stays_right_while_its_buffer_would_be_reused(tmp_path):
     """The recycled buffers never alias a batch still held: 30 later batches of the same
     size, from the pool (records large enough for pooled memory), leave the first one's
     records as they were."""
-    paths, every = _files(str(tmp_path), size=2000)
+    paths, every = tfrecord_files(str(tmp_path), size=2000)
     src = TFRecordSource(paths, index_dir=tmp_path / "index")
     first = np.arange(20, 70)
     kept = src.read_packed(first)
@@ -183,7 +171,7 @@ def test_the_loader_producer_hands_the_packed_column_over(local):
 def test_a_skip_policy_replaces_a_corrupt_record_read_in_a_run(tmp_path):
     """on_error("skip"): the batch holding a corrupt record is read again record by
     record and the record replaced; "raise" names it."""
-    paths, every = _files(str(tmp_path))
+    paths, every = tfrecord_files(str(tmp_path))
     _corrupt(paths[0], sum(16 + len(r) for r in records(0, 50, 200)[:3]) + 20)
     src = TFRecordSource(paths, index_dir=tmp_path / "index")
     pipeline = Pipeline(src, seed=0).batch(10)
