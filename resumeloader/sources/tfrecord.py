@@ -348,15 +348,11 @@ class TFRecordSource(file_records.FileRecordSource):
         mine = np.flatnonzero(~self._remote[files])
         if len(mine) and self._held is not None and block is not None:
             # Read by blocks: each run cut out of its block, each block read once.
-            held = self._held_blocks(files[mine], block[mine])
-            if held is None:
+            views = self._held_views(files[mine], block[mine], begins[mine], ends[mine])
+            if views is None:
                 return False
-            datas, lows, which = held
-            froms = (begins[mine] - lows[which]).tolist()
-            tos = (ends[mine] - lows[which]).tolist()
-            for put, data, low, high in zip(puts[mine].tolist(), map(datas.__getitem__,
-                                            which.tolist()), froms, tos, strict=True):
-                memory[put : put + high - low] = data[low:high]
+            for put, view in zip(puts[mine].tolist(), views, strict=True):
+                memory[put : put + len(view)] = view
         elif len(mine):
             # The runs are sorted by file: each local file's runs lie together.
             here, size = files[mine], ends[mine] - begins[mine]
