@@ -16,6 +16,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import itertools
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -257,7 +258,7 @@ class BatchProducer:
             lap.lap(lap.place[self.names.batch], len(task.indices), out=sum(made.counts))
         batches = made.leaves
         if self._maps:
-            starts = np.cumsum([0, *made.counts[:-1]]).tolist()
+            starts = [0, *itertools.accumulate(made.counts[:-1])]
             batches = [
                 self._mapped(leaves, task, start, count, lap)
                 for leaves, start, count in zip(batches, starts, made.counts, strict=True)
@@ -293,30 +294,29 @@ class BatchProducer:
         """A batch's leaves run through the batch map stages (a plain stage's batch: its
         rows are the task's records from `start` on), each result checked (and timed)."""
         indices, position = task.indices[start : start + count], task.position + start
-        batch = optree.tree_unflatten(self._map_specs[0].treespec, leaves)
+        epoch, last = task.epoch, len(self._maps) - 1
+        batch: Any = optree.tree_unflatten(self._map_specs[0].treespec, leaves)
         given: list[np.ndarray] = []  # the last stage's `out` arrays
         for number, (stage, spec, out_leaves) in enumerate(
             zip(self._maps, self._map_specs[1:], self._outs, strict=True)
         ):
-            out = None
+            # `out` only for a stage that takes it: a stage without keeps its signature.
+            out: dict[str, Any] = {}
+            given = []
             if out_leaves is not None:
                 given = [buffers.empty((count, *shape), dtype) for shape, dtype in out_leaves]
-                out = optree.tree_unflatten(spec.treespec, given)
-            else:
-                given = []
+                out["out"] = optree.tree_unflatten(spec.treespec, given)
             try:
-                batch = (stage.apply_batch(batch, seed=self._seed, epoch=task.epoch,
-                                           indices=indices, out=out)
-                         if out is not None else
-                         stage.apply_batch(batch, seed=self._seed, epoch=task.epoch,
-                                           indices=indices))
+                batch = stage.apply_batch(batch, seed=self._seed, epoch=epoch,
+                                          indices=indices, **out)
             except Exception as err:
                 who = f"The `{stage.name}` function"
-                raise checks.batch_error(stage.name, err, indices, task.epoch, position,
+                raise checks.batch_error(stage.name, err, indices, epoch, position,
                                          who=who) from err
-            leaves = checks.batch(spec, batch, indices, epoch=task.epoch, position=position,
+            leaves = checks.batch(spec, batch, indices, epoch=epoch, position=position,
                                   what=f"The `{stage.name}` function")
-            batch = optree.tree_unflatten(spec.treespec, leaves)
+            # The checked leaves go on as the next stage's batch (the last's as leaves).
+            batch = optree.tree_unflatten(spec.treespec, leaves) if number < last else None
             if lap is not None:
                 lap.lap(lap.place[self.names.maps[number]], count)
         if given and self._hand_over:
