@@ -6,9 +6,7 @@ aligned as TensorFlow's kernels require (64 bytes), that no user code has seen. 
 loader` may then give its memory to the eager tensor (DLPack) instead of copying it:
 nothing can write to it afterwards. Any other array (a view of a worker's shared
 memory, an array a source returned and may keep or reuse) is copied. `gather` marks
-the first kind where it is made; `take` asks, once, where it becomes a tensor. The
-result of a ``map_batch`` function is marked too when nothing else references it and
-it is aligned (`resumeloader.workers.produce`).
+the first kind where it is made; `take` asks, once, where it becomes a tensor.
 
 A small numeric array (under `buffers.MIN_BYTES`: labels, a batch of scalars) is
 copied, as any other array, but into fresh aligned memory of its own (`small`) that is

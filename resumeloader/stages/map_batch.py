@@ -43,9 +43,7 @@ class MapBatchStage(base.BatchMapStage):
     spec (every leaf a fixed-shape numeric array) in uninitialised memory the loader
     recycles, 64-byte aligned. A leaf ``fn`` returns as the very array it was given,
     and keeps no reference to (nor a view of), goes to TensorFlow without a copy; any
-    other leaf is copied as usual. It changes no value of the stream. (Without `out`,
-    a new leaf that happens to be 64-byte aligned and that ``fn`` keeps nothing of
-    goes without a copy too: `resumeloader.workers.produce`.)
+    other leaf is copied as usual. It changes no value of the stream.
 
     Raises:
         TypeError: `fn` is not callable, `rowwise` not a bool.

@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import itertools
 import sys
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -320,7 +319,7 @@ class BatchProducer:
             batch = optree.tree_unflatten(spec.treespec, leaves) if number < last else None
             if lap is not None:
                 lap.lap(lap.place[self.names.maps[number]], count)
-        if self._hand_over:
+        if given and self._hand_over:
             del batch, out
             _adopt(leaves, given)
         return leaves
@@ -430,35 +429,15 @@ def _out_leaves(stage: stages_base.BatchMapStage, spec: spec_lib.RecordSpec
 
 def _adopt(leaves: list[Any], given: list[np.ndarray]) -> None:
     """Marks fresh (`handoff.mark`: handed to TensorFlow without a copy) each of
-    `leaves`, the last batch map stage's checked result, that nothing else references
-    (no other reference to it, no weak one) and that is in native byte order (DLPack
-    takes no other):
-
-    - one of the recycled arrays `given` to the function (``out``), whose memory's
-      owner nothing else references either (a view of it references that owner, not
-      the array);
-    - an array the function made, C-contiguous, writeable and 64-byte aligned as
-      TensorFlow's kernels need (NumPy's allocations often are), that owns its memory
-      or is a view of an array owning it that nothing else references (no other view:
-      each would reference that array).
-
-    Any other leaf is copied as before (`BatchProducer._handed`). `given` is emptied."""
+    `leaves` that is one of the recycled arrays `given` to the user's function that
+    nothing else references: neither the array (a reference kept, in a structure or a
+    view of another type) nor its memory's owner (a view, which references that owner,
+    not the array), in native byte order (DLPack takes no other). `given` is emptied."""
     ids = {id(array) for array in given}
     given.clear()
     for leaf in leaves:
         # References: `leaves`, `leaf` and the call's argument; the owner's: the array
         # and the argument.
-        if (type(leaf) is not np.ndarray or not leaf.dtype.isnative
-                or sys.getrefcount(leaf) != 3 or weakref.getweakrefcount(leaf)):
-            continue
-        if id(leaf) in ids:
-            if leaf.base is not None and sys.getrefcount(leaf.base) == 2:
-                handoff.mark(leaf)
-        elif (leaf.flags.c_contiguous and leaf.flags.writeable and leaf.dtype.kind in "iuf"
-              and leaf.nbytes >= buffers.MIN_BYTES
-              and buffers.address(leaf) % handoff.ALIGNMENT == 0
-              and (leaf.flags.owndata
-                   or (type(leaf.base) is np.ndarray and leaf.base.flags.owndata
-                       and sys.getrefcount(leaf.base) == 2
-                       and not weakref.getweakrefcount(leaf.base)))):
+        if (id(leaf) in ids and leaf.base is not None and leaf.dtype.isnative
+                and sys.getrefcount(leaf) == 3 and sys.getrefcount(leaf.base) == 2):
             handoff.mark(leaf)

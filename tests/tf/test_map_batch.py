@@ -211,55 +211,6 @@ def test_map_batch_out_gives_the_same_stream_without_a_copy(prefetch):
     assert len(set(fn.given)) == 8  # no memory reused while its tensor lives
 
 
-class _AlignedDoubling:
-    """Returns each batch's rows doubled in a new 64-byte aligned array (a view of a
-    new array of bytes it drops), recording its address; `keep`, it keeps the array
-    and overwrites the ones it kept with -1 on the next call."""
-
-    def __init__(self, keep: bool) -> None:
-        self.keep = keep
-        self.made: list[int] = []
-        self.kept: list[np.ndarray] = []
-
-    def __call__(self, batch, rngs):
-        images, labels = batch
-        for old in self.kept:
-            old[...] = -1
-        raw = np.empty(images.nbytes + 64, np.uint8)
-        start = -raw.ctypes.data % 64
-        result = raw[start : start + images.nbytes].view(np.float32).reshape(images.shape)
-        del raw
-        np.multiply(images, 2, out=result)
-        self.made.append(result.ctypes.data)
-        if self.keep:
-            self.kept.append(result)
-        return result, labels
-
-
-@pytest.mark.parametrize("keep", [False, True], ids=["fresh", "kept"])
-def test_map_batch_result_nothing_references_is_the_tensor_a_kept_one_a_copy(keep):
-    """A new aligned array the function returns and keeps nothing of becomes the tensor
-    without a copy; one it keeps (and overwrites later) is copied: every batch keeps
-    its values while all are alive."""
-    fn = _AlignedDoubling(keep)
-    labels = np.arange(64)
-    pipeline = (Pipeline((_WIDE, labels), seed=3).shuffle().batch(16)
-                .map_batch(fn, output_signature=_WIDE_SIGNATURE))
-    kept = list(ResumableLoader.from_pipeline(pipeline, num_epochs=2))
-    unmapped = Pipeline((_WIDE, labels), seed=3).shuffle().batch(16)
-    plain = [(a.numpy() * 2, b.numpy())
-             for a, b in ResumableLoader.from_pipeline(unmapped, num_epochs=2)]
-    assert len(kept) == len(plain) == 8
-    for (a, b), (x, y) in zip(plain, kept, strict=True):
-        np.testing.assert_array_equal(a, x.numpy())
-        np.testing.assert_array_equal(b, y.numpy())
-    handed = [np.asarray(x).ctypes.data for x, _ in kept]
-    if keep:
-        assert not set(handed) & set(fn.made)
-    else:
-        assert handed == fn.made
-
-
 class _Keeping:
     """Writes into `out` and keeps it (or a view of it, or the batch it returns); on
     the next call it overwrites what it kept with -1."""

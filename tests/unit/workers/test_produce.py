@@ -4,14 +4,12 @@ read, read-only, and the same as reading each record alone."""
 from __future__ import annotations
 
 import dataclasses
-import weakref
 
 import numpy as np
 import optree
 import pytest
 
 from resumeloader import Pipeline, RecordError, RecordSpecError
-from resumeloader.core import buffers, handoff
 from resumeloader.core.spec import RecordSpec
 from resumeloader.stages import BatchMapStage
 from resumeloader.stages.plan import Plan
@@ -114,69 +112,3 @@ def test_batch_check_refuses_a_leaf_of_another_dtype_or_shape(bad):
     spec = RecordSpec.of((np.zeros((2, 3), np.float32), np.int64(0)))
     with pytest.raises(RecordSpecError, match=r"record\[0\]: the batch is .*expected 4 records"):
         checks.batch(spec, (bad, np.arange(4)), np.arange(10, 14), epoch=1, position=8)
-
-
-# -- a map_batch result handed over without the copy ----------------------------------
-
-_WIDE = np.arange(64 * 32 * 32 * 3, dtype=np.float32).reshape(64, 32, 32, 3)  # 192 KiB batches
-
-
-def _aligned_empty(shape: tuple[int, ...], owner: list) -> np.ndarray:
-    """A new float32 array, 64-byte aligned: a view of a new array of bytes, which is
-    kept in `owner` (then only the view references it, if the caller drops it)."""
-    nbytes = int(np.prod(shape)) * 4
-    raw = np.empty(nbytes + handoff.ALIGNMENT, np.uint8)
-    start = -buffers.address(raw) % handoff.ALIGNMENT
-    owner.append(raw)
-    return raw[start : start + nbytes].view(np.float32).reshape(shape)
-
-
-def _doubled_batches(keep) -> tuple[list[int], list[np.ndarray]]:
-    """Batches of a map_batch function returning a new aligned array (passed to `keep`
-    first, with the array owning its memory), and that array's address in each."""
-    made = []
-
-    def doubled(batch, rngs):
-        owner: list = []
-        result = _aligned_empty(batch.shape, owner)
-        np.multiply(batch, 2, out=result)
-        made.append(buffers.address(result))
-        keep(result, owner.pop())
-        return result
-
-    pipeline = Pipeline(_WIDE, seed=3).shuffle().batch(16).map_batch(doubled)
-    producer = produce.BatchProducer(pipeline)
-    tasks = list(Plan(pipeline, num_epochs=1).tasks(0))
-    got = [producer.batch(task).batches[0] for task in tasks]
-    for batch, task in zip(got, tasks, strict=True):
-        np.testing.assert_array_equal(batch, _WIDE[task.indices] * 2)
-    return made, got
-
-
-def test_map_batch_result_that_nothing_else_references_is_handed_over_as_is():
-    """A new, aligned array the function returns and keeps nothing of is the batch
-    (marked fresh: its memory goes to TensorFlow), not a copy."""
-    made, got = _doubled_batches(lambda result, owner: None)
-    assert [buffers.address(batch) for batch in got] == made
-    assert all(handoff.fresh(batch) for batch in got)
-
-
-@pytest.mark.parametrize(
-    "keep",
-    [lambda kept, result, owner: kept.append(result),
-     lambda kept, result, owner: kept.append(result[:1]),
-     lambda kept, result, owner: kept.append(weakref.ref(result)),
-     lambda kept, result, owner: kept.append(owner),
-     lambda kept, result, owner: kept.append(weakref.ref(owner))],
-    ids=["reference", "view", "weak-reference", "owner", "weak-owner"],
-)
-def test_map_batch_result_the_function_keeps_is_copied(keep):
-    """A result the function keeps (the array, a view of it, the array owning its memory,
-    a weak reference to either) could be written to while TensorFlow reads it: the
-    batch is a copy in the loader's memory."""
-    kept: list = []
-    made, got = _doubled_batches(lambda result, owner: keep(kept, result, owner))
-    assert len(kept) == len(got)
-    for address, batch in zip(made, got, strict=True):
-        assert buffers.address(batch) != address
-        assert handoff.fresh(batch)  # the copy's memory is the loader's, handed over
