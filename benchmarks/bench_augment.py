@@ -1,6 +1,6 @@
 """Python augmentation against the loop a user would write: ``map_batch`` and ``map_fn``.
 
-    python benchmarks/bench_augment.py [--quick]
+    python benchmarks/bench_augment.py [--quick] [--sections rs]
 
 (r) ``map_batch`` with its per-row ``rngs``: CIFAR-like uint8 records, batch 128,
     shuffled; the same vectorised maths (to float32, a random flip, a random 4-pixel
@@ -23,6 +23,7 @@ one a loaded machine leaves stable.
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import statistics
@@ -260,15 +261,26 @@ def jitter_tf(record: np.ndarray) -> np.ndarray:
     return jitter(record, _TF_RNG)
 
 
-def run(quick: bool) -> Report:
-    """Both tables and their targets."""
-    first, targets = map_batch_table(quick)
-    second, more = map_fn_table(quick)
-    return Report([first, second], targets + more)
+def run(quick: bool, sections: str = "rs") -> Report:
+    """The tables of `sections` (``r``, ``s``) and their targets."""
+    tables, targets = [], []
+    for section, make in (("r", map_batch_table), ("s", map_fn_table)):
+        if section in sections:
+            table, found = make(quick)
+            tables.append(table)
+            targets += found
+    return Report(tables, targets)
 
 
 def main() -> None:
-    _common.script_main(run, __doc__, "fewer records and rounds")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer records and rounds")
+    parser.add_argument("--sections", default="rs", help="which tables, e.g. 'r'")
+    _common.add_json_option(parser)
+    args = parser.parse_args()
+    _common.BUDGET_SECONDS = 1.0 if args.quick else _common.BUDGET_SECONDS
+    timer = _results.Timer(_results.command_line(), args.quick)
+    _common.finish(run(args.quick, args.sections), timer, args.json)
 
 
 if __name__ == "__main__":

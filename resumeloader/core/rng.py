@@ -250,13 +250,18 @@ def _checked(method: str, *args: Any) -> draws.Draw | None:
     row), its arguments checked once as NumPy checks them (NumPy's error raised). Kept
     per arguments of scalar types (with their types: ``1`` and ``1.0`` are not one),
     at most `_DRAWS_KEPT` of them, but a float zero's."""
+    # Arguments met before: the key of a kept draw (one stored never holds a float
+    # zero, so no -0.0 finds a 0.0's; an unhashable argument is not kept).
+    try:
+        key = (method, *args, *map(type, args))
+        draw = _DRAWS.get(key, _MISSING)
+    except TypeError:
+        draw = _MISSING
+    if draw is not _MISSING:
+        return draw  # type: ignore[return-value]
     # A float zero is left out: 0.0 and -0.0 are one key but may give other sign bits.
     if all((isinstance(arg, _SCALARS) and not (isinstance(arg, _FLOATS) and arg == 0))
            or arg is None or isinstance(arg, np.dtype) for arg in args):
-        key = (method, *args, *map(type, args))
-        draw = _DRAWS.get(key, _MISSING)
-        if draw is not _MISSING:
-            return draw  # type: ignore[return-value]
         draw = _made(method, *args)
         if len(_DRAWS) >= _DRAWS_KEPT:
             _DRAWS.clear()

@@ -144,6 +144,17 @@ class RecordSpec:
             return None
         return leaf.dtype, shape
 
+    @functools.cached_property
+    def fixed_leaves(self) -> tuple[tuple[np.dtype, tuple[int, ...]] | None, ...]:
+        """Per leaf, (dtype, shape) when it is a numeric array of a fixed shape, else
+        None: a batch's column of such a leaf fits exactly when it is an `np.ndarray` of
+        that dtype and of shape ``(rows, *shape)``."""
+        return tuple(
+            None if leaf.is_string or None in leaf.shape
+            else (leaf.dtype, tuple(int(dim) for dim in leaf.shape))  # type: ignore[arg-type]
+            for leaf in self.leaves
+        )
+
     def paths(self) -> list[str]:
         """Each leaf's path in a record, e.g. ``record['image']``, ``record[0]``, ``record``."""
         return [

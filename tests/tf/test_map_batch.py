@@ -3,6 +3,8 @@ exact (seed, epoch, record) randomness, in every worker backend and across resto
 
 from __future__ import annotations
 
+import weakref
+
 import _worker_fns
 import numpy as np
 import pytest
@@ -221,6 +223,7 @@ class _Keeping:
 
     def __call__(self, batch, rngs, out):
         for old in self.kept:
+            old = old() if isinstance(old, weakref.ref) else old
             np.asarray(old[0] if isinstance(old, tuple) else old)[...] = -1
         result = _worker_fns.flip_scale_into(batch, rngs, out)
         self.kept.append(self.keep(out, result))
@@ -230,8 +233,9 @@ class _Keeping:
 @pytest.mark.parametrize(
     "keep",
     [lambda out, result: out[0], lambda out, result: out[0][:3],
-     lambda out, result: result, lambda out, result: out],
-    ids=["array", "view", "result", "out"],
+     lambda out, result: result, lambda out, result: out,
+     lambda out, result: weakref.ref(out[0])],
+    ids=["array", "view", "result", "out", "weak-reference"],
 )
 def test_map_batch_out_kept_by_the_function_is_copied(keep):
     """An `out` the function still references after it returns is not handed over:
