@@ -24,8 +24,9 @@ array operations, and each record's data by one CRC32C call (no library computes
 checksums of many ranges in one call, and google-crc32c takes only bytes): with
 `verify_checksums` that call, on the record's data copied out as bytes, is the Python
 left per record. Those bytes go along with the column (`wire.with_strings`): the hand-off
-to TensorFlow takes them as they are, instead of copying each record out again. A batch that fails a check is read again
-record by record, which names the record (file, number, byte offset).
+to TensorFlow takes them as they are, instead of copying each record out again. A batch
+that fails a check is read again record by record, which names the record (file, number,
+byte offset).
 """
 
 from __future__ import annotations
