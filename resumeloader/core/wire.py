@@ -17,7 +17,9 @@ bytes of the leaf's dtype, or the strings concatenated. A column of scalar strin
 may instead be *packed* (`packed`): its words are ``n``, the ``n`` lengths and the
 ``n`` starts of the strings in the values, which then hold them anywhere, in any
 order, with other bytes between them (a source's reads, copied in once: see
-`resumeloader.sources.tfrecord`). The values start 64-byte
+`resumeloader.sources.tfrecord`). A source that made the strings already (as bytes,
+to check them) hands them along with the column (`with_strings`): `decode` then takes
+them as they are instead of copying each out of the values a second time. The values start 64-byte
 aligned (the array is, `resumeloader.core.buffers`), so numeric values decode to a
 view TensorFlow can use in place.
 The words are little-endian; the format never leaves the machine that wrote it.
@@ -34,7 +36,7 @@ import numpy as np
 from resumeloader.core import buffers
 from resumeloader.core import spec as spec_lib
 
-__all__ = ["Ragged", "decode", "encode", "packed"]
+__all__ = ["Ragged", "StringsColumn", "decode", "encode", "packed", "with_strings"]
 
 _WORD = np.dtype("<i8")
 _BYTE = np.dtype(np.uint8)
@@ -135,6 +137,27 @@ def packed(lengths: np.ndarray, starts: np.ndarray, size: int) -> tuple[np.ndarr
     return out, out[start:]
 
 
+class StringsColumn(np.ndarray):
+    """A packed column (`packed`) that carries its strings already made, as bytes in
+    record order (`strings`): `decode` hands them over as they are. Only the array
+    `with_strings` returns carries them: its views, copies and pickles (a process
+    worker's batch) do not, and are decoded from their bytes."""
+
+    strings: list[bytes] | None = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.strings = None
+
+
+def with_strings(column: np.ndarray, strings: list[bytes]) -> np.ndarray:
+    """`column` (a packed column of scalar strings) carrying `strings`, its strings in
+    order as bytes, each exactly the bytes `decode` would copy out of it (the caller
+    made them from the same bytes, e.g. to check them)."""
+    out = column.view(StringsColumn)
+    out.strings = strings
+    return out
+
+
 def _payload_start(count: int) -> int:
     """Where the values start: after ``count + 1`` words, rounded up to `_ALIGN` bytes
     (so that decoded numeric values are aligned as TensorFlow needs to use them in place)."""
@@ -143,7 +166,13 @@ def _payload_start(count: int) -> int:
 
 def decode(buffer: np.ndarray, leaf: spec_lib.LeafSpec) -> np.ndarray | Ragged:
     """The batch `encode` wrote: an array ``[n, *shape]`` (an object array of bytes for
-    strings) when no dimension varies, else `Ragged` parts."""
+    strings) when no dimension varies, else `Ragged` parts; a column that carries its
+    strings (`with_strings`) gives them as they are."""
+    made = getattr(buffer, "strings", None)
+    if made is not None and leaf.is_string and not leaf.shape:
+        values = np.empty(len(made), dtype=spec_lib.STRING)
+        values[:] = made
+        return values
     buffer = np.asarray(buffer, dtype=_BYTE)
     count = int(buffer[:8].view(_WORD)[0])
     words = buffer[8 : 8 * (count + 1)].view(_WORD)

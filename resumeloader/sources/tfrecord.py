@@ -21,9 +21,12 @@ block is read by one ``preadv`` and held (`_Held`: two windows' worth of bytes) 
 other records of its window, which are copied out of it (one ``pread`` per block and
 window, not one per record). The framing is checked with
 array operations, and each record's data by one CRC32C call (no library computes the
-checksums of many ranges in one call): with `verify_checksums` that call is the
-Python left per record. A batch that fails a check is read again
-record by record, which names the record (file, number, byte offset).
+checksums of many ranges in one call, and google-crc32c takes only bytes): with
+`verify_checksums` that call, on the record's data copied out as bytes, is the Python
+left per record. Those bytes go along with the column (`wire.with_strings`): the hand-off
+to TensorFlow takes them as they are, instead of copying each record out again. A batch
+that fails a check is read again record by record, which names the record (file, number,
+byte offset).
 """
 
 from __future__ import annotations
@@ -332,7 +335,10 @@ class TFRecordSource(file_records.FileRecordSource):
         runs = (files[first], begin, end, at)
         if not self._fill(values, runs, (files, starts, stops, where), block):
             return None
-        return out if self._checked(values, where, lengths) else None
+        strings = self._checked(values, where, lengths)
+        # The strings made to check them go along (`wire.with_strings`): the hand-off to
+        # TensorFlow takes them instead of copying each out of the column again.
+        return None if strings is None else wire.with_strings(out, strings)
 
     def _fill(self, values: np.ndarray, runs: tuple[np.ndarray, ...],
               records: tuple[np.ndarray, ...], block: np.ndarray | None) -> bool:
@@ -491,24 +497,26 @@ class TFRecordSource(file_records.FileRecordSource):
                     out[k] = (int(lows[k]), datas[k])
         return out
 
-    def _checked(self, values: np.ndarray, where: np.ndarray, lengths: np.ndarray) -> bool:
-        """Whether every record framed in `values` at `where` passes its checks."""
+    def _checked(self, values: np.ndarray, where: np.ndarray, lengths: np.ndarray
+                 ) -> list[bytes] | None:
+        """The data of every record framed in `values` at `where` (as bytes, in order)
+        when each passes its checks, else None."""
         heads = values[where[:, None] + _HEAD]
         if not (heads[:, :8].copy().view("<u8")[:, 0] == lengths).all():
-            return False
-        if not self._verify:
-            return True
-        if not (_masked_crcs(heads[:, :8]) == heads[:, 8:].copy().view("<u4")[:, 0]).all():
-            return False
-        tails = values[(where + 12 + lengths)[:, None] + _TAIL].copy().view("<u4")[:, 0]
-        # One CRC32C call per record (the library takes only bytes), with no Python frame
-        # of ours per record.
+            return None
         first = where + 12
         ends = (first + lengths).tolist()
-        pieces = map(values.data.__getitem__, map(slice, first.tolist(), ends))
-        found = np.fromiter(map(google_crc32c.value, map(bytes, pieces)), dtype=np.uint32,
+        # Each record's data as bytes: checked by one CRC32C call each (the library takes
+        # only bytes), with no Python frame of ours per record, then handed over as is.
+        strings = list(map(bytes, map(values.data.__getitem__, map(slice, first.tolist(), ends))))
+        if not self._verify:
+            return strings
+        if not (_masked_crcs(heads[:, :8]) == heads[:, 8:].copy().view("<u4")[:, 0]).all():
+            return None
+        tails = values[(first + lengths)[:, None] + _TAIL].copy().view("<u4")[:, 0]
+        found = np.fromiter(map(google_crc32c.value, strings), dtype=np.uint32,
                             count=len(where))
-        return bool((_masked(found) == tails).all())
+        return strings if bool((_masked(found) == tails).all()) else None
 
     def _read(self, files: np.ndarray, numbers: np.ndarray) -> list[bytes]:
         starts, stops = self._spans(files, numbers)

@@ -163,3 +163,27 @@ def test_wire_values_start_aligned_and_round_trip(column, leaf):
         assert not pooled or _address(values) % buffers.ALIGNMENT == 0
         assert lengths.tolist() == [len(v) for v in column]
         np.testing.assert_array_equal(values, np.concatenate(column))
+
+
+def test_a_packed_column_hands_over_the_strings_it_carries_and_only_those():
+    """`wire.with_strings`: decode gives the strings the column carries (made from its
+    bytes by the source), as a fresh object array each time; a view, a copy or a
+    pickle (a process worker's batch) carries none and is decoded from its bytes."""
+    import pickle
+
+    leaf = spec_lib.LeafSpec((), spec_lib.STRING)
+    words = [b"alpha", b"", b"gamma" * 30_000]
+    lengths = np.array([len(w) for w in words], dtype=np.int64)
+    starts = np.array([7, 0, 20], dtype=np.int64)  # anywhere, with bytes between them
+    column, values = wire.packed(lengths, starts, 20 + len(words[2]))
+    values[:] = 0
+    for word, start in zip(words, starts.tolist(), strict=True):
+        values[start : start + len(word)] = np.frombuffer(word, dtype=np.uint8)
+    carried = wire.with_strings(column, list(words))
+    assert carried.strings == words and np.shares_memory(carried, column)
+    first, second = wire.decode(carried, leaf), wire.decode(carried, leaf)
+    assert first.tolist() == second.tolist() == words and first is not second
+    for plain in (carried[:], carried.copy(), np.array(carried),
+                  pickle.loads(pickle.dumps(carried))):
+        assert getattr(plain, "strings", None) is None
+        assert wire.decode(plain, leaf).tolist() == words

@@ -21,7 +21,13 @@ _LEAF = spec_lib.RecordSpec.of(b"").leaves[0]
 
 
 def _strings(column: np.ndarray) -> list[bytes]:
-    return list(wire.decode(column, _LEAF))
+    """The records of a packed (or plain) wire column of strings, decoded from its bytes;
+    the strings it carries (made to check them, `wire.with_strings`) are the same."""
+    from_bytes = list(wire.decode(np.array(column), _LEAF))  # a plain copy carries none
+    carried = getattr(column, "strings", None)
+    assert carried is None or carried == from_bytes
+    assert list(wire.decode(column, _LEAF)) == from_bytes
+    return from_bytes
 
 
 def _blocked(paths: list[str], index_dir, **kwargs) -> tuple[TFRecordSource, np.ndarray]:
@@ -97,6 +103,37 @@ def test_a_corrupt_record_inside_a_held_block_is_named_by_file_and_offset(tmp_pa
     before = handles.stats()["reads"]
     assert _strings(src.read_packed(np.array([59, 50, 41]))) == [every[59], every[50], every[41]]
     assert handles.stats()["reads"] == before  # from the blocks held
+
+
+@pytest.mark.parametrize("position", ["first", "middle", "last"])
+@pytest.mark.parametrize("kind", ["held", "runs"])
+def test_a_corrupt_data_byte_is_found_at_any_position_of_the_batch(tmp_path, position, kind):
+    """A flipped data byte of record 57 (file 1, record 7), first, in the middle or last of
+    a packed batch, read from a held block or by runs: the strings made to check the
+    records are never handed over; the error names the file, record and byte offset."""
+    paths, every = tfrecord_files(str(tmp_path))
+    if kind == "held":
+        src, _ = _blocked(paths, tmp_path / "index")
+    else:
+        src = TFRecordSource(paths, index_dir=tmp_path / "index")
+    first = records(1, 50, 207)
+    offset = sum(16 + len(r) for r in first[:7])
+    stat = os.stat(paths[1])
+    with open(paths[1], "r+b") as out:
+        out.seek(offset + 12 + len(first[7]) // 2)
+        byte = out.read(1)
+        out.seek(offset + 12 + len(first[7]) // 2)
+        out.write(bytes([byte[0] ^ 0x01]))
+    os.utime(paths[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))  # only the CRC sees it
+    others = [44, 58, 3, 51, 120, 59, 56]
+    at = {"first": 0, "middle": 3, "last": len(others)}[position]
+    indices = np.array([*others[:at], 57, *others[at:]])
+    with pytest.raises(CorruptRecordError) as info:
+        src.read_packed(indices)
+    message = str(info.value)
+    assert "part-1.tfrecord, record 7" in message and f"byte offset {offset}" in message
+    assert info.value.record_index == 57
+    assert _strings(src.read_packed(np.array(others))) == [every[i] for i in others]
 
 
 def test_a_file_cut_short_inside_a_block_is_named(tmp_path):

@@ -25,8 +25,13 @@ _LEAF = spec_lib.RecordSpec.of(b"").leaves[0]
 
 
 def _strings(column: np.ndarray) -> list[bytes]:
-    """The records of a packed (or plain) wire column of strings."""
-    return list(wire.decode(column, _LEAF))
+    """The records of a packed (or plain) wire column of strings, decoded from its bytes;
+    the strings it carries (made to check them, `wire.with_strings`) are the same."""
+    from_bytes = list(wire.decode(np.array(column), _LEAF))  # a plain copy carries none
+    carried = getattr(column, "strings", None)
+    assert carried is None or carried == from_bytes
+    assert list(wire.decode(column, _LEAF)) == from_bytes
+    return from_bytes
 
 
 @pytest.fixture
