@@ -27,6 +27,18 @@ _BURN = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _earlier_children_not_counted():
+    """Processes this pytest worker had before the test (a session's storage servers,
+    started by another test) are not the test's: their CPU is left out of its figures."""
+    import psutil
+
+    earlier = {p.pid for p in psutil.Process().children(recursive=True)} - _common._NOT_COUNTED
+    _common.not_counted(earlier)
+    yield
+    _common._NOT_COUNTED.difference_update(earlier)
+
+
 def _burning_child() -> subprocess.Popen:
     child = subprocess.Popen([sys.executable, "-c", _BURN], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)

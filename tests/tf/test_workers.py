@@ -21,8 +21,15 @@ WORKERS = [(0, "thread"), (1, "thread"), (2, "thread"), (1, "process"), (2, "pro
 WORKER_IDS = [f"{n}-{kind}" for n, kind in WORKERS]
 
 
+#: The processes this test process had before the running test began (a session's
+#: storage servers or Dask cluster, started by whichever test of this pytest worker ran
+#: first): not the test's. Set by `_no_leftovers`.
+_EARLIER: set[int] = set()
+
+
 def _children() -> list[int]:
-    return [p.pid for p in psutil.Process().children(recursive=True)]
+    """The test's child processes (recursive): those that were not there before it."""
+    return [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in _EARLIER]
 
 
 def _segments() -> list[str]:
@@ -47,6 +54,8 @@ def _no_leftovers():
     finalised by TensorFlow's iterator cleanup), and it gets 5 s to go: a pool is
     stopped when its loader is collected, not necessarily by the time the test returns.
     """
+    _EARLIER.clear()
+    _EARLIER.update(p.pid for p in psutil.Process().children(recursive=True))
     before = (set(_children()), set(_segments()), set(_worker_threads()))
     yield
     deadline = time.monotonic() + 5.0
