@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
+import _once
 import pytest
 import tensorflow as tf
 
@@ -25,8 +26,13 @@ KILL_POINTS = ["step:6", "commit:15", "save:25"]
 
 
 @pytest.fixture(scope="module")
-def killed_run(tmp_path_factory):
-    work = tmp_path_factory.mktemp("kill") / "verify"
+def killed_run(tmp_path_factory, worker_id):
+    """(exit status, report, what each kill left): one run for the whole test run."""
+    return _once.once_per_run(tmp_path_factory, worker_id, "kill-verify", _killed_run)
+
+
+def _killed_run(folder):
+    work = folder / "verify"
     ckpt_dir = str(work / "resumed-ckpt")
     at_kill = {}
     reports = []

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import _limits
+import _once
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -24,11 +25,16 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def executed(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Any:
     """The notebook after executing every cell in a fresh python3 kernel (once it is
-    ready: nbclient waits for its first answer, up to `_limits.START`)."""
+    ready: nbclient waits for its first answer, up to `_limits.START`); executed once
+    per test run, whatever the xdist workers that run this module's tests."""
+    text = _once.once_per_run(tmp_path_factory, worker_id, "notebook", _execute)
+    return nbformat.reads(text, as_version=4)
+
+
+def _execute(workdir: Any) -> str:
     notebook = nbformat.read(NOTEBOOK, as_version=4)
-    workdir = tmp_path_factory.mktemp("notebook")
     client = NotebookClient(
         notebook,
         timeout=_limits.PROCESS,  # per cell: a hang only
@@ -37,7 +43,7 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
         resources={"metadata": {"path": str(workdir)}},
     )
     client.execute()
-    return notebook
+    return nbformat.writes(notebook)
 
 
 @pytest.fixture(scope="module")
