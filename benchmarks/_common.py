@@ -745,6 +745,23 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
                         help="where to write the results as JSON (default: %(default)s)")
 
 
+def main_with_sections(description: str, run: Callable[[bool, str], Report], sections: str,
+                       quick_help: str) -> None:
+    """The command line of a script whose tables are sections (``--sections ab``):
+    ``--quick`` (`quick_help`; one second per measurement), ``--sections``, ``--json``;
+    runs ``run(quick, sections)`` and finishes its report (`finish`)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--sections", default=sections,
+                        help=f"which tables, e.g. {sections[0]!r}")
+    add_json_option(parser)
+    args = parser.parse_args()
+    global BUDGET_SECONDS
+    BUDGET_SECONDS = 1.0 if args.quick else BUDGET_SECONDS
+    timer = _results.Timer(_results.command_line(), args.quick)
+    finish(run(args.quick, args.sections), timer, args.json)
+
+
 def finish(report: Report, timer: _results.Timer, path: Path) -> None:
     """Prints the report's tables and targets (judged by the run's load: `_results.judge`);
     writes them with the run to `path`."""

@@ -23,7 +23,6 @@ one a loaded machine leaves stable.
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import statistics
@@ -273,14 +272,7 @@ def run(quick: bool, sections: str = "rs") -> Report:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer records and rounds")
-    parser.add_argument("--sections", default="rs", help="which tables, e.g. 'r'")
-    _common.add_json_option(parser)
-    args = parser.parse_args()
-    _common.BUDGET_SECONDS = 1.0 if args.quick else _common.BUDGET_SECONDS
-    timer = _results.Timer(_results.command_line(), args.quick)
-    _common.finish(run(args.quick, args.sections), timer, args.json)
+    _common.main_with_sections(__doc__.splitlines()[0], run, "rs", "fewer records and rounds")
 
 
 if __name__ == "__main__":

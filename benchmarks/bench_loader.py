@@ -21,7 +21,6 @@ ratios, measured in the same rounds, are the result.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -370,14 +369,7 @@ def run(quick: bool, sections: str = "abc") -> Report:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
-    parser.add_argument("--sections", default="abc", help="which tables, e.g. 'a'")
-    _common.add_json_option(parser)
-    args = parser.parse_args()
-    _common.BUDGET_SECONDS = 1.0 if args.quick else _common.BUDGET_SECONDS
-    timer = _results.Timer(_results.command_line(), args.quick)
-    _common.finish(run(args.quick, args.sections), timer, args.json)
+    _common.main_with_sections(__doc__.splitlines()[0], run, "abc", "smaller sizes, fewer rounds")
 
 
 if __name__ == "__main__":

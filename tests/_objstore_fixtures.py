@@ -174,3 +174,20 @@ def source(
 
     folder = tmp_path / "index"
     return TFRecordSource(url, index_dir=folder, storage=store.storage(reads), **kwargs)
+
+
+def packed_strings(column: Any) -> list[bytes]:
+    """The records of a packed (or plain) wire column of TFRecord strings, decoded from
+    its bytes; the strings it may carry (made to check them, `wire.with_strings`) are
+    asserted to be the same."""
+    import numpy as np
+
+    from resumeloader.core import spec as spec_lib
+    from resumeloader.core import wire
+
+    leaf = spec_lib.RecordSpec.of(b"").leaves[0]
+    from_bytes = list(wire.decode(np.array(column), leaf))  # a plain copy carries none
+    carried = getattr(column, "strings", None)
+    assert carried is None or carried == from_bytes
+    assert list(wire.decode(column, leaf)) == from_bytes
+    return from_bytes

@@ -9,25 +9,11 @@ import pickle
 
 import numpy as np
 import pytest
-from _objstore_fixtures import records, tfrecord_files
+from _objstore_fixtures import packed_strings, records, tfrecord_files
 
 from resumeloader import Pipeline
-from resumeloader.core import spec as spec_lib
-from resumeloader.core import wire
 from resumeloader.sources import CorruptRecordError, TFRecordSource, tfrecord
 from resumeloader.sources.storage import handles
-
-_LEAF = spec_lib.RecordSpec.of(b"").leaves[0]
-
-
-def _strings(column: np.ndarray) -> list[bytes]:
-    """The records of a packed (or plain) wire column of strings, decoded from its bytes;
-    the strings it carries (made to check them, `wire.with_strings`) are the same."""
-    from_bytes = list(wire.decode(np.array(column), _LEAF))  # a plain copy carries none
-    carried = getattr(column, "strings", None)
-    assert carried is None or carried == from_bytes
-    assert list(wire.decode(column, _LEAF)) == from_bytes
-    return from_bytes
 
 
 def _blocked(paths: list[str], index_dir, **kwargs) -> tuple[TFRecordSource, np.ndarray]:
@@ -50,7 +36,8 @@ def test_an_epoch_reads_each_local_block_once_with_one_pread(tmp_path, read):
     for start in range(0, len(order), 16):
         indices = order[start : start + 16]
         got = getattr(src, read)(indices)
-        assert (_strings(got) if read == "read_packed" else got) == [every[i] for i in indices]
+        found = packed_strings(got) if read == "read_packed" else got
+        assert found == [every[i] for i in indices]
     after = handles.stats()
     pieces = {(i // 50, i // 20) for i in range(150)}  # (file, block)
     assert after["reads"] - before["reads"] == len(pieces) == 9
@@ -58,7 +45,7 @@ def test_an_epoch_reads_each_local_block_once_with_one_pread(tmp_path, read):
     # read record by record (the global shuffle's source): one pread per record here
     plain = TFRecordSource(paths, index_dir=tmp_path / "index")
     before = handles.stats()["reads"]
-    assert _strings(plain.read_packed(order[:16])) == [every[i] for i in order[:16]]
+    assert packed_strings(plain.read_packed(order[:16])) == [every[i] for i in order[:16]]
     assert handles.stats()["reads"] - before > 1
 
 
@@ -71,7 +58,7 @@ def test_blocks_over_many_small_files_are_still_read_once(tmp_path):
     before = handles.stats()["reads"]
     for start in range(0, len(order), 16):
         indices = order[start : start + 16]
-        assert _strings(src.read_packed(indices)) == [every[i] for i in indices]
+        assert packed_strings(src.read_packed(indices)) == [every[i] for i in indices]
     assert handles.stats()["reads"] - before == len({(i // 7, i // 20) for i in range(84)})
 
 
@@ -101,7 +88,8 @@ def test_a_corrupt_record_inside_a_held_block_is_named_by_file_and_offset(tmp_pa
     assert info.value.record_index == 57
     assert (1, 2) in src._held  # the block was read whole, and is held
     before = handles.stats()["reads"]
-    assert _strings(src.read_packed(np.array([59, 50, 41]))) == [every[59], every[50], every[41]]
+    got = packed_strings(src.read_packed(np.array([59, 50, 41])))
+    assert got == [every[59], every[50], every[41]]
     assert handles.stats()["reads"] == before  # from the blocks held
 
 
@@ -133,7 +121,7 @@ def test_a_corrupt_data_byte_is_found_at_any_position_of_the_batch(tmp_path, pos
     message = str(info.value)
     assert "part-1.tfrecord, record 7" in message and f"byte offset {offset}" in message
     assert info.value.record_index == 57
-    assert _strings(src.read_packed(np.array(others))) == [every[i] for i in others]
+    assert packed_strings(src.read_packed(np.array(others))) == [every[i] for i in others]
 
 
 def test_a_file_cut_short_inside_a_block_is_named(tmp_path):
@@ -158,8 +146,8 @@ def test_a_copy_in_another_process_holds_nothing_and_reads_the_same(tmp_path):
     again = pickle.loads(pickle.dumps(src))
     assert again._held is not None and src._held is not None
     assert not again._held._blocks and again._held.budget == src._held.budget
-    assert _strings(again.read_packed(order[:16])) == [every[i] for i in order[:16]]
+    assert packed_strings(again.read_packed(order[:16])) == [every[i] for i in order[:16]]
     huge = TFRecordSource(paths, index_dir=tmp_path / "index").blocked(
         20, window_chunks=tfrecord.HELD_BYTES // (20 * 200))
     assert huge._held is None
-    assert _strings(huge.read_packed(order[:16])) == [every[i] for i in order[:16]]
+    assert packed_strings(huge.read_packed(order[:16])) == [every[i] for i in order[:16]]

@@ -11,27 +11,14 @@ import os
 import _objstore
 import numpy as np
 import pytest
-from _objstore_fixtures import FAST, put_tfrecords, records, source, tfrecord_files
+from _objstore_fixtures import FAST, packed_strings, put_tfrecords, records, source, tfrecord_files
 
 from resumeloader import Pipeline
-from resumeloader.core import buffers, wire
-from resumeloader.core import spec as spec_lib
+from resumeloader.core import buffers
 from resumeloader.sources import CorruptRecordError, TFRecordSource
 from resumeloader.sources.storage import fetch, handles
 from resumeloader.stages.plan import Plan
 from resumeloader.workers import produce
-
-_LEAF = spec_lib.RecordSpec.of(b"").leaves[0]
-
-
-def _strings(column: np.ndarray) -> list[bytes]:
-    """The records of a packed (or plain) wire column of strings, decoded from its bytes;
-    the strings it carries (made to check them, `wire.with_strings`) are the same."""
-    from_bytes = list(wire.decode(np.array(column), _LEAF))  # a plain copy carries none
-    carried = getattr(column, "strings", None)
-    assert carried is None or carried == from_bytes
-    assert list(wire.decode(column, _LEAF)) == from_bytes
-    return from_bytes
 
 
 @pytest.fixture
@@ -49,7 +36,7 @@ def test_packed_batches_are_read_batch_in_any_order(local):
     for indices in batches:
         column = src.read_packed(indices)
         assert column[:8].view(np.int64)[0] == 1 + 2 * len(indices)  # the packed variant
-        assert _strings(column) == [every[i] for i in indices] == src.read_batch(indices)
+        assert packed_strings(column) == [every[i] for i in indices] == src.read_batch(indices)
     with pytest.raises(IndexError, match="must lie in"):
         src.read_packed(np.array([0, len(every)]))
 
@@ -63,7 +50,7 @@ def test_neighbouring_records_are_read_by_one_pread_per_run(local):
              (np.array([0, 110, 1, 111, 2]), 2)]
     for indices, preads in cases:
         before = handles.stats()["reads"]
-        assert _strings(src.read_packed(indices)) == [every[i] for i in indices]
+        assert packed_strings(src.read_packed(indices)) == [every[i] for i in indices]
         assert handles.stats()["reads"] - before == preads, indices
 
 
@@ -77,7 +64,7 @@ def test_a_batch_over_many_files_reads_each_file_once_and_releases_it(tmp_path):
     for _ in range(5):
         indices = rng.permutation(len(every))[:64]
         before = handles.stats()["reads"]
-        assert _strings(src.read_packed(indices)) == [every[i] for i in indices]
+        assert packed_strings(src.read_packed(indices)) == [every[i] for i in indices]
         assert 12 <= handles.stats()["reads"] - before <= 64
         assert all(entry.users == 0 for entry in handles.CACHE._entries.values())
     offsets = [ix.offsets for ix in src._indexes]
@@ -90,7 +77,7 @@ def test_a_changed_file_among_many_is_named_and_its_descriptor_released(tmp_path
     of them raises naming that file, and leaves no descriptor in use."""
     paths, every = tfrecord_files(str(tmp_path), count=12, per_file=20, size=50)
     src = TFRecordSource(paths, index_dir=tmp_path / "index")
-    assert _strings(src.read_packed(np.arange(0, 240, 7))) == every[0:240:7]
+    assert packed_strings(src.read_packed(np.arange(0, 240, 7))) == every[0:240:7]
     with open(paths[5], "ab") as out:
         out.write(b"more")
     with pytest.raises(CorruptRecordError, match=r"part-5\.tfrecord changed") as info:
@@ -124,10 +111,10 @@ def test_a_corrupt_record_inside_a_run_is_named_by_file_and_offset(tmp_path, whe
     message = str(info.value)
     assert "part-1.tfrecord, record 7" in message and f"byte offset {offset}" in message
     assert info.value.record_index == 57
-    assert _strings(src.read_packed(np.arange(58, 80))) == every[58:80]
+    assert packed_strings(src.read_packed(np.arange(58, 80))) == every[58:80]
     if where == "data":  # without checksums only the framing is checked
         unchecked = TFRecordSource(paths, index_dir=tmp_path / "index", verify_checksums=False)
-        assert _strings(unchecked.read_packed(np.arange(56, 59)))[0] == every[56]
+        assert packed_strings(unchecked.read_packed(np.arange(56, 59)))[0] == every[56]
 
 
 def test_a_truncated_file_is_refused_naming_it(tmp_path):
@@ -155,9 +142,9 @@ def test_a_kept_batch_stays_right_while_its_buffer_would_be_reused(tmp_path):
     reused = buffers.POOL.reused
     for start in range(30):
         indices = np.arange(start, start + 50) % len(every)
-        assert _strings(src.read_packed(indices[::-1]))[-1] == every[indices[0]]
+        assert packed_strings(src.read_packed(indices[::-1]))[-1] == every[indices[0]]
     assert buffers.POOL.reused > reused  # later batches did recycle buffers
-    assert _strings(kept) == [every[i] for i in first]
+    assert packed_strings(kept) == [every[i] for i in first]
     assert (view == copy).all()
 
 
@@ -170,7 +157,7 @@ def test_the_loader_producer_hands_the_packed_column_over(local):
     for task in plan.tasks(0, plan.layout):
         (column,) = producer.batch(task).batches
         assert column[:8].view(np.int64)[0] == 1 + 2 * len(task.indices)
-        assert _strings(column) == [every[i] for i in task.indices]
+        assert packed_strings(column) == [every[i] for i in task.indices]
 
 
 def test_a_skip_policy_replaces_a_corrupt_record_read_in_a_run(tmp_path):
@@ -185,7 +172,7 @@ def test_a_skip_policy_replaces_a_corrupt_record_read_in_a_run(tmp_path):
     producer = produce.BatchProducer(plan.pipeline)
     task = next(iter(plan.tasks(0, plan.layout)))
     (column,) = producer.batch(task).batches
-    got = _strings(column)
+    got = packed_strings(column)
     assert got[:3] == every[:3] and got[4:] == every[4:10] and got[3] != every[3]
     assert got[3] in every
     raising = produce.BatchProducer(Plan(pipeline, num_epochs=1).pipeline)
@@ -201,17 +188,17 @@ def test_objects_are_read_by_runs_through_the_proxy(s3_store, tmp_path):
     fetch.clear()
     s3_store.proxy.clear()
     indices = np.arange(30, 50)[::-1]
-    assert _strings(src.read_packed(indices)) == [every[i] for i in indices]
+    assert packed_strings(src.read_packed(indices)) == [every[i] for i in indices]
     assert s3_store.proxy.reads <= 2
     shuffled = np.random.default_rng(2).permutation(len(every))[:50]
-    assert _strings(src.read_packed(shuffled)) == [every[i] for i in shuffled]
+    assert packed_strings(src.read_packed(shuffled)) == [every[i] for i in shuffled]
     folder = s3_store.folder()
     written = records(0, 10)
     data = bytearray(_objstore.tfrecord_bytes(written))
     record_4 = sum(16 + len(r) for r in written[:4])
     data[record_4 + 12 + 5] ^= 0xFF
     bad = source(s3_store, s3_store.put(f"{folder}/bad.tfrecord", bytes(data)), tmp_path)
-    assert _strings(bad.read_packed(np.array([5, 3]))) == [written[5], written[3]]
+    assert packed_strings(bad.read_packed(np.array([5, 3]))) == [written[5], written[3]]
     with pytest.raises(CorruptRecordError) as info:
         bad.read_packed(np.arange(2, 8))
     assert "bad.tfrecord, record 4" in str(info.value)
@@ -225,14 +212,14 @@ def test_object_bodies_are_received_into_recycled_memory(s3_store, tmp_path):
     url, every = put_tfrecords(s3_store, files=1, count=400, size=1000)
     src = source(s3_store, url, tmp_path)
     indices = np.arange(0, 400)[::-1]
-    got = _strings(src.read_packed(indices))  # warm: the pool holds both sizes now
+    got = packed_strings(src.read_packed(indices))  # warm: the pool holds both sizes now
     assert got == [every[i] for i in indices]
     fetch.clear()
     allocated, reused = buffers.POOL.allocated, buffers.POOL.reused
     for _ in range(5):
         fetch.clear()
         s3_store.proxy.clear()
-        assert _strings(src.read_packed(indices)) == got
+        assert packed_strings(src.read_packed(indices)) == got
         assert s3_store.proxy.reads == 1
     assert buffers.POOL.reused - reused >= 10  # the body and the batch, each time
     assert buffers.POOL.allocated - allocated <= 2
@@ -253,7 +240,7 @@ def _gets_of_each_way(store, src, batches, every, *, announced: bool,
         before = fetch.stats()["ranges"]
         for indices in batches:
             got = getattr(src, way)(indices)
-            got = got if way == "read_batch" else _strings(got)
+            got = got if way == "read_batch" else packed_strings(got)
             assert got == [every[i] for i in indices]
         gets[way] = store.proxy.reads
         if asks is not None:
