@@ -197,15 +197,16 @@ print((peak - before) / data.nbytes)
 
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="reads the peak RSS from /proc (Linux)")
-@pytest.mark.parametrize("num_loaders", [1, 2], ids=["one-loader", "two-loaders"])
 @pytest.mark.parametrize("where", ["aligned", "npy"], ids=["aligned-in-place", "np-load-file"])
-def test_array_source_dataset_peak_memory_bounded(where, num_loaders, tmp_path):
+def test_array_source_dataset_peak_memory_bounded(where, tmp_path):
     """dataset() over 183 MB of arrays, aligned or as np.load reads a .npy file (16 bytes
-    off alignment), adds at most 0.3 times their size to peak RSS, for one loader or two:
-    no copy of the array (0.3 copied an unaligned array whole, 0.2 once per loader)."""
+    off alignment), adds at most 0.3 times their size to peak RSS with one loader and
+    then a second over the same array: no copy of the array (0.3 copied an unaligned
+    array whole, 0.2 once per loader). (The peak is never lower than after the first
+    loader alone, so this bounds a single loader's too: that case's own run went.)"""
     where = where if where == "aligned" else str(tmp_path / "data.npy")
     result = subprocess.run(
-        [sys.executable, "-c", _MEMORY_CODE, where, "3000000", str(num_loaders)],
+        [sys.executable, "-c", _MEMORY_CODE, where, "3000000", "2"],
         capture_output=True,
         text=True,
         timeout=_limits.PROCESS,
