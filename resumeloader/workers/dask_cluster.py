@@ -59,6 +59,10 @@ START_SECONDS = 60.0
 _POLL_SECONDS = 0.05  # how often a wait for a batch checks for interpreter exit
 _ASK_SECONDS = 2.0  # how long before its deadline a wait asks what became of its task
 _CLOSE_SECONDS = 10.0
+#: A client that has not been "running" for this long (it lost its scheduler and is
+#: reconnecting) has lost the scheduler: distributed itself retries for
+#: ``distributed.comm.timeouts.connect`` (30 s by default) before failing the futures.
+_LOST_SECONDS = 5.0
 _STEP_SECONDS = 0.5  # how often a start checks for interpreter exit
 _BOOT = (
     "import sys; sys.path[:] = {path!r}\n"
@@ -228,7 +232,9 @@ class Connection:
         `WorkerError` for what Dask could not make and for a timeout (naming the
         cluster's workers and the task's state, asked of the scheduler before the
         deadline). None waits as long as it takes: with every worker gone, until one
-        joins; with a worker stalled in the transfer, until the scheduler drops it."""
+        joins; with a worker stalled in the transfer, until the scheduler drops it. A
+        client that lost its scheduler (not "running" for `_LOST_SECONDS`) raises the
+        lost scheduler's `WorkerError` then, not after distributed's reconnect timeout."""
         if isinstance(pending, _Failed):
             raise pending.error
         deadline = ask_at = None
@@ -238,10 +244,20 @@ class Connection:
         waiting = self._gathering(task, pending)
         question: futures.Future | None = None
         asked = 0.0
+        down_since: float | None = None  # when the client was last seen not running
         try:
             while not futures.wait([waiting], _POLL_SECONDS).done:
                 exiting.check("batches on the Dask cluster")
                 now = time.monotonic()
+                status = self.client.status
+                if status == "running":
+                    down_since = None
+                elif down_since is None:
+                    down_since = now
+                elif now - down_since > _LOST_SECONDS:
+                    raise self.lost(task, ConnectionError(
+                        f"the client has been {status!r} for {now - down_since:.1f} s "
+                        "(reconnecting to a scheduler it lost)."))
                 if question is None and ask_at is not None and now >= ask_at:
                     question, asked = self._asking(task, pending.key), now
                 if deadline is not None and now > deadline:
