@@ -464,6 +464,28 @@ def _tfrecord_blocks() -> ResumableLoader:
     return ResumableLoader.from_pipeline(pipeline.batch(5).tf_map(_lengths), num_epochs=2)
 
 
+@register("tfrecord_graph-block-order-straddling-batches-metadata", num_steps=9)
+def _tfrecord_graph() -> ResumableLoader:
+    # The tfrecord_graph path: windows of 6 records read by TensorFlow's reader, batches
+    # of 4 straddling them, the last window and batch of an epoch short.
+    source = TFRecordSource(
+        os.path.join(_files(), "part-*.tfrecord"), index_dir=os.path.join(_files(), "index")
+    )
+    pipeline = Pipeline(source, seed=25).shuffle(chunk_records=3, window_chunks=2).batch(4)
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=3, with_metadata=True)
+
+
+@register("tfrecord_graph-endless-drop-remainder-batch-over-windows-no-prefetch", num_steps=9)
+def _tfrecord_graph_endless() -> ResumableLoader:
+    # Batches of 5 over windows of 2 records (a batch takes rows of three windows).
+    source = TFRecordSource(
+        os.path.join(_files(), "part-*.tfrecord"), index_dir=os.path.join(_files(), "index")
+    )
+    pipeline = Pipeline(source, seed=26).shuffle(chunk_records=2, window_chunks=1)
+    return ResumableLoader.from_pipeline(
+        pipeline.batch(5, drop_remainder=True), prefetch=None)
+
+
 def _lengths(batch, seeds):
     import tensorflow as tf
 

@@ -59,7 +59,7 @@ from resumeloader.sources.storage import (
     ranges,
 )
 
-__all__ = ["CorruptRecordError", "TFRecordSource"]
+__all__ = ["CorruptRecordError", "LocalFiles", "TFRecordSource"]
 
 _LEAF = spec_lib.RecordSpec.of(b"").leaves[0]
 
@@ -145,6 +145,38 @@ class _Held:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _Held, (self.budget,)  # a copy in another process holds nothing yet
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalFiles:
+    """Where the records of a source of local TFRecord files lie, for a reader of whole
+    runs of records (TensorFlow's TFRecord reader: `resumeloader.tfdata.tfrecord_graph`).
+
+    Attributes:
+        paths: each file's path, as bytes (``os.fsencode``: any file name).
+        stamps: each file's (size, modification time in ns) when it was indexed.
+        starts: the index of each file's first record (int64).
+        ends: the index after each file's last record (int64).
+        offsets: every record's byte offset in its file, framing included (int64).
+    """
+
+    paths: tuple[bytes, ...]
+    stamps: tuple[tuple[int, int], ...]
+    starts: np.ndarray
+    ends: np.ndarray
+    offsets: np.ndarray
+
+    def changed(self, files: Any) -> bool:
+        """Whether any of `files` (numbers) is no longer the file that was indexed (its
+        size or modification time differs, or it is gone): one ``stat`` each."""
+        for file in set(np.asarray(files).tolist()):
+            try:
+                stat = os.stat(self.paths[file])
+            except OSError:
+                return True
+            if (stat.st_size, stat.st_mtime_ns) != self.stamps[file]:
+                return True
+        return False
 
 
 class TFRecordSource(file_records.FileRecordSource):
@@ -278,6 +310,18 @@ class TFRecordSource(file_records.FileRecordSource):
         following = self._offsets[np.minimum(records + 1, len(self._offsets) - 1)]
         stops = np.where(records + 1 == self._ends[files], self._sizes[files], following)
         return starts, stops
+
+    def local_files(self) -> LocalFiles | None:
+        """Where the records lie (`LocalFiles`) when every file is local and every read
+        checks the checksums (TensorFlow's reader always does); else None."""
+        if self._remote.any() or not self._verify:
+            return None
+        wheres = [where for where in self._locations if isinstance(where, locations.LocalFile)]
+        return LocalFiles(
+            tuple(os.fsencode(where.path) for where in wheres),
+            tuple(where.stamp for where in wheres),
+            self._starts, self._ends, self._offsets,
+        )
 
     def read_packed(self, indices: np.ndarray) -> np.ndarray:
         """`read_batch(indices)` as a column of strings in the packed wire format

@@ -46,9 +46,9 @@ from resumeloader.handout import stream
 from resumeloader.tfdata import columns as columns_lib
 from resumeloader.tfdata import delivery, eager_gather, gather, graph, graph_batches
 
-__all__ = ["GraphPath"]
+__all__ = ["OPTIONS", "SUPERSEDED", "Begin", "GraphPath"]
 
-_SUPERSEDED = (
+SUPERSEDED = (
     "StreamIntegrityError: Two iterations of this loader's dataset() are read at once "
     "(e.g. `zip(ds, ds)`, nested loops over one dataset, an iterator kept from before the "
     "position was restored or from before a `for batch in loader`): each would hand out "
@@ -66,7 +66,8 @@ def _options() -> tf.data.Options:
     return options
 
 
-_OPTIONS = _options()
+#: The options of a graph path's dataset (no static optimisation).
+OPTIONS = _options()
 # Plain ops and Python control flow on Python values: autograph would only re-parse and
 # wrap them each time a dataset is built.
 _no_autograph = tf.autograph.experimental.do_not_convert
@@ -129,12 +130,12 @@ class GraphPath(delivery.DeliveryPath):
         batches, produced, current = self.batches, self._produced, self._serial
         columns, by_numpy = self._columns, self._by_numpy
         labelled = self.finisher.seeded
-        begin = _Begin(start, watch, self, rest_of_epoch=rest_of_epoch)
+        begin = Begin(start, watch, self, rest_of_epoch=rest_of_epoch)
 
         @_no_autograph
         def refs(position: tf.Tensor, serial: tf.Tensor) -> tf.data.Dataset:
             def on_chunk(count: tf.Tensor) -> list[Any]:
-                valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [_SUPERSEDED])
+                valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [SUPERSEDED])
                 with tf.control_dependencies([valid]):
                     return [produced.assign_add(count, read_value=False)]
 
@@ -155,7 +156,7 @@ class GraphPath(delivery.DeliveryPath):
         @_no_autograph
         def by_numpy_refs(position: tf.Tensor, serial: tf.Tensor, j: tf.Tensor
                           ) -> tf.data.Dataset:
-            valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [_SUPERSEDED])
+            valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [SUPERSEDED])
             with tf.control_dependencies([valid]):
                 chunk, count = self._take_chunk(position, j)
             with tf.control_dependencies([produced.assign_add(count, read_value=False)]):
@@ -175,7 +176,7 @@ class GraphPath(delivery.DeliveryPath):
 
         ds = tf.data.Dataset.range(1).flat_map(iteration)
         ds = ds.map(gathered, **graph.parallel_map())  # sequential under op determinism
-        return self.prefetched(self.finisher.map(ds, self.batch_dim)).with_options(_OPTIONS)
+        return self.prefetched(self.finisher.map(ds, self.batch_dim)).with_options(OPTIONS)
 
     def _take_chunk(self, position: tf.Tensor, number: tf.Tensor
                     ) -> tuple[graph_batches.Chunk, tf.Tensor]:
@@ -315,13 +316,14 @@ def _chunk_at(path: GraphPath, position: Any, number: Any) -> list[np.ndarray]:
     return path.chunk_at(int(position), int(number))
 
 
-class _Begin:
+class Begin:
     """What an iteration runs once, when it begins (in a ``py_function``): reads the
     position, starts the iteration (`GraphPath.begin`), returns it, its serial and its
-    number of chunks (`GraphPath.chunks`) as int64 tensors."""
+    number of chunks (`GraphPath.chunks`) as int64 tensors. `path` is any path with
+    those two methods (the ``tfrecord_graph`` path's chunks are windows)."""
 
     def __init__(self, start: Callable[[], int], watch: delivery.Watch | None,
-                 path: GraphPath, *, rest_of_epoch: bool) -> None:
+                 path: GraphPath | Any, *, rest_of_epoch: bool) -> None:
         self.start, self.watch, self.path = start, watch, path
         self.rest_of_epoch = rest_of_epoch
         exiting.install()

@@ -9,12 +9,13 @@ come first and ``records``, which accepts every pipeline, comes last.
 from __future__ import annotations
 
 from resumeloader.handout import engine as engine_lib
-from resumeloader.tfdata import delivery, gather, graph_path, produced
+from resumeloader.tfdata import delivery, gather, graph_path, produced, tfrecord_graph
 
 __all__ = ["PATHS", "choose", "path_class"]
 
 PATHS: tuple[type[delivery.DeliveryPath], ...] = (
     graph_path.GraphPath,
+    tfrecord_graph.TFRecordGraphPath,
     gather.GatherPath,
     produced.ReadBatchPath,
     produced.RecordsPath,

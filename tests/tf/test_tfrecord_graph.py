@@ -1,0 +1,197 @@
+"""The ``tfrecord_graph`` path: local TFRecord files in the block order, each window read
+by TensorFlow's reader. Its batches are the ``read_batch`` path's byte for byte, from any
+position; a corrupt record or a changed file raises the source's error naming the file;
+what it cannot read exactly, it declines."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import tensorflow as tf
+
+from resumeloader import Pipeline, ResumableLoader, Shard, Workers
+from resumeloader.sources import TFRecordSource
+from resumeloader.tfdata import paths
+
+# Four files of 9, 0, 13 and 19 records (an empty one included), records of 0-60 bytes.
+_CUTS = (0, 9, 9, 22, 41)
+_RECORDS = [f"record-{i}:".encode() * (i % 6) for i in range(41)]
+
+
+@pytest.fixture
+def files(tmp_path):
+    for number in range(4):
+        with tf.io.TFRecordWriter(str(tmp_path / f"part-{number}.tfrecord")) as writer:
+            for record in _RECORDS[_CUTS[number] : _CUTS[number + 1]]:
+                writer.write(record)
+    return tmp_path
+
+
+def _loader(folder, *, chunk=4, window=2, batch=5, drop=False, epochs=2, metadata=False,
+            stages=False, verify=True, **options) -> ResumableLoader:
+    source = TFRecordSource(str(folder / "part-*.tfrecord"), index_dir=str(folder / "index"),
+                            verify_checksums=verify)
+    pipeline = Pipeline(source, seed=7).shuffle(chunk_records=chunk, window_chunks=window)
+    pipeline = pipeline.batch(batch, drop_remainder=drop)
+    if stages:
+        pipeline = pipeline.tf_map(_lengths)
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=epochs, with_metadata=metadata,
+                                         **options)
+
+
+def _lengths(batch, seeds):
+    return batch, tf.strings.length(batch) + tf.cast(seeds[:, 1], tf.int32)
+
+
+def _path(loader: ResumableLoader) -> str:
+    return loader.describe().split("path:")[0].split()[-1]
+
+
+def _values(element):
+    return tf.nest.map_structure(lambda t: t.numpy().tolist(), element)
+
+
+def _produced(monkeypatch, make):
+    """The loader `make()` builds, on the paths it would take without this one."""
+    with monkeypatch.context() as patch:
+        patch.setattr(paths, "PATHS",
+                      tuple(p for p in paths.PATHS if p.name != "tfrecord_graph"))
+        loader = make()
+    assert "tfrecord_graph" not in loader.describe()
+    return loader
+
+
+_SHAPES = {
+    "batches-straddle-windows": {"chunk": 4, "window": 2, "batch": 5},
+    "drop-remainder-metadata": {"chunk": 4, "window": 2, "batch": 5, "drop": True,
+                                "metadata": True},
+    "batch-over-three-windows-tf_map": {"chunk": 2, "window": 1, "batch": 5, "stages": True},
+    "batch-of-one-chunk-of-one": {"chunk": 1, "window": 1, "batch": 1, "epochs": 1},
+    "one-window-an-epoch": {"chunk": 41, "window": 1, "batch": 41, "metadata": True},
+    "windows-of-three-chunks-last-short": {"chunk": 10, "window": 3, "batch": 4,
+                                           "epochs": 3, "stages": True},
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_SHAPES))
+def test_batches_are_the_read_batch_paths_byte_for_byte(files, monkeypatch, shape):
+    """Every batch (its bytes, metadata, tensor stages' output) over several epochs is
+    the from_generator path's, whatever the windows, chunks and batches."""
+    kwargs = _SHAPES[shape]
+    graph_loader = _loader(files, **kwargs)
+    produced = _produced(monkeypatch, lambda: _loader(files, **kwargs))
+
+    assert _path(graph_loader) == "tfrecord_graph"
+    expected = [_values(b) for b in produced.dataset()]
+    assert [_values(b) for b in graph_loader.dataset()] == expected
+    assert len(expected) == graph_loader.plan.layout.batches_to_end(0)
+
+
+def test_restored_at_every_batch_continues_as_the_read_batch_path(files, monkeypatch):
+    """From the state after each batch (mid-window, at a window's and at the epoch's end)
+    the rest of the stream is the produced path's."""
+    produced = _produced(monkeypatch, lambda: _loader(files, chunk=3, window=2, batch=4,
+                                                      metadata=True))
+    states, stream = [], []
+    for batch in produced:
+        stream.append(_values(batch))
+        states.append(produced.get_state())
+    loader = _loader(files, chunk=3, window=2, batch=4, metadata=True)
+    for number, state in enumerate(states):
+        loader.set_state(state)
+        assert [_values(b) for b in loader.dataset()] == stream[number + 1 :], number
+
+
+def test_rest_of_epoch_and_describe(files):
+    """``dataset(rest_of_epoch=True)`` ends at the epoch's end; describe() names the path."""
+    loader = _loader(files, chunk=3, window=2, batch=4)
+    whole = [_values(b) for b in loader.dataset()]
+    per_epoch = loader.plan.layout.batches_per_epoch
+
+    assert [_values(b) for b in loader.dataset(rest_of_epoch=True)] == whole[:per_epoch]
+    text = loader.describe()
+    assert "tfrecord_graph path" in text
+    assert "TFRecordDatasetV2" in text
+
+
+@pytest.mark.parametrize("stages", [False, True], ids=["plain", "tf_map"])
+def test_for_batch_in_loader_gives_the_same_batches(files, stages):
+    """The eager loop (its own path without tensor stages, this dataset with them) gives
+    the dataset's batches and positions."""
+    loader = _loader(files, chunk=3, window=2, batch=4, stages=stages)
+    expected = [_values(b) for b in loader.dataset()]
+
+    assert [_values(b) for b in loader] == expected
+    assert loader.get_state() != _loader(files, chunk=3, window=2, batch=4).get_state()
+
+
+def _flip(path, record: int) -> int:
+    """Flips a data byte of `record` (a number in the file); returns its byte offset."""
+    data = bytearray(path.read_bytes())
+    offset = 0
+    for _ in range(record):
+        length = int.from_bytes(data[offset : offset + 8], "little")
+        offset += 16 + length
+    data[offset + 12 + 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    return offset
+
+
+def test_corrupt_record_raises_the_sources_error_naming_file_record_offset(files):
+    """TensorFlow's DataLossError names no file: the window is read again by the source,
+    whose error names the file, the record and its byte offset."""
+    path = files / "part-3.tfrecord"
+    offset = _flip(path, 4)  # record 26, 4 of the file (data of 44 bytes)
+    loader = _loader(files, chunk=4, window=2, batch=5)
+    assert _path(loader) == "tfrecord_graph"
+
+    with pytest.raises(tf.errors.OpError) as info:
+        list(loader.dataset())
+
+    message = str(info.value)
+    assert "RecordError" in message
+    assert f"{path}, record 4 (byte offset {offset})" in message
+    assert "fails its CRC32C checksum" in message
+
+
+def test_file_changed_after_the_source_was_built_refused(files):
+    """A file rewritten after it was indexed (same records, so TensorFlow reads it well)
+    is refused when its window is read, as the source refuses it."""
+    loader = _loader(files, chunk=4, window=2, batch=5)
+    path = files / "part-0.tfrecord"
+    data = path.read_bytes()
+    path.write_bytes(data)
+    stat = os.stat(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+
+    with pytest.raises(tf.errors.OpError, match="changed since it was indexed"):
+        list(loader.dataset())
+
+
+@pytest.mark.parametrize("change", [
+    "verify_checksums=False", "thread workers", "shard 0 of 2", "global shuffle",
+    "on_error skip", "map", "mixed with itself",
+])
+def test_declined_where_it_would_not_be_exact(files, change):
+    """Checksums off (TensorFlow's reader checks them), workers, a shard, another order,
+    a bad-record policy that replaces, a record stage, a mixture: another path."""
+    source = TFRecordSource(str(files / "part-*.tfrecord"), index_dir=str(files / "index"),
+                            verify_checksums=change != "verify_checksums=False")
+    pipeline = Pipeline(source, seed=7)
+    if change == "mixed with itself":
+        pipeline = Pipeline.mix({"a": source, "b": source}, weights={"a": 1, "b": 1}, seed=7)
+    elif change == "global shuffle":
+        pipeline = pipeline.shuffle()
+    else:
+        pipeline = pipeline.shuffle(chunk_records=4, window_chunks=2)
+    if change == "on_error skip":
+        pipeline = pipeline.on_error("skip", quarantine=str(files / "quarantine.jsonl"))
+    if change == "map":
+        pipeline = pipeline.map(lambda record, rng: record)
+    options = {"workers": Workers(2, kind="thread")} if change == "thread workers" else {}
+    shard = Shard(0, 2) if change == "shard 0 of 2" else None
+    loader = ResumableLoader.from_pipeline(pipeline.batch(5), num_epochs=1, shard=shard,
+                                           **options)
+
+    assert "tfrecord_graph" not in loader.describe()
