@@ -131,15 +131,24 @@ class GraphPath(delivery.DeliveryPath):
         columns, by_numpy = self._columns, self._by_numpy
         labelled = self.finisher.seeded
         begin = Begin(start, watch, self, rest_of_epoch=rest_of_epoch)
+        # Without a watch (the eager loop's pipeline, which the ledger follows by the
+        # batches' ends) no iteration is counted or checked: the loop supersedes the
+        # dataset() iterations once it has started its own, and would fail it at its
+        # second chunk.
+        checked = watch is not None
+
+        def counted(serial: tf.Tensor, count: tf.Tensor) -> list[Any]:
+            """The chunk's check and count (none unless `checked`)."""
+            if not checked:
+                return []
+            valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [SUPERSEDED])
+            with tf.control_dependencies([valid]):
+                return [produced.assign_add(count, read_value=False)]
 
         @_no_autograph
         def refs(position: tf.Tensor, serial: tf.Tensor) -> tf.data.Dataset:
-            def on_chunk(count: tf.Tensor) -> list[Any]:
-                valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [SUPERSEDED])
-                with tf.control_dependencies([valid]):
-                    return [produced.assign_add(count, read_value=False)]
-
-            return batches.refs(position, rest_of_epoch=rest_of_epoch, on_chunk=on_chunk)
+            return batches.refs(position, rest_of_epoch=rest_of_epoch,
+                                on_chunk=lambda count: counted(serial, count))
 
         @_no_autograph
         def gathered(chunk: graph_batches.Chunk, k: tf.Tensor) -> Any:
@@ -156,10 +165,12 @@ class GraphPath(delivery.DeliveryPath):
         @_no_autograph
         def by_numpy_refs(position: tf.Tensor, serial: tf.Tensor, j: tf.Tensor
                           ) -> tf.data.Dataset:
-            valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [SUPERSEDED])
-            with tf.control_dependencies([valid]):
+            valid = ([tf.debugging.Assert(tf.equal(current.read_value(), serial), [SUPERSEDED])]
+                     if checked else [])
+            with tf.control_dependencies(valid):
                 chunk, count = self._take_chunk(position, j)
-            with tf.control_dependencies([produced.assign_add(count, read_value=False)]):
+            with tf.control_dependencies(
+                    [produced.assign_add(count, read_value=False)] if checked else []):
                 count = tf.identity(count)
             return tf.data.Dataset.zip(
                 (tf.data.Dataset.from_tensors(chunk).repeat(count), tf.data.Dataset.range(count)))

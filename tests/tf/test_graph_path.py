@@ -384,3 +384,18 @@ def test_gather_path_eager_loop_with_skips_equals_the_produced_path(start, monke
     assert (path, other) == ("gather", "read_batch")
     assert ours == theirs
     assert ours  # not vacuous
+
+
+@pytest.mark.parametrize("offset", [0, 16], ids=["in-place", "by-numpy"])
+def test_graph_path_eager_loop_with_tf_map_after_a_dataset_epoch_reads_every_chunk(offset):
+    """``for batch in loader`` with a tensor stage reads this path's dataset: after a
+    ``dataset()`` iteration (which the loop supersedes) it still reads past its first
+    chunk of batches (it failed there with the ledger's StreamIntegrityError)."""
+    data = _at_offset(np.arange(10_000, dtype=np.int64), offset)
+    pipeline = rl.Pipeline(data, seed=0).shuffle().batch(8).tf_map(lambda b, s: b + 1)
+    loader = rl.ResumableLoader.from_pipeline(pipeline, num_epochs=1)
+    expected = [batch.numpy().tolist() for batch in loader.dataset()]
+
+    assert _path(loader) == "graph"
+    assert [batch.numpy().tolist() for batch in loader] == expected
+    assert len(expected) == 1250
