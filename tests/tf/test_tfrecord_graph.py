@@ -195,3 +195,28 @@ def test_declined_where_it_would_not_be_exact(files, change):
                                            **options)
 
     assert "tfrecord_graph" not in loader.describe()
+
+
+def test_distributed_input_of_such_a_loader_splits_the_same_batches(files):
+    """tf.distribute input (`input_context`) makes its per-pipeline batches in Python, as
+    for every loader: each step's records together are this path's batch's."""
+    loader = _loader(files, chunk=4, window=2, batch=4, drop=True, metadata=True)
+    whole = [meta["index"].numpy().tolist() for _, meta in loader.dataset()]
+    streams = []
+    for pipeline_id in range(2):
+        context = tf.distribute.InputContext(2, pipeline_id, 2)
+        streams.append([meta["index"].numpy().tolist()
+                        for _, meta in loader.dataset(input_context=context)])
+
+    assert _path(loader) == "tfrecord_graph"
+    assert [sorted(a + b) for a, b in zip(*streams, strict=True)] == [sorted(b) for b in whole]
+
+
+def test_stats_after_a_dataset_epoch(files):
+    """``loader.stats()`` reads this path's loader (its tensor stage counted in tf.data)."""
+    loader = _loader(files, chunk=4, window=2, batch=5, epochs=1, stages=True)
+    batches = list(loader.dataset())
+
+    stats = loader.stats()
+    assert len(batches) == 9
+    assert "tf_map" in str(stats)
