@@ -51,14 +51,15 @@ from resumeloader.workers import checks
 
 __all__ = ["READ_AHEAD", "TFRecordGraphPath"]
 
-#: Windows read at once (in parallel, in order): the one being batched and the next.
+#: Windows read and held at once: the one being batched and the next (read ahead).
 READ_AHEAD = 2
 #: The TFRecord reader's buffer per run of records.
 BUFFER_BYTES = 1 << 20
 _RECORD = tf.TensorSpec([], tf.string)
 _no_autograph = tf.autograph.experimental.do_not_convert
 # The int64 arrays `window_at` returns, in order.
-_FIELDS = ("files", "offsets", "counts", "rows", "edges", "indices", "where")
+_FIELDS = ("files", "offsets", "counts", "head", "full", "tail", "carry", "head_indices",
+           "full_indices", "tail_indices", "positions", "where")
 
 
 class TFRecordGraphPath(delivery.DeliveryPath):
@@ -176,82 +177,103 @@ class TFRecordGraphPath(delivery.DeliveryPath):
 
     def window_at(self, position: int, number: int, serial: int) -> list[np.ndarray]:
         """What the graph needs of window `number` of the iteration from `position`
-        (int64 arrays, `_FIELDS`):
+        (int64 arrays, in the order of `_FIELDS`):
 
         * ``files``, ``offsets``, ``counts``: its runs of records (its chunks in record
           order, neighbours merged, cut at file ends): file, byte offset, records;
-        * ``rows``: for each position of the window in the iteration, its record's row
-          in the window's records (read run after run);
-        * ``edges``: where the batches made in this window start and end in ``rows``
-          (the first one may start with the rows carried from the window before);
-        * ``indices``: the record indices of those batches, carried rows included (for
-          the metadata; empty when no metadata is needed);
-        * ``where``: its epoch, the position of its first batch's first record, whether
-          that batch starts with carried rows, its batches, its records, its number in
-          the epoch and `serial`.
+        * ``head``: the rows (in the window's records, read run after run) that finish
+          the batch begun by the rows carried from the windows before, if it ends here;
+          ``full``: the rows of its whole batches, batch after batch; ``tail``: the rows
+          of the epoch's last, short batch, if it ends here; ``carry``: the rows of a
+          batch it begins and does not end, carried on;
+        * ``head_indices``, ``full_indices``, ``tail_indices``, ``positions``: the record
+          indices of those batches (carried rows included) and each batch's position,
+          for the metadata (empty when no metadata is needed);
+        * ``where``: its epoch, its records, `serial`, whether it has a head and a tail
+          batch, whether the rows carried in go on (no batch ends here), its batches and
+          its number in its epoch.
+
+        The rows are those of the plan's own NumPy order (`Plan.indices`).
         """
         plan = self.engine.plan
-        layout, order, files = plan.layout, self._order, self._files
+        layout = plan.layout
         size = layout.batch_size
         epoch, window, low, high = self.window_place(position, number)
-        chunk = order.chunk_records
-        chunks = np.sort(np.asarray(order.window_chunk_ids(epoch, window), np.int64))
-        firsts = chunks * chunk
-        lasts = np.minimum(firsts + chunk, order.num_records)
+        firsts, lasts = self._chunks(epoch, window)
+        runs = _runs(self._files, firsts, lasts)
         before = np.concatenate([[0], np.cumsum(lasts - firsts)])
-        runs_files, runs_offsets, runs_counts = _runs(files, firsts, lasts)
         indices = plan.indices(epoch, low, high)
-        at = np.searchsorted(chunks, indices // chunk)
+        at = np.searchsorted(firsts, indices, side="right") - 1
         rows = before[at] + indices - firsts[at]
-        carried = low % size  # rows of an unfinished batch carried from the window before
+        carried = low % size  # rows of a batch begun in the windows before
         head = min((size - carried) % size, high - low)
         epoch_end = high == self._usable
-        if carried and (carried + head == size or epoch_end):
-            cuts = [0, head, *range(head + size, high - low + 1, size)]
-        elif carried:  # the window ends before the batch does: all of it carried on
-            cuts = [0]
+        empty = rows[:0]
+        has_head = bool(carried) and (carried + head == size or epoch_end)
+        keep = bool(carried) and not has_head  # the batch goes on past this window
+        if keep:
+            head, rest = 0, empty
         else:
-            cuts = list(range(0, high - low + 1, size))
-        if epoch_end and cuts[-1] != high - low:
-            cuts.append(high - low)  # the epoch's last, short batch
-        edges = np.array(cuts, np.int64)
-        uses_carry = bool(carried) and len(cuts) > 1
-        first = low - carried if uses_carry else low
-        if self._metadata is not None and len(cuts) > 1:
-            batch_indices = plan.indices(epoch, first, low + cuts[-1])
-        else:
-            batch_indices = np.empty(0, np.int64)
-        where = np.array([epoch, epoch * layout.records_per_epoch + first, uses_carry,
-                          len(cuts) - 1, int(before[-1]), window, serial], np.int64)
-        return [runs_files, runs_offsets, runs_counts, rows, edges, batch_indices, where]
+            rest = rows[head:]
+        full = len(rest) // size * size
+        left = rest[full:]
+        has_tail = epoch_end and len(left) > 0
+        tail, carry = (left, empty) if has_tail else (empty, rows if keep else left)
+        batches = int(has_head) + full // size + int(has_tail)
+        # (`refs` reads positions[0] and [-1] whatever the batches: never empty.)
+        meta = [empty, empty, empty, np.zeros(1, np.int64)]
+        if self._metadata is not None and batches:
+            first = low - carried if has_head else low
+            emitted = (carried + head if has_head else 0) + full + len(tail)
+            every = plan.indices(epoch, first, first + emitted)
+            cut = carried + head if has_head else 0
+            sizes = ([cut] if has_head else []) + [size] * (full // size) + (
+                [len(tail)] if has_tail else [])
+            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            meta = [every[:cut], every[cut : cut + full], every[cut + full :],
+                    epoch * layout.records_per_epoch + first + starts]
+        where = np.array([epoch, int(before[-1]), serial, has_head, has_tail, keep, batches,
+                          window], np.int64)
+        return [*runs, rows[:head] if has_head else empty, rest[:full], tail, carry, *meta,
+                where]
 
-    def read_again(self, epoch: int, window: int, found: int, expected: int) -> np.ndarray:
-        """The window's records read by the source (after TensorFlow's reader found
-        `found` of its `expected` records, or a file of it changed): raises the
-        source's error, naming the file, record and byte offset, unless every record
-        reads well now."""
+    def _chunks(self, epoch: int, window: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first record and the record after the last of each chunk of window
+        `window` of `epoch`, in record order."""
         order = self._order
         chunks = np.sort(np.asarray(order.window_chunk_ids(epoch, window), np.int64))
         firsts = chunks * order.chunk_records
-        lasts = np.minimum(firsts + order.chunk_records, order.num_records)
+        return firsts, np.minimum(firsts + order.chunk_records, order.num_records)
+
+    def check_window(self, found: int, files: np.ndarray, epoch: int, window: int) -> bool:
+        """Checks that TensorFlow's reader found all the window's records (`found`) and
+        that none of its `files` changed since the source was built (one ``stat``
+        each); otherwise reads the window with the source, which raises its error naming
+        the file, the record and its byte offset.
+
+        Raises:
+            RecordError: a record failed its checks (the source's error as its cause).
+            RuntimeError: TensorFlow's reader failed where the source reads every record.
+        """
+        firsts, lasts = self._chunks(epoch, window)
+        expected = int((lasts - firsts).sum())
+        if found == expected and not self._files.changed(files):
+            return True
         indices = np.concatenate([np.arange(a, b, dtype=np.int64)
                                   for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True)])
+        start = (epoch * self.engine.plan.layout.records_per_epoch
+                 + window * self._order.window_records)
         try:
-            records = self._source.read_batch(indices)
+            self._source.read_batch(indices)
         except Exception as err:
-            raise checks.batch_error(
-                "read_batch", err, indices, epoch,
-                epoch * self.engine.plan.layout.records_per_epoch
-                + window * order.window_records,
-            ) from err
-        out = np.empty(len(records), dtype=object)
-        out[:] = records
-        return out
-
-    def window_ok(self, found: int, expected: int, files: np.ndarray) -> bool:
-        """Whether TensorFlow's reader found all the window's records and none of its
-        files changed since the source was built."""
-        return found == expected and not self._files.changed(files)
+            raise checks.batch_error("read_batch", err, indices, epoch, start) from err
+        msg = (
+            f"TensorFlow's TFRecord reader read {found} of the {expected} records of window "
+            f"{window} of epoch {epoch} (records {firsts.tolist()} onwards, by chunk), which "
+            f"{self._source.description} reads whole. Read again, or take the read_batch "
+            "path (e.g. `Workers(1)`) for this pipeline."
+        )
+        raise RuntimeError(msg)
 
     # -- the dataset ---------------------------------------------------------------------
     def dataset(
@@ -268,22 +290,13 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         checked = watch is not None
         produced, current = self._produced, self._serial
         names = tf.constant(self._files.paths, tf.string)
-        metadata, seeded = self._metadata, self.finisher.seeded
+        metadata = self._metadata
         treespec = self.spec.treespec
         size = self.engine.plan.layout.batch_size
         drop = self.engine.plan.layout.drop_remainder
         exiting.install()
         place = columns_lib.weakly(self, _window_at)
-        ok = columns_lib.weakly(self, _window_ok)
-        again = columns_lib.weakly(self, _read_again)
-
-        @_no_autograph
-        def planned(position: tf.Tensor, number: tf.Tensor, serial: tf.Tensor) -> dict[str, Any]:
-            made = tf.numpy_function(place, [position, number, serial], [tf.int64] * 7,
-                                     stateful=False)
-            for value in made:
-                value.set_shape([None])
-            return dict(zip(_FIELDS, made, strict=True))
+        check = columns_lib.weakly(self, _check_window)
 
         @_no_autograph
         def run(name: tf.Tensor, offset: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
@@ -291,84 +304,99 @@ class TFRecordGraphPath(delivery.DeliveryPath):
                 filenames=tf.reshape(name, [1]), compression_type="",
                 buffer_size=tf.constant(BUFFER_BYTES, tf.int64),
                 byte_offsets=tf.reshape(offset, [1]))
-            # A corrupt or missing record ends the run: the count finds it (`window_ok`).
+            # A corrupt or missing record ends the run: the count finds it (`check_window`).
             return tf.data.experimental.from_variant(variant, _RECORD).take(count).ignore_errors()
 
         @_no_autograph
-        def read(window: dict[str, Any]) -> dict[str, Any]:
+        def read(position: tf.Tensor, serial: tf.Tensor, number: tf.Tensor) -> dict[str, Any]:
+            made = tf.numpy_function(place, [position, number, serial],
+                                     [tf.int64] * len(_FIELDS), stateful=False)
+            window = dict(zip(_FIELDS, made, strict=True))
+            for value in made:
+                value.set_shape([None])
             where = window["where"]
-            expected = where[4]
             runs = tf.data.Dataset.from_tensor_slices(
                 (tf.gather(names, window["files"]), window["offsets"], window["counts"]))
-            records = runs.flat_map(run).batch(tf.maximum(expected, 1)).concatenate(
-                tf.data.Dataset.from_tensors(tf.constant([], tf.string))).take(1)
-            records = records.get_single_element()
-            found = tf.size(records, out_type=tf.int64)
-            good = tf.numpy_function(ok, [found, expected, window["files"]], tf.bool,
-                                     stateful=True)
-            records = tf.cond(
-                tf.reshape(good, []), lambda: records,
-                lambda: tf.numpy_function(again, [where[0], where[5], found, expected],
-                                          tf.string, stateful=True))
-            records.set_shape([None])
-            return {**window, "records": records}
+            # One batch of all the records found, and one sentinel (none may be found).
+            found = runs.flat_map(run).concatenate(
+                tf.data.Dataset.from_tensors(tf.constant("")))
+            records = found.batch(where[1] + 1).get_single_element()[:-1]
+            good = tf.numpy_function(
+                check, [tf.size(records, out_type=tf.int64), window["files"], where[0],
+                        where[7]], tf.bool, stateful=True)
+            with tf.control_dependencies([good]):
+                window["records"] = tf.identity(records)
+            # Only what the batches need goes on (each value is one more op per call).
+            for name in ("files", "offsets", "counts"):
+                del window[name]
+            return window
 
         @_no_autograph
         def carry(kept: tf.Tensor, window: dict[str, Any]) -> tuple[tf.Tensor, Any]:
-            where, edges, rows = window["where"], window["edges"], window["rows"]
-            batches = where[3]
+            where, records = window["where"], window["records"]
             counted = []
             if checked:
                 valid = tf.debugging.Assert(
-                    tf.equal(current.read_value(), where[6]), [graph_path.SUPERSEDED])
+                    tf.equal(current.read_value(), where[2]), [graph_path.SUPERSEDED])
                 with tf.control_dependencies([valid]):
-                    counted = [produced.assign_add(batches, read_value=False)]
-            tail = tf.gather(window["records"], rows[edges[-1]:])
-            # Rows of a batch the window does not finish go on to the next window.
-            kept_next = tf.cond(batches > 0, lambda: tail,
-                                lambda: tf.concat([kept, tail], 0))
+                    counted = [produced.assign_add(where[6], read_value=False)]
+            head = tf.concat([kept, tf.gather(records, window["head"])], 0)
+            # The rows carried in go on only when no batch ends in this window.
+            kept_next = tf.concat(
+                [kept[: where[5] * tf.size(kept, out_type=tf.int64)],
+                 tf.gather(records, window["carry"])], 0)
             with tf.control_dependencies(counted):
-                batches = tf.identity(batches)
-            return kept_next, {**window, "kept": kept, "batches": batches}
+                tail = tf.gather(records, window["tail"])
+            del window["carry"]
+            return kept_next, {**window, "head": head, "tail": tail}
 
         @_no_autograph
         def refs(window: dict[str, Any]) -> tf.data.Dataset:
-            batches = window.pop("batches")
-            return tf.data.Dataset.zip((tf.data.Dataset.from_tensors(window).repeat(batches),
-                                        tf.data.Dataset.range(batches)))
+            # Each batch as (its strings, (the rows of them it takes, [its record indices,
+            # position and epoch])): a whole batch takes rows of the window's records, a
+            # head or tail batch (made in `carry`) all of its own.
+            where, positions = window["where"], window["positions"]
+            full = tf.reshape(window["full"], [-1, size])
+            count = tf.shape(full, out_type=tf.int64)[0]
+            head, tail = window["head"], window["tail"]
+            labels: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+            if metadata is not None:
+                epoch = where[0]
+                labels = (
+                    [window["head_indices"], positions[0], epoch],
+                    [tf.reshape(window["full_indices"], [-1, size]),
+                     positions[where[3] : where[3] + count], tf.fill([count], epoch)],
+                    [window["tail_indices"], positions[-1], epoch])
+            whole = tf.data.Dataset.zip((
+                tf.data.Dataset.from_tensors(window["records"]).repeat(),
+                tf.data.Dataset.from_tensor_slices((full, *labels[1]))))
+            heads = tf.data.Dataset.from_tensors(
+                (head, (tf.range(tf.size(head, out_type=tf.int64)), *labels[0])))
+            tails = tf.data.Dataset.from_tensors(
+                (tail, (tf.range(tf.size(tail, out_type=tf.int64)), *labels[2])))
+            return heads.take(where[3]).concatenate(whole).concatenate(tails.take(where[4]))
 
         @_no_autograph
-        def gathered(window: dict[str, Any], k: tf.Tensor) -> Any:
-            where, edges = window["where"], window["edges"]
-            low, high = edges[k], edges[k + 1]
-            rows = tf.gather(window["records"], window["rows"][low:high])
-            first = tf.logical_and(tf.equal(k, 0), tf.equal(where[2], 1))
-            kept = window["kept"]
-            rows = tf.cond(first, lambda: tf.concat([kept, rows], 0), lambda: rows)
+        def gathered(strings: tf.Tensor, taken: tuple[tf.Tensor, ...]) -> Any:
+            batch = tf.gather(strings, taken[0])
             if drop:
-                rows = tf.ensure_shape(rows, [size])
-            data = optree.tree_unflatten(treespec, [rows])
-            if not seeded:
+                batch = tf.ensure_shape(batch, [size])
+            data = optree.tree_unflatten(treespec, [batch])
+            if metadata is None:
                 return data
-            assert metadata is not None
-            shift = tf.where(k > 0, where[2] * tf.size(kept, out_type=tf.int64),
-                             tf.zeros([], tf.int64))
-            start, stop = low + shift, high + where[2] * tf.size(kept, out_type=tf.int64)
-            indices = window["indices"][start:stop]
+            indices, position, epoch = taken[1:]
             if drop:
                 indices = tf.ensure_shape(indices, [size])
-            batch = graph_batches.BatchIndices(indices, where[0], where[1] + start)
-            return data, metadata(batch)
+            return data, metadata(graph_batches.BatchIndices(indices, epoch, position))
 
         @_no_autograph
         def iteration(_: tf.Tensor) -> tf.data.Dataset:
             position, serial, windows = (
                 tf.reshape(value, ()) for value in tf.py_function(begin, [], [tf.int64] * 3))
-            planned_windows = tf.data.Dataset.range(windows).map(
-                lambda j: planned(position, j, serial))
-            parallel = {} if graph.op_determinism() else {
-                "num_parallel_calls": READ_AHEAD, "deterministic": True}
-            return planned_windows.map(read, **parallel)
+            # One window at a time, the next read while this one's batches are made: the
+            # first window (read before the first batch) has the machine to itself.
+            return tf.data.Dataset.range(windows).map(
+                lambda number: read(position, serial, number)).prefetch(READ_AHEAD - 1)
 
         ds = tf.data.Dataset.range(1).flat_map(iteration)
         ds = ds.scan(tf.constant([], tf.string), carry).flat_map(refs)
@@ -447,10 +475,6 @@ def _window_at(path: TFRecordGraphPath, position: Any, number: Any, serial: Any
     return path.window_at(int(position), int(number), int(serial))
 
 
-def _window_ok(path: TFRecordGraphPath, found: Any, expected: Any, files: Any) -> np.ndarray:
-    return np.array(path.window_ok(int(found), int(expected), files))
-
-
-def _read_again(path: TFRecordGraphPath, epoch: Any, window: Any, found: Any, expected: Any
-                ) -> np.ndarray:
-    return path.read_again(int(epoch), int(window), int(found), int(expected))
+def _check_window(path: TFRecordGraphPath, found: Any, files: Any, epoch: Any, window: Any
+                  ) -> np.ndarray:
+    return np.array(path.check_window(int(found), files, int(epoch), int(window)))
