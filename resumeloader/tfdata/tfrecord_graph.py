@@ -12,16 +12,18 @@ hands out each batch as a ``tf.gather`` of the window's records in a parallel, o
 Python runs once per window, in two ``numpy_function`` calls: before it is read, to
 place it (`TFRecordGraphPath.window_at`: its runs of records, the positions of the
 iteration it holds, the rows of its records in the plan's NumPy order, `Plan.indices`,
-so the batches are the other paths' by construction, and where they cut it), and after,
-to check that the reader found every record and that no file changed since the source
-was built (one ``stat`` per file of the window). A window that fails either is read
-again by the source (`TFRecordSource.read_batch`), which raises the error the other
-paths raise, naming the file, the record and its byte offset (TensorFlow's
-``DataLossError`` says only "corrupted record at <offset>": the reader's errors are
-ignored, ``ignore_errors``, and found by the count instead). A batch that straddles two
-windows (batches are cut from the epoch's start, windows from theirs) starts with the
-rows kept from the window before, a ``scan`` carrying them; windows are read two at a
-time, ahead of the batches (`READ_AHEAD`).
+so the batches are the other paths' by construction, and where they cut it), and after
+(`TFRecordGraphPath.check_window`), to check that the reader found every record and
+that no file changed since the source was built (one ``stat`` per file of the window).
+A window that fails either is read by the source (`TFRecordSource.read_batch`), which
+raises the error the other paths raise, naming the file, the record and its byte
+offset: TensorFlow's ``DataLossError`` says only "corrupted record at <offset>", so the
+reader's errors are ignored (``ignore_errors``: the run ends there) and found by the
+count. Batches are cut from the epoch's start, windows from theirs: a batch that
+straddles windows (any number of them) is finished from the rows a ``scan`` carries
+from the windows before, and it and the epoch's short last batch are made in the scan;
+the whole batches of a window are each a gather of a row of its rows. A window is read
+while the one before is batched (`READ_AHEAD`).
 
 The ledger sees an iteration as it sees the ``graph`` path's (`stream.Counter`): once
 per window the graph checks that the iteration was not superseded and adds the window's
@@ -317,10 +319,11 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             where = window["where"]
             runs = tf.data.Dataset.from_tensor_slices(
                 (tf.gather(names, window["files"]), window["offsets"], window["counts"]))
-            # One batch of all the records found, and one sentinel (none may be found).
-            found = runs.flat_map(run).concatenate(
-                tf.data.Dataset.from_tensors(tf.constant("")))
-            records = found.batch(where[1] + 1).get_single_element()[:-1]
+            # One batch of all the records found, or an empty one if none was
+            # (`get_single_element` needs exactly one).
+            found = runs.flat_map(run).batch(tf.maximum(where[1], 1)).concatenate(
+                tf.data.Dataset.from_tensors(tf.constant([], tf.string)))
+            records = found.take(1).get_single_element()
             good = tf.numpy_function(
                 check, [tf.size(records, out_type=tf.int64), window["files"], where[0],
                         where[7]], tf.bool, stateful=True)
@@ -440,9 +443,9 @@ class TFRecordGraphPath(delivery.DeliveryPath):
     def handover_rows(self) -> list[delivery.Row]:
         mapped = "map(AUTOTUNE, deterministic)"
         return [
-            ("order", "tfrecord_graph path: each window's runs, rows and batch edges by "
-             f"NumPy (the plan's order, one numpy_function per window), {READ_AHEAD} windows "
-             "read at once", "string[None]", "recomputed"),
+            ("order", "tfrecord_graph path: each window's runs and the rows of its batches "
+             "by NumPy (the plan's order, one numpy_function per window), the next window "
+             "read ahead", "string[None]", "recomputed"),
             ("map", f"tf.gather(window records, rows), {mapped}", self.batch_text(),
              "recomputed"),
         ]

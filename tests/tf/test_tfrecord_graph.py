@@ -138,12 +138,17 @@ def _flip(path, record: int) -> int:
     return offset
 
 
-def test_corrupt_record_raises_the_sources_error_naming_file_record_offset(files):
+@pytest.mark.parametrize(("name", "record", "window"), [
+    ("part-3.tfrecord", 4, 2),  # record 26 of 41, mid-run
+    ("part-0.tfrecord", 0, 1),  # the first record of a window of one chunk: none read
+])
+def test_corrupt_record_raises_the_sources_error_naming_file_record_offset(
+        files, name, record, window):
     """TensorFlow's DataLossError names no file: the window is read again by the source,
     whose error names the file, the record and its byte offset."""
-    path = files / "part-3.tfrecord"
-    offset = _flip(path, 4)  # record 26, 4 of the file (data of 44 bytes)
-    loader = _loader(files, chunk=4, window=2, batch=5)
+    path = files / name
+    offset = _flip(path, record)
+    loader = _loader(files, chunk=4, window=window, batch=5)
     assert _path(loader) == "tfrecord_graph"
 
     with pytest.raises(tf.errors.OpError) as info:
@@ -151,7 +156,7 @@ def test_corrupt_record_raises_the_sources_error_naming_file_record_offset(files
 
     message = str(info.value)
     assert "RecordError" in message
-    assert f"{path}, record 4 (byte offset {offset})" in message
+    assert f"{path}, record {record} (byte offset {offset})" in message
     assert "fails its CRC32C checksum" in message
 
 
