@@ -225,3 +225,39 @@ def test_stats_after_a_dataset_epoch(files):
     stats = loader.stats()
     assert len(batches) == 9
     assert "tf_map" in str(stats)
+
+
+def test_advance_in_tf_function_resumes_in_a_fresh_loader(files):
+    """Batches pulled and advanced inside a tf.function (as Keras does), saved, restored
+    into a fresh loader: it continues with the next batch, mid-window."""
+    make = lambda: _loader(files, chunk=3, window=2, batch=4, epochs=None)  # noqa: E731
+    loader = make()
+    iterator = iter(loader.dataset())
+
+    @tf.function
+    def step():
+        batch = next(iterator)
+        loader.advance(after=batch)
+        return batch
+
+    for _ in range(13):  # past an epoch (11 batches)
+        step()
+    fresh = make()
+    fresh.set_state(loader.get_state())
+    following = next(iter(fresh.dataset())).numpy().tolist()
+    assert following == step().numpy().tolist()
+    uninterrupted = iter(make().dataset())
+    assert following == [next(uninterrupted) for _ in range(14)][-1].numpy().tolist()
+
+
+def test_two_iterations_read_at_once_fail_within_a_window(files):
+    """zip(ds, ds) fails the step with the ledger's message by the next window."""
+    loader = _loader(files, chunk=3, window=2, batch=4, prefetch=None)
+    ds = loader.dataset()
+    pairs = 0
+    with pytest.raises(tf.errors.OpError, match="Two iterations of this loader") as info:
+        for _ in tf.data.Dataset.zip((ds, ds)):
+            pairs += 1
+            loader.advance()
+    assert "StreamIntegrityError" in str(info.value)
+    assert pairs <= 2  # windows of 6 records: a batch or two
