@@ -21,9 +21,10 @@ would be. A reader receives `PIECE` bytes at a time and stops at its deadline (t
 timeout bounds each wait) or at the next piece once its GET is cancelled, so a GET
 given up soon writes into memory no more.
 
-`usable` says when a filesystem's GETs take this way: an S3 filesystem with no HTTP
-proxy (from its options or the environment), no customer-provided encryption keys,
-no requester-pays and certificate checks on. Others keep s3fs's own GET.
+`usable` and `certificates` say when a filesystem's GETs take this way: an S3
+filesystem with no HTTP proxy (from its options or the environment), no
+customer-provided encryption keys, no requester-pays, and certificates checked (against
+the CA bundle botocore resolved for its client). Others keep s3fs's own GET.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ import numpy as np
 from resumeloader.core import buffers
 from resumeloader.sources.storage import answers
 
-__all__ = ["MAX_REDIRECTS", "Cancelled", "get", "stats", "usable"]
+__all__ = ["MAX_REDIRECTS", "PIECE", "Cancelled", "certificates", "get", "presigned", "stats",
+           "usable"]
 
 #: Redirects on the same origin followed per GET (aiohttp's default).
 MAX_REDIRECTS = 10
@@ -61,7 +63,8 @@ class Cancelled(Exception):
 
 
 def usable(fs: Any) -> bool:
-    """Whether `fs` (an s3fs filesystem) can GET by presigned URL through urllib3."""
+    """Whether `fs` (an s3fs filesystem) can GET by presigned URL through urllib3, as far
+    as its options and the environment say (`certificates` says the rest)."""
     if any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXIES):
         return False
     options = getattr(fs, "storage_options", {}) or {}
@@ -73,10 +76,24 @@ def usable(fs: Any) -> bool:
                    (*options, *(options.get("s3_additional_kwargs") or {})))
 
 
+def certificates(fs: Any) -> str | None:
+    """The CA bundle the s3fs client of `fs` checks certificates with (what botocore
+    resolved: its ``verify`` option, ``AWS_CA_BUNDLE``, the profile's ``ca_bundle``, or
+    its default bundle); None when it checks none or it cannot be told (then s3fs's own
+    GET is used). Call after ``await fs.set_session()``."""
+    from botocore.httpsession import get_cert_path
+
+    session = getattr(getattr(fs.s3, "_endpoint", None), "http_session", None)
+    verify = getattr(session, "_verify", None)
+    if verify is None or verify is False:
+        return None
+    return str(get_cert_path(verify))
+
+
 async def presigned(fs: Any, bucket: str, key: str) -> str:
     """A presigned GET URL of `bucket`/`key` from `fs`'s s3fs client (its endpoint and
-    credentials; unsigned when the filesystem is anonymous)."""
-    await fs.set_session()
+    credentials; unsigned when the filesystem is anonymous). Call after
+    ``await fs.set_session()``."""
     params = {"Bucket": bucket, "Key": key}
     return str(await fs.s3.generate_presigned_url("get_object", Params=params, ExpiresIn=3600))
 
@@ -142,22 +159,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget)
 
 
-def _shared() -> tuple[_Readers, Any]:
+def _shared(ca_certs: str) -> tuple[_Readers, Any]:
+    """The process's reader threads, and its connection pools checking certificates
+    against `ca_certs` (a CA bundle's path)."""
     with _state_lock:
         if not _state:
-            import urllib3
-            from botocore.httpsession import get_cert_path
-
             _state["readers"] = _Readers()
-            _state["pool"] = urllib3.PoolManager(
-                maxsize=MAX_READERS, cert_reqs="CERT_REQUIRED", ca_certs=get_cert_path(True),
+        pools = _state.setdefault("pools", {})
+        if ca_certs not in pools:
+            import urllib3
+
+            pools[ca_certs] = urllib3.PoolManager(
+                maxsize=MAX_READERS, cert_reqs="CERT_REQUIRED", ca_certs=ca_certs,
             )
-        return _state["readers"], _state["pool"]
+        return _state["readers"], pools[ca_certs]
 
 
 async def get(url: str, headers: dict[str, str], size: int, into: np.ndarray | None,
-              timeout: float) -> tuple[int, Any, Any]:
-    """GET `url` (presigned) with `headers` in a reader thread: (status, ETag, body) —
+              timeout: float, ca_certs: str) -> tuple[int, Any, Any]:
+    """GET `url` (presigned) with `headers` in a reader thread, checking an HTTPS
+    server's certificate against `ca_certs`: (status, ETag, body) —
     the body received into `into` (uint8, `size` long) or into recycled memory, one
     byte more than `size` when the answer is longer (see `protocols.received`).
 
@@ -166,7 +187,7 @@ async def get(url: str, headers: dict[str, str], size: int, into: np.ndarray | N
         botocore.exceptions.ClientError: an error status (S3's code and message).
         TimeoutError: no answer or no more of the body within `timeout` seconds.
     """
-    readers, pool = _shared()
+    readers, pool = _shared(ca_certs)
     cancel = threading.Event()
     future = readers.submit(_get, pool, url, headers, size, into, timeout, cancel)
     try:

@@ -182,9 +182,12 @@ async def _s3(fs: Any, obj: objects.Object, span: str, size: int,
               into: np.ndarray | None, timeout: float) -> tuple[int, Any, Body]:
     bucket, _, key = obj.url.split("://", 1)[1].partition("/")
     if direct.usable(fs):
-        url = await direct.presigned(fs, bucket, key)
-        headers = {"Range": span, **({"If-Match": obj.version} if obj.version else {})}
-        return await direct.get(url, headers, size, into, timeout)
+        await fs.set_session()
+        ca_certs = direct.certificates(fs)
+        if ca_certs is not None:
+            url = await direct.presigned(fs, bucket, key)
+            headers = {"Range": span, **({"If-Match": obj.version} if obj.version else {})}
+            return await direct.get(url, headers, size, into, timeout, ca_certs)
     kw = {"Bucket": bucket, "Key": key, "Range": span}
     if obj.version:
         kw["IfMatch"] = obj.version

@@ -86,3 +86,24 @@ def test_get_given_up_mid_body_stops_reading(s3_store):
     finally:
         s3_store.proxy.slow_seconds = 3.0
         s3_store.proxy.clear()
+
+
+def test_certificates_are_checked_against_the_bundle_botocore_resolved(s3_store, tmp_path):
+    """The CA bundle a client was given (``verify=path``; ``AWS_CA_BUNDLE`` resolves the
+    same way) is the one the direct GETs check against; no check at all: no direct GET."""
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_text("")
+    checked = {**s3_store.options, "client_kwargs": {"verify": str(bundle)}}
+    unchecked = {**s3_store.options, "client_kwargs": {"verify": False}}
+    loop = fsspec.asyn.get_loop()
+
+    def resolved(options):
+        fs = filesystems.filesystem("s3", Storage(options=options).pairs)
+        asyncio.run_coroutine_threadsafe(fs.set_session(), loop).result(30)
+        return direct.certificates(fs)
+
+    assert resolved(checked) == str(bundle)
+    assert resolved(unchecked) is None
+    from botocore.httpsession import get_cert_path
+
+    assert resolved(s3_store.options) == get_cert_path(True)  # botocore's default bundle
