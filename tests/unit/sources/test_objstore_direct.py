@@ -10,6 +10,7 @@ reading. No TensorFlow.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import fsspec.asyn
@@ -106,4 +107,5 @@ def test_certificates_are_checked_against_the_bundle_botocore_resolved(s3_store,
     assert resolved(unchecked) is None
     from botocore.httpsession import get_cert_path
 
-    assert resolved(s3_store.options) == get_cert_path(True)  # botocore's default bundle
+    # the environment's (AWS_CA_BUNDLE), or botocore's default bundle
+    assert resolved(s3_store.options) == os.environ.get("AWS_CA_BUNDLE", get_cert_path(True))
