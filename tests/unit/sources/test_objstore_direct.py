@@ -109,3 +109,21 @@ def test_certificates_are_checked_against_the_bundle_botocore_resolved(s3_store,
 
     # the environment's (AWS_CA_BUNDLE), or botocore's default bundle
     assert resolved(s3_store.options) == os.environ.get("AWS_CA_BUNDLE", get_cert_path(True))
+
+
+def test_tasks_of_one_window_announce_its_blocks_once(s3_store, tmp_path, monkeypatch):
+    """Read-ahead of a source read by blocks: a task whose blocks are those the last
+    announcement named starts nothing (and computes no ranges); a task reaching a new
+    block is announced. The GETs are the blocks', one each."""
+    url, every = put_tfrecords(s3_store, files=2, count=40)
+    src = source(s3_store, url, tmp_path).blocked(10)
+    calls = []
+    real = fetch.prefetch
+    monkeypatch.setattr(fetch, "prefetch", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    fetch.clear()
+    s3_store.proxy.clear()
+    for task in (np.arange(0, 8), np.arange(2, 10), np.array([9, 1, 5]), np.arange(8, 14)):
+        assert src.prefetch(task) is True
+    assert len(calls) == 2  # blocks {0}, then {0, 1}
+    assert src.read_batch(np.arange(14)) == every[:14]
+    assert s3_store.proxy.reads == 2
