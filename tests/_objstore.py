@@ -57,12 +57,17 @@ _HOP = {
 }
 
 
+#: Query parameters that are not what a request asks: the proxy's own redirect mark, a
+#: presigned URL's signature (an S3 GET of an object's bytes is sent presigned).
+_NOT_ASKED = (REDIRECTED, "X-Amz-", "x-id=", "AWSAccessKeyId=", "Signature=", "Expires=")
+
+
 def request_kind(method: str, path: str) -> str:
     """What a request is: ``"read"`` (a GET of an object's bytes: S3 path-style, the GCS
     download API, a plain URL), ``"head"`` (a look-up: HEAD, or GCS object metadata),
     ``"list"`` (a listing) or ``"other"`` (writes, bucket calls)."""
     bare, _, query = path.partition("?")
-    query = "&".join(q for q in query.split("&") if q and not q.startswith(REDIRECTED))
+    query = "&".join(q for q in query.split("&") if q and not q.startswith(_NOT_ASKED))
     if method == "HEAD":
         return "head"
     if method != "GET":

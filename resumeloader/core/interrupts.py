@@ -28,19 +28,31 @@ call it every slice, a loop's ``__next__`` before it hands a batch out. A press 
 in your code (the loop's body) is not noted: a KeyboardInterrupt your code catches is
 yours, never raised again - and one that C code your body calls clears silently is lost,
 as without the loader (the next Ctrl-C ends the loop: a loop waiting for a batch checks
-every `waits.SLICE_SECONDS`). Pure Python: no TensorFlow.
+every `waits.SLICE_SECONDS`).
+
+A ``dataset()`` iteration runs none of the loader's code in the main thread: TensorFlow's
+threads run its generator while the main thread waits in TensorFlow's C++ or runs your
+step. A SIGINT arriving while the main thread runs a garbage collection (C code) has its
+KeyboardInterrupt raised in the first Python that runs next - a gc callback, JAX's when
+TensorFlow imported it - which CPython only reports: the Ctrl-C was lost, and the loop
+over the dataset ran on to its end. So the generator runs `iterating`, and each of its
+steps calls `forward`: a press noted meanwhile is signalled to the main thread again
+(``_thread.interrupt_main``), whose SIGINT handler then runs at its next bytecode, as
+for the press itself. Pure Python: no TensorFlow.
 """
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import signal
 import sys
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["check", "guarded", "hold", "notice", "passed", "release"]
+__all__ = ["check", "forward", "guarded", "hold", "iterating", "notice", "passed", "release"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,6 +63,9 @@ _MARK = "_resumeloader_notes_ctrl_c"  # on the hook `notice` installs
 _holds = 0  # live loops
 # A KeyboardInterrupt of the main thread was reported unraisable since the last check.
 _ignored = False
+# ... while a ``dataset()`` iteration was live: `forward` signals it again.
+_forwarding = False
+_iterations = 0  # live ``dataset()`` iterations (`iterating`)
 # The KeyboardInterrupt of the last press that landed in the loader's code, until it is
 # seen leaving it (`passed`) or raised again (`check`).
 _pressed: KeyboardInterrupt | None = None
@@ -74,11 +89,12 @@ def notice() -> None:
             return
 
         def hook(unraisable: Any) -> None:
-            global _ignored
+            global _ignored, _forwarding
             error = unraisable.exc_value
             if threading.current_thread() is threading.main_thread() and _carries_ctrl_c(
                 unraisable.exc_type if error is None else error
             ):
+                _forwarding = _forwarding or _iterations > 0
                 _ignored = True  # raising here would be reported too
                 return
             previous(unraisable)
@@ -170,14 +186,49 @@ def passed(error: BaseException) -> bool:
 def check() -> None:
     """Raises KeyboardInterrupt in the main thread if a Ctrl-C was lost since the last
     check (reported unraisable, or pressed in the loader's code and not seen leaving it)."""
-    global _ignored, _pressed
+    global _ignored, _forwarding, _pressed
     if not (_ignored or _pressed is not None):
         return
     if threading.current_thread() is not threading.main_thread():
         return
     pressed = _pressed
     leaving = sys.exc_info()[1]
-    if not _ignored and _chained(leaving, lambda link: link is pressed):
-        return  # leaving now (this check runs in a `finally` or an `except` it passes)
-    _ignored, _pressed = False, None
-    raise KeyboardInterrupt
+    with _lock:  # not also signalled again by `forward`
+        ignored = _ignored
+        if not ignored and _chained(leaving, lambda link: link is pressed):
+            return  # leaving now (this check runs in a `finally` or an `except` it passes)
+        _ignored, _forwarding, _pressed = False, False, None
+    if ignored or pressed is not None:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def iterating() -> Iterator[None]:
+    """A ``dataset()`` iteration is live (its generator, in a TensorFlow thread): a
+    Ctrl-C the main thread loses meanwhile is noted for `forward` (one lost before is
+    left to `check`: it is not this iteration's)."""
+    global _iterations
+    notice()
+    with _lock:
+        _iterations += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _iterations -= 1
+
+
+def forward() -> None:
+    """From a thread other than the main one: a Ctrl-C lost while a ``dataset()``
+    iteration was live (its KeyboardInterrupt reported unraisable in the main thread) is
+    signalled to the main thread again, once; its SIGINT handler runs at its next
+    bytecode. A ``dataset()`` generator's steps call it (the main thread runs none of
+    the loader's code there)."""
+    global _ignored, _forwarding
+    if not _forwarding or threading.current_thread() is threading.main_thread():
+        return
+    with _lock:
+        if not (_forwarding and _ignored):
+            return
+        _ignored = _forwarding = False
+    _thread.interrupt_main()

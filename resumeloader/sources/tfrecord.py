@@ -255,6 +255,8 @@ class TFRecordSource(file_records.FileRecordSource):
         self._blocks: objects_lib.Blocks | None = None
         # The local blocks held when read by blocks (`blocked`), else None.
         self._held: _Held | None = None
+        # The blocks the last `prefetch` announced: (process id, their keys), or None.
+        self._announced: tuple[int, bytes] | None = None
         super().__init__(paths, storage=storage)
         # Every record's offset (in its file), the files' in order, in one array that the
         # indexes then view (no second copy): `_spans` finds a batch's byte ranges with a
@@ -661,6 +663,7 @@ class TFRecordSource(file_records.FileRecordSource):
         view.block_records = None if block_records is None else int(block_records)
         view._blocks = None
         view._held = None
+        view._announced = None
         if block_records is not None:
             view._blocks = objects_lib.Blocks(self._indexes, self._starts, int(block_records))
             # A local file's block is read by one pread and held for the window's other
@@ -678,8 +681,21 @@ class TFRecordSource(file_records.FileRecordSource):
         reads = self._storage.reads
         if fetch.ahead_bytes() >= fetch.budget_of(reads, budget):
             return False  # full: asked again after each batch, so nothing is computed
-        wanted = self._object_ranges(indices)
-        return not wanted or fetch.prefetch(wanted, reads, blocks=self._blocks, budget=budget)
+        indices = np.asarray(indices, dtype=np.int64)
+        files = np.searchsorted(self._ends, indices, side="right")
+        keys = None
+        if self._blocks is not None and self.block_records:
+            # Read by blocks, the tasks of a window need the same few blocks: a task
+            # whose blocks are those last announced (in this process) needs nothing more.
+            keys = (os.getpid(), np.unique(files * (len(self) + 1) + indices
+                                           // self.block_records).tobytes())
+            if keys == self._announced:
+                return True
+        wanted = self._object_ranges(indices, files)
+        done = not wanted or fetch.prefetch(wanted, reads, blocks=self._blocks, budget=budget)
+        if done and keys is not None:
+            self._announced = keys
+        return done
 
     def readahead(self) -> tuple[int | str, int]:
         """``(readahead_bytes, cache_bytes)`` of the objects' `ObjectReads`: a loader
@@ -738,10 +754,13 @@ class TFRecordSource(file_records.FileRecordSource):
             assert isinstance(where, locations.LocalFile)
             dry.pread(where.path, low, high, wanted=0)
 
-    def _object_ranges(self, indices: np.ndarray) -> list[fetch.Range]:
-        """The byte ranges of the records of `indices` that lie in object storage."""
+    def _object_ranges(self, indices: np.ndarray,
+                       files: np.ndarray | None = None) -> list[fetch.Range]:
+        """The byte ranges of the records of `indices` that lie in object storage
+        (`files`: the file of each, when known)."""
         indices = np.asarray(indices, dtype=np.int64)
-        files = np.searchsorted(self._ends, indices, side="right")
+        if files is None:
+            files = np.searchsorted(self._ends, indices, side="right")
         mine = self._remote[files]
         if not mine.any():
             return []

@@ -15,7 +15,10 @@ graph calls the generator later: there the callable is passed on as is.
 
 Every step of the generator runs `exiting.busy` and ends its iteration once the
 interpreter exits (`resumeloader.core.exiting`): TensorFlow's threads call it inside a
-``py_func``, and one still in Python when CPython finalizes hangs the exit.
+``py_func``, and one still in Python when CPython finalizes hangs the exit. Every step
+also signals a Ctrl-C the main thread lost again (`interrupts.forward`: its
+KeyboardInterrupt raised in a garbage-collector callback, say), so a loop over the
+dataset ends with KeyboardInterrupt as it would without the loss.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from resumeloader.core import exiting
+from resumeloader.core import exiting, interrupts
 
 __all__ = ["from_generator", "guarded"]
 
@@ -66,23 +69,27 @@ def from_generator(
 
 def guarded(make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
     """The elements of ``make()``, each step `exiting.busy`; it raises once the
-    interpreter exits (see the module docstring) and closes ``make()``'s generator."""
+    interpreter exits (see the module docstring) and closes ``make()``'s generator.
+    Each step, and its end, signal a Ctrl-C the main thread lost again."""
     exiting.install()
     exiting.check("dataset() batches")
-    with exiting.busy():
-        elements = make()
-    try:
-        while True:
-            with exiting.busy():
-                exiting.check("dataset() batches")
-                try:
-                    element = next(elements)
-                except StopIteration:
-                    return
-            yield element
-    finally:
-        close = getattr(elements, "close", None)
-        if close is not None:
-            with exiting.busy():
-                close()
+    with interrupts.iterating():  # a press the main thread loses from now on is noted
+        with exiting.busy():
+            elements = make()
+        try:
+            while True:
+                with exiting.busy():
+                    interrupts.forward()
+                    exiting.check("dataset() batches")
+                    try:
+                        element = next(elements)
+                    except StopIteration:
+                        return
+                yield element
+        finally:
+            interrupts.forward()  # the consumer may still take the batches TensorFlow holds
+            close = getattr(elements, "close", None)
+            if close is not None:
+                with exiting.busy():
+                    close()
 

@@ -10,12 +10,17 @@ resumes from that file. It prints ``start PID`` first, ``batch K`` after each ba
 for an hour) and ``done ...`` at the end, each line flushed. With --sigint-from-stall
 the stalled thread (not the main one) then sends SIGINT to itself once the main thread
 is blocked waiting for it: Python's C handler runs in the stalled thread, as when the
-signal lands just before the main thread's wait blocks. With --tf-flag, column 1
-of each record says whether the process that made it had imported TensorFlow. With
---worker-type dask, a local Dask cluster of --workers processes makes the batches.
+signal lands just before the main thread's wait blocks. With --press-in-gc-callback
+FILE the job, after batch 5 and once FILE exists, gets a Ctrl-C in a garbage-collector
+callback of the main thread (as a SIGINT arriving while the main thread collects: its
+KeyboardInterrupt is raised in JAX's callback, and CPython only reports it). With
+--tf-flag, column 1 of each record says whether the process that made it had imported
+TensorFlow. With --worker-type dask, a local Dask cluster of --workers processes makes
+the batches.
 """
 
 import argparse
+import gc
 import json
 import os
 import pathlib
@@ -42,6 +47,7 @@ parser.add_argument("--record-floats", type=int, default=4)
 parser.add_argument("--step-seconds", type=float, default=0.0)
 parser.add_argument("--tf-flag", action="store_true", help="column 1: TensorFlow imported")
 parser.add_argument("--sigint-from-stall", action="store_true")
+parser.add_argument("--press-in-gc-callback", type=pathlib.Path, default=None)
 args = parser.parse_args()
 
 
@@ -125,6 +131,24 @@ def consumed(batch):
     tmp.write_text(json.dumps({"loader": loader.get_state(), "records": records}))
     os.replace(tmp, path)
     say(f"batch {len(records) // BATCH}")
+    if args.press_in_gc_callback is not None and len(records) // BATCH == 5:
+        press_in_gc_callback(args.press_in_gc_callback)
+
+
+def press_in_gc_callback(ready):
+    """Once `ready` exists: SIGINT raised in a gc callback at the end of a collection of
+    the main thread; its KeyboardInterrupt is reported "ignored", and the loop goes on."""
+    while not ready.exists():
+        time.sleep(0.01)
+
+    def press(phase, info):
+        if phase == "stop":
+            gc.callbacks.remove(press)
+            signal.raise_signal(signal.SIGINT)
+
+    say("pressing")
+    gc.callbacks.append(press)
+    gc.collect()
 
 
 if args.consume == "loop":

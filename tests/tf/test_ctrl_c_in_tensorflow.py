@@ -1,14 +1,20 @@
 """A Ctrl-C that TensorFlow's C++ loses while a ``for batch in loader`` makes a batch in
 the main thread: the loop raises KeyboardInterrupt all the same, hands out nothing more,
-and puts Python's SIGINT handler back (`resumeloader.core.interrupts`).
+and puts Python's SIGINT handler back (`resumeloader.core.interrupts`). And a Ctrl-C
+whose KeyboardInterrupt a garbage-collector callback of the main thread loses while a
+``dataset()`` iteration runs: the iteration's generator signals it to the main thread
+again, and the loop over the dataset ends with KeyboardInterrupt.
 
 The press is ``signal.raise_signal(SIGINT)`` in Python that ``tf.nest.flatten``'s C++
-calls: its type checks ask a new class for ``__attrs_attrs__`` and clear any error.
+calls: its type checks ask a new class for ``__attrs_attrs__`` and clear any error; or
+in a garbage-collector callback, where CPython only reports an error.
 """
 
 from __future__ import annotations
 
+import gc
 import signal
+import sys
 
 import numpy as np
 import pytest
@@ -64,3 +70,73 @@ def test_loop_raises_ctrl_c_tf_nest_lost_while_its_batch_was_made():
     resumed = ResumableLoader(data, workers=Workers(0), **options)
     resumed.set_state(loader.get_state())
     assert next(iter(resumed)).numpy().tolist() == list(range(16, 24))
+
+
+def _press_in_gc_callback(phase: str, info: dict) -> None:
+    """A gc callback that, armed, gets a Ctrl-C at the end of the next collection: as a
+    SIGINT arriving while the main thread collects, whose KeyboardInterrupt is raised in
+    the first Python that runs next, a callback (JAX registers one; TensorFlow 2.21
+    imports JAX when it is installed). CPython reports it "ignored" and goes on."""
+    if phase == "stop" and _ARMED:
+        _ARMED.clear()
+        signal.raise_signal(signal.SIGINT)
+
+
+_ARMED: list[bool] = []
+
+
+def test_gc_callback_loses_ctrl_c(monkeypatch):
+    """The premise: a KeyboardInterrupt raised in a gc callback does not leave
+    ``gc.collect()`` (under Python's own SIGINT handler): it is only reported."""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda r: reported.append(r.exc_type))
+    gc.callbacks.append(_press_in_gc_callback)
+    try:
+        _ARMED.append(True)
+        gc.collect()
+    finally:
+        gc.callbacks.remove(_press_in_gc_callback)
+    assert not _ARMED  # pressed, and lost: gc.collect() returned
+    assert reported == [KeyboardInterrupt]
+
+
+@pytest.mark.parametrize(
+    "workers", [Workers(0), Workers(2, kind="thread")], ids=["0-workers", "2-threads"]
+)
+def test_dataset_iteration_raises_ctrl_c_lost_in_a_gc_callback(workers):
+    """A ``dataset()`` iteration (``from_generator``: TensorFlow's threads run the
+    generator) with a Ctrl-C lost in a gc callback of the main thread after the second
+    batch: the loop over the dataset ends with KeyboardInterrupt, not at the end of the
+    stream (64 batches), and resumes at the first batch not advanced."""
+
+    def map_fn(record, rng):
+        return np.float32(record)
+
+    data = np.arange(512, dtype=np.int64)
+    options = dict(
+        batch_size=8, seed=0, shuffle=False, num_epochs=1, map_fn=map_fn, workers=workers
+    )
+    loader = ResumableLoader(data, **options)
+    handed = []
+    gc.callbacks.append(_press_in_gc_callback)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for batch in loader.dataset():
+                loader.advance()
+                handed.append(batch.numpy())
+                if len(handed) == 2:
+                    _ARMED.append(True)
+                    gc.collect()
+                    assert not _ARMED  # pressed, and lost in the callback
+    finally:
+        _ARMED.clear()
+        gc.callbacks.remove(_press_in_gc_callback)
+    assert 2 <= len(handed) < 64
+    assert np.concatenate(handed).tolist() == list(range(8 * len(handed)))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    resumed = ResumableLoader(data, **options)
+    resumed.set_state(loader.get_state())
+    start = loader.position  # the batches advanced for (the interrupt may land in between)
+    assert 16 <= start <= 8 * len(handed) + 8
+    assert next(iter(resumed.dataset())).numpy().tolist() == list(range(start, start + 8))

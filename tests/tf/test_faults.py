@@ -80,19 +80,28 @@ def test_ctrl_c_handled_while_main_thread_blocks_in_its_wait_exits(tmp_path, opt
     assert outcome.returncode == -signal.SIGINT
 
 
-def test_ctrl_c_mid_epoch_of_dataset_on_local_dask_cluster_exits(tmp_path):
+@pytest.mark.parametrize("lost", [False, True], ids=["sigint", "lost-in-gc-callback"])
+def test_ctrl_c_mid_epoch_of_dataset_on_local_dask_cluster_exits(tmp_path, lost):
     """One SIGINT to the process group of a job iterating ``dataset()`` on a local Dask
     cluster, between batches: the job and its cluster's processes all exit (bounded
-    wait: `_limits.EXIT`)."""
+    wait: `_limits.EXIT`). Also when the Ctrl-C is lost in the main thread: its
+    KeyboardInterrupt raised in a gc callback (a SIGINT arriving while the main thread
+    collects), which CPython only reports; the job ran on to its end and exited 0."""
     options = ("--workers", "2", "--worker-type", "dask", "--consume", "dataset")
-    job = _faults.Job(tmp_path, *options, "--step-seconds", "0.05")
+    ready = tmp_path / "ready"
+    press = ("--press-in-gc-callback", str(ready)) if lost else ()
+    job = _faults.Job(tmp_path, *options, "--step-seconds", "0.05", *press)
     job.wait_for("batch 5")
     pids = job.pids()
-    job.signal_group(signal.SIGINT)
+    if lost:
+        ready.touch()  # the job presses once it has its processes counted
+    else:
+        job.signal_group(signal.SIGINT)
     outcome = job.finish(pids)
     assert len(pids) >= 5  # the job, 2 nannies and their 2 worker processes
     assert outcome.processes_left == []
     assert outcome.returncode == -signal.SIGINT
+    assert ("pressing" in outcome.output) == lost
 
 
 def test_parent_sigkill_during_stalled_map_fn_workers_exit(tmp_path):

@@ -1,9 +1,10 @@
 """What a storage server's answer must be, and the errors that name what it was instead.
 
 Every request to object storage (a listing, a look-up, a ranged GET; every protocol)
-goes through an aiohttp session that carries `guard`: a redirect to another origin
-(scheme, host or port) is never followed — `RedirectError` names the URL and the
-``Location`` before any request leaves for the other origin. A redirect on the same
+goes through an aiohttp session that carries `guard`, or (an S3 GET) through urllib3
+with redirects followed by `resumeloader.sources.storage.direct`: a redirect to another
+origin (scheme, host or port) is never followed — `RedirectError` names the URL and
+the ``Location`` before any request leaves for the other origin. A redirect on the same
 origin is followed, and the answer it leads to is checked like any other: a GET's
 answer must be the version the object was pinned to (`resumeloader.sources.storage.protocols`).
 
@@ -21,6 +22,7 @@ from typing import Any
 
 __all__ = [
     "AccessDeniedError", "RangeIgnoredError", "RedirectError", "Refusal", "denied", "guard",
+    "refused_redirect", "shown",
 ]
 
 
@@ -74,7 +76,8 @@ class AccessDeniedError(Refusal, PermissionError):
         self.url, self.status = url, status
 
 
-def _shown(url: Any) -> str:
+def shown(url: Any) -> str:
+    """`url` without its query (a signed URL's signature is not shown)."""
     return str(url).split("?", 1)[0]
 
 
@@ -82,11 +85,23 @@ def denied(url: str, status: int, what: str = "reading") -> AccessDeniedError:
     """The `AccessDeniedError` of a 401/403 answer to `what` of `url`."""
     why = "no or wrong credentials" if status == 401 else "credentials without access"
     msg = (
-        f"The server refused {what} {_shown(url)}: HTTP {status} ({why}; an expired signed "
+        f"The server refused {what} {shown(url)}: HTTP {status} ({why}; an expired signed "
         "URL answers so too). Check the credentials (the environment, or Storage.options) "
         "and the object's permissions."
     )
-    return AccessDeniedError(msg, url=_shown(url), status=status)
+    return AccessDeniedError(msg, url=shown(url), status=status)
+
+
+def refused_redirect(method: str, url: Any, status: int, location: str) -> RedirectError:
+    """The `RedirectError` of a `method` of `url` answered `status` with a redirect to
+    `location`, another origin (not followed)."""
+    msg = (
+        f"{method} {shown(url)} was answered {status} with a "
+        f"redirect to another origin, {shown(location)}: not followed (the bytes there are "
+        "not the object's, and could pass a version check). Point the source at the "
+        "object's real location, or fix the server or proxy that redirects."
+    )
+    return RedirectError(msg, url=shown(url), location=shown(location))
 
 
 async def _on_redirect(session: Any, context: Any, params: Any) -> None:
@@ -105,13 +120,7 @@ async def _on_redirect(session: Any, context: Any, params: Any) -> None:
     if same:
         return
     params.response.close()
-    msg = (
-        f"{params.method} {_shown(params.url)} was answered {params.response.status} with a "
-        f"redirect to another origin, {_shown(location)}: not followed (the bytes there are "
-        "not the object's, and could pass a version check). Point the source at the "
-        "object's real location, or fix the server or proxy that redirects."
-    )
-    raise RedirectError(msg, url=_shown(params.url), location=_shown(location))
+    raise refused_redirect(params.method, params.url, params.response.status, location)
 
 
 _lock = threading.Lock()

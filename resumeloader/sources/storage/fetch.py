@@ -103,7 +103,8 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads,
                 _counts["gets"] += 1
                 sent = loop.time()
                 left = max(0.001, min(reads.timeout, deadline - sent))
-                data = await asyncio.wait_for(protocols.get_once(obj, start, stop, into), left)
+                data = await asyncio.wait_for(
+                    protocols.get_once(obj, start, stop, into, left), left)
                 _counts["get_ns"] += int((loop.time() - sent) * 1e9)
             if len(data) != stop - start:
                 what = "short" if len(data) < stop - start else "long"

@@ -11,10 +11,11 @@ time. A precondition that fails, an answer of another version or an object gone 
 `AccessDeniedError`, a server ignoring ``Range`` `RangeIgnoredError`. `retryable` says
 which failures are worth another try.
 
-An S3 or HTTP GET receives its body straight into recycled memory
-(`resumeloader.core.buffers`: no fresh mapping per GET, no join of the chunks into a
-new ``bytes``), read chunk by chunk into place; GCS and ``memory://`` hand back the
-body as their library received it.
+An S3 GET is sent from a presigned URL by urllib3 in a reader thread, each socket read
+landing in recycled memory (`resumeloader.core.buffers`) or the buffer it was given
+(`resumeloader.sources.storage.direct`; s3fs's own GET where that cannot be used); an
+HTTP GET reads aiohttp's chunks into place; GCS and ``memory://`` hand back the body as
+their library received it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from resumeloader.core import buffers
-from resumeloader.sources.storage import answers, filesystems, handles, objects, retry
+from resumeloader.sources.storage import answers, direct, filesystems, handles, objects, retry
 
 #: Bytes = bytes or an array of uint8 of the body (recycled memory).
 Body = Any
@@ -139,9 +140,9 @@ async def received(readinto: Callable[[memoryview], Awaitable[int]], size: int,
 
 
 async def get_once(obj: objects.Object, start: int, stop: int,
-                   into: np.ndarray | None = None) -> Body:
+                   into: np.ndarray | None = None, timeout: float = 30.0) -> Body:
     """Bytes [start, stop) of `obj`, in one try (received into `into`, uint8 of
-    ``stop - start`` bytes, when given).
+    ``stop - start`` bytes, when given) within `timeout` seconds.
 
     Raises:
         ObjectChangedError, AccessDeniedError, RangeIgnoredError, RedirectError: see the
@@ -152,7 +153,7 @@ async def get_once(obj: objects.Object, start: int, stop: int,
     span = f"bytes={start}-{stop - 1}"
     try:
         if proto == "s3":
-            status, got, data = await _s3(fs, obj, span, stop - start, into)
+            status, got, data = await _s3(fs, obj, span, stop - start, into, timeout)
         elif proto == "gcs":
             status, got, data = await _gcs(fs, obj, span)
         elif proto == "http":
@@ -178,8 +179,15 @@ def _placed(data: Body, into: np.ndarray | None) -> Body:
 
 
 async def _s3(fs: Any, obj: objects.Object, span: str, size: int,
-              into: np.ndarray | None) -> tuple[int, Any, Body]:
+              into: np.ndarray | None, timeout: float) -> tuple[int, Any, Body]:
     bucket, _, key = obj.url.split("://", 1)[1].partition("/")
+    if direct.usable(fs):
+        await fs.set_session()
+        ca_certs = direct.certificates(fs)
+        if ca_certs is not None:
+            url = await direct.presigned(fs, bucket, key)
+            headers = {"Range": span, **({"If-Match": obj.version} if obj.version else {})}
+            return await direct.get(url, headers, size, into, timeout, ca_certs)
     kw = {"Bucket": bucket, "Key": key, "Range": span}
     if obj.version:
         kw["IfMatch"] = obj.version

@@ -1,6 +1,7 @@
 """`resumeloader.core.interrupts`: a Ctrl-C that C code loses in the loader's code, or
 reports as unraisable, is raised again by the loader; one the loop's body catches is not;
-a SIGINT handler of yours is never replaced.
+a SIGINT handler of yours is never replaced; one lost while a ``dataset()`` iteration is
+live is signalled to the main thread again by the iteration's generator (`forward`).
 
 A press is `signal.raise_signal(SIGINT)`: the handler runs in it, in the main thread.
 `swallowing` models TensorFlow's C++ (``tf.nest``): it calls Python that the press
@@ -13,6 +14,7 @@ import contextlib
 import gc
 import queue
 import signal
+import threading
 
 import pytest
 
@@ -146,6 +148,41 @@ def test_wait_after_error_caused_by_ctrl_c_reported_unraisable_raises_keyboard_i
     with pytest.raises(KeyboardInterrupt):
         waits.get(ready("item"))
     assert waits.get(ready("item")) == "item"
+
+
+def _forwarding_thread() -> threading.Thread:
+    """A thread that calls `interrupts.forward` (as a ``dataset()`` generator's step)."""
+    return threading.Thread(target=interrupts.forward)
+
+
+def test_press_lost_during_a_dataset_iteration_is_signalled_to_the_main_thread_again():
+    """A Ctrl-C reported unraisable in the main thread while a ``dataset()`` iteration is
+    live: another thread's `forward` signals it again, and the main thread raises
+    KeyboardInterrupt at its next bytecode (once: a wait after it returns)."""
+    interrupts.notice()
+    with interrupts.iterating():
+        Collected()  # the press, lost
+        thread = _forwarding_thread()
+        with pytest.raises(KeyboardInterrupt):
+            thread.start()
+            thread.join()  # raises once the thread signalled it, at the latest after
+            sum(range(3))
+    thread.join()
+    assert waits.get(ready("item")) == "item"
+
+
+def test_press_lost_before_a_dataset_iteration_is_left_to_the_next_wait():
+    """A press lost while no ``dataset()`` iteration is live is not that iteration's to
+    signal again: `forward` does nothing, the main thread's next wait raises it."""
+    interrupts.notice()
+    Collected()  # the press, lost
+    with interrupts.iterating():
+        thread = _forwarding_thread()
+        thread.start()
+        thread.join()
+        assert sum(range(3)) == 3  # not signalled again
+    with pytest.raises(KeyboardInterrupt):
+        waits.get(ready("item"))
 
 
 def test_sigint_handler_of_yours_is_kept_while_a_loop_is_live():
