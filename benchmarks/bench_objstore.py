@@ -11,7 +11,9 @@ real data set is. Batch 128, ``tf_map(parse_example)``, rounds interleaved, medi
 
 * ``TFRecordSource`` + ``tf_map`` in the block order (``shuffle(block="4MiB")``: chunks
   of one object, windows of 4 objects; 1 MiB with ``--quick``) over ``s3://``, against
-  the same pipeline on local disk;
+  the same pipeline on local disk (which TensorFlow's reader reads: the
+  ``tfrecord_graph`` path), and on local disk by the path ``s3://`` takes (``read_batch``:
+  batches made in Python);
 * the global shuffle over ``s3://`` (default ``ObjectReads``, and with 64 KiB merge
   gaps), and the unshuffled order (GETs per object a batch touches, over a whole epoch
   from a cold cache; ``--unshuffled-only`` runs only this one);
@@ -78,6 +80,8 @@ from resumeloader.sources import (
     tfrecord_index,
 )
 from resumeloader.sources.storage import fetch
+from resumeloader.tfdata import paths as delivery_paths
+from resumeloader.tfdata import tfrecord_graph
 
 BATCH = 128
 WARMUP = 4  # batches before the clock starts (the first one's time is its own column)
@@ -438,6 +442,20 @@ def run(quick: bool, rounds: int) -> Report:
         def loader(pipeline: Pipeline, **kwargs: Any) -> Any:
             return ResumableLoader.from_pipeline(pipeline.batch(BATCH).tf_map(parse), **kwargs)
 
+        def generated(pipeline: Pipeline) -> Any:
+            """`loader(pipeline)` on the path object reads take (``read_batch``: batches
+            made in Python, through ``from_generator``), not the ``tfrecord_graph`` path
+            local files in the block order take."""
+            every = delivery_paths.PATHS
+            delivery_paths.PATHS = tuple(
+                p for p in every if p is not tfrecord_graph.TFRecordGraphPath)
+            try:
+                made = loader(pipeline)
+            finally:
+                delivery_paths.PATHS = every
+            assert made._delivery.name == "read_batch", made._delivery.name
+            return made
+
         epoch = num // BATCH - WARMUP
         few = 4 if quick else 8
         # Quick: 1 MiB chunks, so that its 4,000 records still make 4 windows (read ahead).
@@ -445,6 +463,7 @@ def run(quick: bool, rounds: int) -> Report:
         names = {
             "block": "TFRecordSource + tf_map, block order, s3:// (+20 ms)",
             "local": "TFRecordSource + tf_map, block order, local disk",
+            "local_gen": "same, local disk, read_batch path (the one s3:// takes)",
             "global": "TFRecordSource + tf_map, global shuffle, s3:// (+20 ms)",
             "global64": "global shuffle, s3://, ObjectReads(gap_bytes=64 KiB)",
             "order": "TFRecordSource + tf_map, unshuffled, s3:// (+20 ms)",
@@ -455,6 +474,8 @@ def run(quick: bool, rounds: int) -> Report:
         cases = {
             "block": lambda: measure(loader(Pipeline(on_s3, seed=0).shuffle(block=block)), epoch),
             "local": lambda: measure(loader(Pipeline(local, seed=0).shuffle(block=block)), epoch),
+            "local_gen": lambda: measure(
+                generated(Pipeline(local, seed=0).shuffle(block=block)), epoch),
             "global": lambda: measure(
                 loader(Pipeline(on_s3, seed=0).shuffle()), few, warmup=1),
             "global64": lambda: measure(
