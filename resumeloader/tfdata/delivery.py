@@ -19,6 +19,7 @@ runtime as ``dataset()``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 from collections import deque
@@ -258,6 +259,29 @@ class DeliveryPath:
                 return
             yield first
             yield from iterator
+
+        return stream.EagerBatches(elements(), ends)
+
+    def eager_by_layout(self, position: int) -> stream.EagerBatches:
+        """The batches of this path's own dataset from `position` (one pipeline every
+        loop reuses, `eager_pipeline`), each with its end from the layout's arithmetic
+        (a path whose batches are made in a graph reports none to Python); its start is
+        set and the first batch taken under the lock, as in `_eager_graph`."""
+        with self._eager_lock:
+            pipeline = self.eager_pipeline(
+                lambda: self.dataset(lambda: self._eager_start, rest_of_epoch=False))
+            self._eager_start = position
+            iterator = iter(pipeline)
+            first = next(iterator, None)
+        ends: deque[int] = deque()
+        layout = self.engine.plan.layout
+
+        def elements() -> Iterator[Any]:
+            at = position
+            for batch in itertools.chain([] if first is None else [first], iterator):
+                at = layout.advance(at, 1)
+                ends.append(at)
+                yield batch
 
         return stream.EagerBatches(elements(), ends)
 

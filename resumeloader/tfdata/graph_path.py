@@ -32,7 +32,6 @@ stages through this dataset, each batch's end from the layout's arithmetic.
 from __future__ import annotations
 
 import itertools
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,7 +41,6 @@ import tensorflow as tf
 
 from resumeloader.core import exiting, positions
 from resumeloader.handout import engine as engine_lib
-from resumeloader.handout import stream
 from resumeloader.tfdata import columns as columns_lib
 from resumeloader.tfdata import delivery, eager_gather, gather, graph, graph_batches
 
@@ -272,23 +270,7 @@ class GraphPath(delivery.DeliveryPath):
         """
         if not self.finisher.stages:
             return eager_gather.batches(self.engine, self._leaves, self._treespec, position)
-        with self._eager_lock:
-            pipeline = self.eager_pipeline(
-                lambda: self.dataset(lambda: self._eager_start, rest_of_epoch=False))
-            self._eager_start = position
-            iterator = iter(pipeline)
-            first = next(iterator, None)
-        ends: deque[int] = deque()
-        layout = self.engine.plan.layout
-
-        def elements() -> Iterator[Any]:
-            at = position
-            for batch in itertools.chain([] if first is None else [first], iterator):
-                at = layout.advance(at, 1)
-                ends.append(at)
-                yield batch
-
-        return stream.EagerBatches(elements(), ends)
+        return self.eager_by_layout(position)
 
     # -- describe() ------------------------------------------------------------------
     def source_row(self) -> delivery.Row:

@@ -34,7 +34,6 @@ batches to the count. ``for batch in loader`` keeps the produced batches of the
 from __future__ import annotations
 
 import itertools
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,7 +43,6 @@ import tensorflow as tf
 
 from resumeloader.core import exiting
 from resumeloader.handout import engine as engine_lib
-from resumeloader.handout import stream
 from resumeloader.sources import tfrecord
 from resumeloader.stages import blocks as block_stage
 from resumeloader.tfdata import columns as columns_lib
@@ -414,23 +412,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         stages the batches of this path's dataset, each batch's end from the layout."""
         if not self.finisher.stages:
             return super().eager(position)
-        with self._eager_lock:
-            pipeline = self.eager_pipeline(
-                lambda: self.dataset(lambda: self._eager_start, rest_of_epoch=False))
-            self._eager_start = position
-            iterator = iter(pipeline)
-            first = next(iterator, None)
-        ends: deque[int] = deque()
-        layout = self.engine.plan.layout
-
-        def elements() -> Iterator[Any]:
-            at = position
-            for batch in itertools.chain([] if first is None else [first], iterator):
-                at = layout.advance(at, 1)
-                ends.append(at)
-                yield batch
-
-        return stream.EagerBatches(elements(), ends)
+        return self.eager_by_layout(position)
 
     # -- describe() ------------------------------------------------------------------
     def source_row(self) -> delivery.Row:
