@@ -44,7 +44,7 @@ from resumeloader.handout import engine as engine_lib
 from resumeloader.tfdata import columns as columns_lib
 from resumeloader.tfdata import delivery, eager_gather, gather, graph, graph_batches
 
-__all__ = ["OPTIONS", "SUPERSEDED", "Begin", "GraphPath"]
+__all__ = ["OPTIONS", "SUPERSEDED", "Begin", "GraphCount", "GraphPath"]
 
 SUPERSEDED = (
     "StreamIntegrityError: Two iterations of this loader's dataset() are read at once "
@@ -74,6 +74,37 @@ _no_autograph = tf.autograph.experimental.do_not_convert
 CHUNK_BYTES = eager_gather.CHUNK_BYTES
 
 
+class GraphCount:
+    """The `stream.Counter` of a path whose batches are made in a graph: the iteration
+    whose chunks may be made (`serial`, -1: none) and the batches its chunks made so far
+    (`made`), TensorFlow variables the graph checks and adds to once per chunk (of
+    batches, or a window's); Python reads them when the ledger checks."""
+
+    def __init__(self) -> None:
+        with tf.init_scope():
+            self.serial = tf.Variable(-1, dtype=tf.int64, trainable=False)
+            self.made = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._serials = itertools.count()
+
+    def produced(self) -> int:
+        """Batches the current iteration made so far."""
+        return int(self.made.numpy())
+
+    def supersede(self) -> None:
+        """Makes the current iteration fail at its next chunk."""
+        self.serial.assign(-1, read_value=False)
+
+    def begin(self, position: int, watch: delivery.Watch | None) -> int:
+        """Starts an iteration at `position` (told to `watch`, which supersedes the one
+        before); returns its serial."""
+        if watch is not None:
+            watch(position, iter(()), counter=self)
+        serial = next(self._serials)
+        self.made.assign(0, read_value=False)
+        self.serial.assign(serial, read_value=False)
+        return serial
+
+
 class GraphPath(delivery.DeliveryPath):
     """In-memory numeric columns in a graph order: indices and gathers in TensorFlow."""
 
@@ -101,21 +132,7 @@ class GraphPath(delivery.DeliveryPath):
             chunk = min(chunk, CHUNK_BYTES // max(1, record))
         #: The plan's batches as TensorFlow ops.
         self.batches = graph_batches.GraphBatches(engine.plan, chunk_records=chunk)
-        with tf.init_scope():
-            # The iteration whose chunks may be made (-1: none), and the batches of its
-            # chunks made so far: what the ledger's checks read (`stream.Counter`).
-            self._serial = tf.Variable(-1, dtype=tf.int64, trainable=False)
-            self._produced = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self._serials = itertools.count()
-
-    # -- stream.Counter ------------------------------------------------------------------
-    def produced(self) -> int:
-        """Batches in the chunks the current iteration made so far."""
-        return int(self._produced.numpy())
-
-    def supersede(self) -> None:
-        """Makes the current iteration fail at its next chunk."""
-        self._serial.assign(-1, read_value=False)
+        self._count = GraphCount()
 
     # -- the dataset ---------------------------------------------------------------------
     def dataset(
@@ -125,7 +142,7 @@ class GraphPath(delivery.DeliveryPath):
         rest_of_epoch: bool,
         watch: delivery.Watch | None = None,
     ) -> tf.data.Dataset:
-        batches, produced, current = self.batches, self._produced, self._serial
+        batches, produced, current = self.batches, self._count.made, self._count.serial
         columns, by_numpy = self._columns, self._by_numpy
         labelled = self.finisher.seeded
         begin = Begin(start, watch, self, rest_of_epoch=rest_of_epoch)
@@ -254,12 +271,7 @@ class GraphPath(delivery.DeliveryPath):
 
     def begin(self, position: int, watch: delivery.Watch | None) -> int:
         """Starts an iteration at `position` (told to `watch`); returns its serial."""
-        if watch is not None:
-            watch(position, iter(()), counter=self)  # supersedes the previous one
-        serial = next(self._serials)
-        self._produced.assign(0, read_value=False)
-        self._serial.assign(serial, read_value=False)
-        return serial
+        return self._count.begin(position, watch)
 
     # -- for batch in loader ------------------------------------------------------------
     def eager(self, position: int) -> Iterator[tuple[Any, int]]:

@@ -33,7 +33,6 @@ batches to the count. ``for batch in loader`` keeps the produced batches of the
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -113,30 +112,12 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         self._windows_per_epoch = -(-self._usable // self._order.window_records)
         self._metadata = (graph_batches.GraphBatches(plan).metadata
                           if self.finisher.seeded else None)
-        with tf.init_scope():
-            # As the graph path's: the iteration whose windows may be made (-1: none) and
-            # the batches of its windows made so far (`stream.Counter`).
-            self._serial = tf.Variable(-1, dtype=tf.int64, trainable=False)
-            self._produced = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self._serials = itertools.count()
-
-    # -- stream.Counter ------------------------------------------------------------------
-    def produced(self) -> int:
-        """Batches in the windows the current iteration made so far."""
-        return int(self._produced.numpy())
-
-    def supersede(self) -> None:
-        """Makes the current iteration fail at its next window."""
-        self._serial.assign(-1, read_value=False)
+        # As the graph path's, a window being its chunk.
+        self._count = graph_path.GraphCount()
 
     def begin(self, position: int, watch: delivery.Watch | None) -> int:
         """Starts an iteration at `position` (told to `watch`); returns its serial."""
-        if watch is not None:
-            watch(position, iter(()), counter=self)  # supersedes the previous one
-        serial = next(self._serials)
-        self._produced.assign(0, read_value=False)
-        self._serial.assign(serial, read_value=False)
-        return serial
+        return self._count.begin(position, watch)
 
     # -- Python, once per window -----------------------------------------------------------
     def chunks(self, position: int, *, rest_of_epoch: bool) -> int:
@@ -288,7 +269,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         # batches' ends) no iteration is counted or checked: the loop supersedes the
         # dataset() iterations once it has started its own.
         checked = watch is not None
-        produced, current = self._produced, self._serial
+        produced, current = self._count.made, self._count.serial
         names = tf.constant(self._files.paths, tf.string)
         metadata = self._metadata
         treespec = self.spec.treespec
