@@ -94,6 +94,13 @@ class GraphCount:
         """Makes the current iteration fail at its next chunk."""
         self.serial.assign(-1, read_value=False)
 
+    def counted(self, serial: tf.Tensor, count: tf.Tensor) -> list[Any]:
+        """The ops (in a graph) that check that iteration `serial` is still the current
+        one (failing the step with `SUPERSEDED` otherwise), then add `count` batches."""
+        valid = tf.debugging.Assert(tf.equal(self.serial.read_value(), serial), [SUPERSEDED])
+        with tf.control_dependencies([valid]):
+            return [self.made.assign_add(count, read_value=False)]
+
     def begin(self, position: int, watch: delivery.Watch | None) -> int:
         """Starts an iteration at `position` (told to `watch`, which supersedes the one
         before); returns its serial."""
@@ -154,11 +161,7 @@ class GraphPath(delivery.DeliveryPath):
 
         def counted(serial: tf.Tensor, count: tf.Tensor) -> list[Any]:
             """The chunk's check and count (none unless `checked`)."""
-            if not checked:
-                return []
-            valid = tf.debugging.Assert(tf.equal(current.read_value(), serial), [SUPERSEDED])
-            with tf.control_dependencies([valid]):
-                return [produced.assign_add(count, read_value=False)]
+            return self._count.counted(serial, count) if checked else []
 
         @_no_autograph
         def refs(position: tf.Tensor, serial: tf.Tensor) -> tf.data.Dataset:

@@ -269,7 +269,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         # batches' ends) no iteration is counted or checked: the loop supersedes the
         # dataset() iterations once it has started its own.
         checked = watch is not None
-        produced, current = self._count.made, self._count.serial
+        count = self._count
         names = tf.constant(self._files.paths, tf.string)
         metadata = self._metadata
         treespec = self.spec.treespec
@@ -316,12 +316,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         @_no_autograph
         def carry(kept: tf.Tensor, window: dict[str, Any]) -> tuple[tf.Tensor, Any]:
             where, records = window["where"], window["records"]
-            counted = []
-            if checked:
-                valid = tf.debugging.Assert(
-                    tf.equal(current.read_value(), where[2]), [graph_path.SUPERSEDED])
-                with tf.control_dependencies([valid]):
-                    counted = [produced.assign_add(where[6], read_value=False)]
+            counted = count.counted(where[2], where[6]) if checked else []
             head = tf.concat([kept, tf.gather(records, window["head"])], 0)
             # The rows carried in go on only when no batch ends in this window.
             kept_next = tf.concat(
