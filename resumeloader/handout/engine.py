@@ -86,7 +86,7 @@ class Engine:
         """
         plan = self.plan if plan is None else plan
         layout = plan.layout if layout is None else layout
-        tasks = self._timed(plan.tasks(position, layout))
+        tasks = plan.tasks(position, layout, place=self._sampler(), stage=SAMPLER)
         if self.backend.reads_in_this_process:  # a source with `prefetch` reads ahead
             tasks = readahead.hinted(tasks, plan.pipeline.source, memory=self._memory(),
                                      board=self.board)
@@ -115,7 +115,7 @@ class Engine:
         batched reads and no bad-record policy)."""
         plan = self.plan
         layout = plan.layout if layout is None else layout
-        tasks = self._timed(plan.tasks(position, layout))
+        tasks = plan.tasks(position, layout, place=self._sampler(), stage=SAMPLER)
         on_batch = None
         if watch is not None:
             tasks, on_batch = watch(position, tasks)
@@ -126,12 +126,10 @@ class Engine:
                 task.indices, task, None, seed=plan.pipeline.seed, with_metadata=self.labelled
             )
 
-    def _timed(self, tasks: Iterator[plan_lib.Task]) -> Iterator[plan_lib.Task]:
-        """`tasks`, the computing of each one's record indices timed as the sampler's."""
-        board = self.board
-        if board is None:
-            return tasks
-        return meters.timed(tasks, board.here, SAMPLER, _records)
+    def _sampler(self) -> Any:
+        """Where the computing of each task's record indices is counted and timed as the
+        sampler's (`plan_lib.Plan.tasks`): the iterating thread's place, or None."""
+        return None if self.board is None else self.board.here
 
     # -- state -----------------------------------------------------------------------
     def state_of(self, position: int) -> dict[str, Any]:
@@ -155,7 +153,3 @@ class Engine:
         """Stops the backend's workers (a later iteration starts new ones); syncs the log."""
         self.backend.close()
         self.sync()
-
-
-def _records(task: plan_lib.Task) -> int:
-    return len(task.indices)

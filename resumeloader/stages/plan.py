@@ -14,12 +14,12 @@ decided here, before any worker, thread or tf.data stage touches them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from resumeloader.core import history as history_lib
-from resumeloader.core import positions, sampler, validate
+from resumeloader.core import meters, positions, sampler, validate
 from resumeloader.core import shard as shard_lib
 from resumeloader.stages import pipeline as pipeline_lib
 from resumeloader.stages import sampler as sampler_stage
@@ -183,26 +183,47 @@ class Plan:
         last = epoch + 1 if self.num_epochs is None else min(epoch + 1, self.num_epochs)
         return dataclasses.replace(self.layout, num_epochs=last)
 
-    def tasks(self, position: int, layout: positions.Layout | None = None) -> Iterator[Task]:
+    def tasks(
+        self, position: int, layout: positions.Layout | None = None, *,
+        place: Callable[[], meters.Place] | None = None, stage: str = "sampler",
+    ) -> Iterator[Task]:
         """One task per batch (per window for a windowed stage) from normalised `position`
-        on, cut by `layout` (default: the plan's own)."""
+        on, cut by `layout` (default: the plan's own). With `place` (which returns the
+        iterating thread's `meters.Place`, asked at the first task) each task is counted
+        as a lap of kind `stage` there, and the computing of one task in
+        `meters.Place.every` is timed into its meter: in this loop, without a call or a
+        wrapping generator per batch (`meters.Place.kind`)."""
         layout = self.layout if layout is None else layout
-        if layout.window is not None:
-            yield from self._windows(position, layout)
-            return
+        where = None if place is None else place()
+        kind = None if where is None else where.kind(stage)
+        made = self._windows(position, layout) if layout.window is not None else None
         end = layout.end
         per_epoch = layout.records_per_epoch
         chunk, chunk_epoch, chunk_start = np.empty(0, np.int64), -1, 0
-        while end is None or position < end:
-            stop = layout.batch_end(position)
-            epoch, offset = divmod(position, per_epoch)
-            first, last = offset - chunk_start, offset - chunk_start + stop - position
-            if epoch != chunk_epoch or first < 0 or last > len(chunk):
-                chunk_stop = min(per_epoch, offset + max(stop - position, _INDEX_CHUNK))
-                chunk = self.indices(epoch, offset, chunk_stop)
-                chunk_epoch, chunk_start, first, last = epoch, offset, 0, stop - position
-            yield Task(chunk[first:last], epoch, position)
-            position = layout.normalise(stop)
+        while made is not None or end is None or position < end:
+            start = 0 if kind is None or kind.laps + 1 < kind.due else meters.now()
+            if made is not None:
+                task = next(made, None)
+                if task is None:
+                    return
+            else:
+                stop = layout.batch_end(position)
+                epoch, offset = divmod(position, per_epoch)
+                first, last = offset - chunk_start, offset - chunk_start + stop - position
+                if epoch != chunk_epoch or first < 0 or last > len(chunk):
+                    chunk_stop = min(per_epoch, offset + max(stop - position, _INDEX_CHUNK))
+                    chunk = self.indices(epoch, offset, chunk_stop)
+                    chunk_epoch, chunk_start, first, last = epoch, offset, 0, stop - position
+                task = Task(chunk[first:last], epoch, position)
+                position = layout.normalise(stop)
+            if kind is not None:
+                count = len(task.indices)
+                kind.laps += 1
+                kind.records += count
+                kind.batches += 1
+                if start:
+                    where.timed(kind, count, meters.now() - start)  # type: ignore[union-attr]
+            yield task
 
     def _windows(self, position: int, layout: positions.Layout) -> Iterator[Task]:
         """One task per window from the one holding normalised `position` (whole windows:

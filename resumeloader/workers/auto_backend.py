@@ -310,6 +310,12 @@ class _TimedProducer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._producer, name)
 
+    def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, produce.Produced]]:
+        """``(task, batch(task))`` for each of `tasks` (the inline backend's loop), each
+        through the timed `batch`."""
+        for task in tasks:
+            yield task, self.batch(task)
+
     def batch(self, task: Task) -> produce.Produced:
         if not self._measuring():
             return self._producer.batch(task)

@@ -61,8 +61,7 @@ class InlineBackend:
     def run(
         self, tasks: Iterator[plan_lib.Task]
     ) -> Iterator[tuple[plan_lib.Task, produce.Produced]]:
-        for task in tasks:
-            yield task, self._producer.batch(task)
+        return self._producer.run(tasks)
 
     def close(self) -> None:
         pass

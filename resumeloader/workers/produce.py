@@ -167,6 +167,28 @@ class BatchProducer:
         lap = None
         if self.board is not None:
             lap = self.board.here().lap(timing.PRODUCE, len(task.indices))
+        return self._made(task, lap)
+
+    def run(self, tasks: Iterator[plan_lib.Task]) -> Iterator[tuple[plan_lib.Task, Produced]]:
+        """``(task, batch(task))`` for each of `tasks`, made in the thread that iterates:
+        each counted as `batch` counts it, in this loop, without a call per untimed
+        batch (`meters.Place.kind`)."""
+        if self.board is None:
+            for task in tasks:
+                yield task, self._made(task, None)
+            return
+        place = self.board.here()
+        kind = place.kind(timing.PRODUCE)
+        for task in tasks:
+            count = len(task.indices)
+            kind.laps += 1
+            kind.records += count
+            kind.batches += 1
+            lap = None if kind.laps < kind.due else place.timing(kind, count)
+            yield task, self._made(task, lap)
+
+    def _made(self, task: plan_lib.Task, lap: meters.Lap | None) -> Produced:
+        """`task`'s batches (`batch`), timed by `lap` if it is not None."""
         try:
             return self._batch(task, lap)
         except errors.RecordError:

@@ -43,6 +43,27 @@ def test_for_loop_counts_every_stage_and_step_exactly():
     assert stats.bottleneck in {s.name for s in stats.stages}
 
 
+def test_for_loop_restored_mid_epoch_counts_exactly_what_it_makes():
+    """A loop restored mid-epoch (its sampler, producer and hand-off counting in their own
+    loops) counts exactly the batches and records it makes from there, every step."""
+    first = _loader()
+    with first:
+        batches = iter(first)
+        head = [next(batches) for _ in range(5)]
+        state = first.get_state()
+        batches.close()
+    with _loader() as loader:
+        loader.set_state(state)
+        rest = [b for b in loader]
+        stats = loader.stats()
+    assert len(head) + len(rest) == 16
+    assert [s.name for s in stats.stages] == ["sampler", "read", "map_fn", "check", "batch",
+                                              "hand-off"]
+    for stage in stats.stages:
+        assert (stage.batches, stage.records_in) == (11, 44), stage
+    assert stats.steps == 11
+
+
 def test_stats_table_and_dict_describe_the_same_figures():
     """`str(stats)` is a table naming each stage; `to_dict()` is JSON with the same rows."""
     loader = _loader()
@@ -160,12 +181,14 @@ def _scalars(directory) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_write_summaries_writes_scalars_read_back_from_the_event_files(tmp_path):
-    """write_summaries(step) writes data wait and stage figures at that step, per interval."""
-    loader = _loader()
+    """write_summaries(step) writes data wait and stage figures at that step, per interval.
+    Each interval is 16 batches: a stage times one batch in `meters.EVERY` (8), and the
+    producer runs up to a few batches ahead of the loop, so 8 batches could hold none."""
+    loader = ResumableLoader(_DATA, batch_size=4, seed=1, num_epochs=2, map_fn=fns.augment)
     writer = tf.summary.create_file_writer(str(tmp_path))
     batches = iter(loader)
     for step in (1, 2):
-        for _ in range(8):
+        for _ in range(16):
             next(batches)
         loader.write_summaries(step, writer)
     writer.close()

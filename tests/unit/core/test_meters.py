@@ -195,16 +195,6 @@ def test_enabled_follows_the_environment_variable(monkeypatch, value, on):
     assert meters.enabled() is on
 
 
-@pytest.mark.parametrize("every", [1, 3], ids=["all", "one-in-3"])
-def test_timed_counts_each_item_of_an_iterator_exactly(every):
-    """`timed` counts one lap per item with its records; the end is not a lap."""
-    board = board_lib.Board(["sampler"], every=every)
-    items = list(meters.timed(iter([[1, 2], [3], [4, 5, 6], [7]]), board.here, "sampler", len))
-    assert items == [[1, 2], [3], [4, 5, 6], [7]]
-    sampler = _stage(board, "sampler")
-    assert (sampler.batches, sampler.records_in) == (4, 7)
-
-
 def test_chunks_are_timed_one_in_every_and_counted_as_their_batches():
     """`chunk` times chunks 2, 2 + every, ...; `laps` counts a chunk of n batches as n
     laps, all timed laps when the chunk was timed."""
@@ -241,3 +231,39 @@ def test_board_times_every_consumer_step_with_every_1_and_fewer_steps_than_laps_
     consumer times one step in `STEP_FACTOR` x `every`."""
     assert board_lib.Board(every=1).consumer.every == 1
     assert board_lib.Board(every=8).consumer.every == 8 * meters.STEP_FACTOR
+
+
+@pytest.mark.parametrize("every", [1, 4], ids=["all", "one-in-4"])
+def test_a_loop_counting_on_its_kind_counts_and_times_as_lap_does(every):
+    """A loop that adds each lap to `Place.kind` itself and asks `Place.timing` once a
+    lap's number reaches ``due`` counts and times the laps `Place.lap` would."""
+    sizes = [5, 3, 8, 8, 1, 7, 2, 9, 4, 6, 3]
+    by_lap, inline = meters.Place("a", every=every), meters.Place("b", every=every)
+    timed_by_lap = [by_lap.lap("produce", n) is not None for n in sizes]
+    kind, timed_inline = inline.kind("produce"), []
+    for n in sizes:
+        kind.laps += 1
+        kind.records += n
+        kind.batches += 1
+        timed_inline.append(kind.laps >= kind.due and inline.timing(kind, n) is not None)
+    assert timed_inline == timed_by_lap
+    assert kind.values() == by_lap.kinds["produce"].values()
+
+
+def test_timed_adds_a_loops_own_wall_time_to_the_meter_of_its_kind():
+    """`Place.timed`: the lap just counted was timed whole; its wall time, batch and
+    records go to the meter of the kind's name, and the next timed lap is `every` on."""
+    board = board_lib.Board(["sampler"], every=2)
+    place = board.here()
+    kind = place.kind("sampler")
+    for number in range(1, 7):
+        kind.laps += 1
+        kind.records += 3
+        kind.batches += 1
+        if kind.laps >= kind.due:
+            place.timed(kind, 3, 1_000 * number)
+    assert (kind.laps, kind.timed, kind.records, kind.timed_records) == (6, 3, 18, 9)
+    meter = place["sampler"]
+    assert (meter.batches, meter.records_in, meter.wall_ns) == (3, 9, 2_000 + 4_000 + 6_000)
+    sampler = _stage(board, "sampler")
+    assert (sampler.batches, sampler.records_in) == (6, 18)
