@@ -14,7 +14,15 @@ most.
 
 A Ctrl-C lost in other code - its ``KeyboardInterrupt`` raised where C code reports it as
 unraisable or clears it (`resumeloader.core.interrupts`) - is raised by the main thread's
-next wait, or within a slice of the one it is in. Pure Python: no TensorFlow.
+next wait, or within a slice of the one it is in.
+
+`Slots` hands items from a producer thread to the main thread through C queues only. A
+``queue.Queue`` takes its lock in Python (``with self.not_empty``: the lock's
+``__enter__`` is called from ``Condition.__enter__``), and a KeyboardInterrupt raised as
+that call returns (CPython 3.11 checks for a pending signal there) leaves the lock held
+by the main thread: its own cleanup (draining the queue) then blocks on it forever, with
+one Ctrl-C spent. Nothing the main thread does with a `Slots` takes a lock in Python, so
+a Ctrl-C raised anywhere in it leaves nothing held. Pure Python: no TensorFlow.
 """
 
 from __future__ import annotations
@@ -23,11 +31,11 @@ import queue
 import threading
 import time
 from concurrent import futures
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from resumeloader.core import interrupts
 
-__all__ = ["SLICE_SECONDS", "get", "join", "result"]
+__all__ = ["SLICE_SECONDS", "Slots", "get", "join", "result"]
 
 #: The longest one blocking call lasts: a pending signal handler runs this late at most.
 SLICE_SECONDS = 0.1
@@ -35,8 +43,9 @@ SLICE_SECONDS = 0.1
 T = TypeVar("T")
 
 
-def get(slots: queue.Queue[T]) -> T:
-    """The next item of `slots`, however long it takes (as ``slots.get()``)."""
+def get(slots: queue.SimpleQueue[T] | queue.Queue[T]) -> T:
+    """The next item of `slots`, however long it takes (as ``slots.get()``). Only a
+    ``queue.SimpleQueue`` holds no lock after a KeyboardInterrupt raised in it."""
     interrupts.notice()
     while True:
         interrupts.check()
@@ -76,3 +85,55 @@ def join(thread: threading.Thread) -> None:
     while thread.is_alive():
         interrupts.check()
         thread.join(SLICE_SECONDS)
+
+
+class Slots(Generic[T]):
+    """At most `depth` items on their way from a producer thread to a consumer (the main
+    thread), in order: a ``queue.Queue(maxsize=depth)`` whose consumer takes no lock in
+    Python (see the module docstring), a KeyboardInterrupt raised anywhere in `get` or
+    `clear` included. The items and the free places are two ``queue.SimpleQueue``: the
+    producer takes a place before it puts an item, the consumer gives one back after it
+    takes one (a KeyboardInterrupt between the two loses that place: the consumer is
+    leaving).
+
+    Args:
+        depth: the most items put and not yet taken (at least 1).
+    """
+
+    def __init__(self, depth: int) -> None:
+        self._items: queue.SimpleQueue[T] = queue.SimpleQueue()
+        self._free: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(max(1, depth)):
+            self._free.put(None)
+
+    def put(self, item: T, stop: threading.Event) -> bool:
+        """From the producer: puts `item` once a place is free; False (not put) if `stop`
+        is set first (seen within `SLICE_SECONDS`)."""
+        while not stop.is_set():
+            try:
+                self._free.get(timeout=SLICE_SECONDS)
+            except queue.Empty:
+                continue
+            self._items.put(item)
+            return True
+        return False
+
+    def get(self) -> T:
+        """From the consumer: the next item, however long it takes (`get`: Ctrl-C
+        interrupts it)."""
+        item = get(self._items)
+        self._free.put(None)
+        return item
+
+    def qsize(self) -> int:
+        """The items put and not yet taken."""
+        return self._items.qsize()
+
+    def clear(self) -> None:
+        """From the consumer: drops the items waiting (never blocks), freeing their places."""
+        while True:
+            try:
+                self._items.get_nowait()
+            except Exception:  # queue.Empty (at interpreter shutdown `queue` may be gone)
+                return
+            self._free.put(None)

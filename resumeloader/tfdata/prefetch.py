@@ -14,7 +14,6 @@ it, while the training script restores its model.
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,7 +33,6 @@ _HAND_OFF = "hand-off"
 # The queue's depth is sampled when the consumer asks for one batch in this many.
 _GAUGE_EVERY = 8
 
-_POLL_SECONDS = 0.1
 _JOIN_SECONDS = 0.25
 
 
@@ -93,12 +91,19 @@ def _converted(batches: Iterator[Any], board: board_lib.Board | None) -> Iterato
         return
     place = board.here()
     meter = place[_HAND_OFF]
+    # Each conversion counted here, without a call per untimed one (`Place.kind`).
+    kind = place.kind(_HAND_OFF)
     for batch in batches:
-        count = rows(batch)
-        lap = place.lap(_HAND_OFF, count)
+        count = len(batch) if type(batch) is np.ndarray and batch.ndim else rows(batch)
+        kind.laps += 1
+        kind.records += count
+        kind.batches += 1
+        if kind.laps < kind.due:
+            yield to_tensors(batch)
+            continue
+        lap = place.timing(kind, count)
         tensors = to_tensors(batch)
-        if lap is not None:
-            lap.lap(meter, count)
+        lap.lap(meter, count)
         yield tensors
 
 
@@ -134,36 +139,30 @@ def prefetched(
         finally:
             batches.close()  # type: ignore[attr-defined]
         return
-    slots: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    # No lock the main thread takes in Python: a Ctrl-C raised anywhere in its wait or
+    # its cleanup leaves none held (a queue.Queue's could be, and the drain below then
+    # waited for it forever: `waits.Slots`).
+    slots: waits.Slots[Any] = waits.Slots(depth)
     gauge = None if board is None else board.gauge(PREFETCHED, depth)
     stop = threading.Event()
     join_seconds = _JOIN_SECONDS  # a local: the finally below may run at interpreter exit
 
-    def offer(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                slots.put(item, timeout=_POLL_SECONDS)
-                return True
-            except queue.Full:
-                continue
-        return False
-
     def produce() -> None:
-        # Busy while handing a batch over (the queue's lock): at interpreter exit it is
-        # stopped and waited for before CPython finalizes - a daemon thread killed holding
-        # that lock would hang the main thread draining the queue. Not while the batch is
-        # made: a source stalled in user code must not hold up the exit.
+        # Busy while handing a batch over: at interpreter exit it is stopped and waited
+        # for before CPython finalizes (a daemon thread killed in the middle of it must
+        # not leave the hand-off half done). Not while the batch is made: a source
+        # stalled in user code must not hold up the exit.
         batches = make_batches()
         try:
             for tensors in _converted(batches, board):
                 with exiting.busy():
-                    if not offer(tensors) or stop.is_set():
+                    if not slots.put(tensors, stop) or stop.is_set():
                         return
             with exiting.busy():
-                offer(_End())
+                slots.put(_End(), stop)
         except BaseException as err:  # handed to the consumer, never swallowed
             with exiting.busy():
-                offer(_Failure(err))
+                slots.put(_Failure(err), stop)
         finally:
             batches.close()  # type: ignore[attr-defined]
 
@@ -176,7 +175,7 @@ def prefetched(
             asked += 1
             if gauge is not None and asked % _GAUGE_EVERY == 1:
                 gauge.sample(slots.qsize())
-            item = waits.get(slots)  # Ctrl-C interrupts it, however it lands
+            item = slots.get()  # Ctrl-C interrupts it, however it lands
             if isinstance(item, _End):
                 return
             if isinstance(item, _Failure):
@@ -187,11 +186,7 @@ def prefetched(
         # a moment to close the batch generator. A producer stalled in user code is left
         # behind (a daemon thread, it stops at its next batch): Ctrl-C must not wait for it.
         stop.set()
-        while True:
-            try:
-                slots.get_nowait()
-            except Exception:  # queue.Empty (at interpreter shutdown `queue` may be gone)
-                break
+        slots.clear()  # never blocks
         thread.join(join_seconds)
 
 

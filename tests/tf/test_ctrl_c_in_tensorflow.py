@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import gc
 import signal
+import subprocess
 import sys
+import threading
+from pathlib import Path
+from typing import Any
 
+import _collector
+import _limits
+import _presses
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from resumeloader import ResumableLoader, Workers
+from resumeloader.tfdata import prefetch
 
 
 class _PressedWhenAsked(type):
@@ -89,6 +97,7 @@ def test_gc_callback_loses_ctrl_c(monkeypatch):
     """The premise: a KeyboardInterrupt raised in a gc callback does not leave
     ``gc.collect()`` (under Python's own SIGINT handler): it is only reported."""
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    _collector.assert_collects()
     reported = []
     monkeypatch.setattr(sys, "unraisablehook", lambda r: reported.append(r.exc_type))
     gc.callbacks.append(_press_in_gc_callback)
@@ -119,6 +128,7 @@ def test_dataset_iteration_raises_ctrl_c_lost_in_a_gc_callback(workers):
     )
     loader = ResumableLoader(data, **options)
     handed = []
+    _collector.assert_collects()
     gc.callbacks.append(_press_in_gc_callback)
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -140,3 +150,49 @@ def test_dataset_iteration_raises_ctrl_c_lost_in_a_gc_callback(workers):
     start = loader.position  # the batches advanced for (the interrupt may land in between)
     assert 16 <= start <= 8 * len(handed) + 8
     assert next(iter(resumed.dataset())).numpy().tolist() == list(range(start, start + 8))
+
+
+def test_prefetch_ctrl_c_anywhere_in_the_wait_for_a_batch_leaves_its_cleanup_unblocked():
+    """A KeyboardInterrupt raised as any C call of the prefetch's wait for its next batch
+    returns (`_presses`): the KeyboardInterrupt leaves the prefetch, whose cleanup returns
+    and stops its producer thread. With a ``queue.Queue`` the press as its lock was taken
+    left the lock held, and the cleanup's drain waited for it forever: the job hung after
+    one Ctrl-C. In a process of its own: a press can land in a finalizer that a garbage
+    collection runs during the pressed call, and what that leaves (in the CI run where it
+    ran in the suite's process, every later ``gc.collect()`` of that process did nothing)
+    must not reach the other tests."""
+    here = Path(__file__).resolve().parent
+    code = (f"import sys; sys.path[:0] = [{str(here)!r}, {str(here.parent)!r}]; "
+            "import test_ctrl_c_in_tensorflow as t; t.press_the_prefetch_everywhere()")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=_limits.PROCESS, check=False)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert result.stdout.strip().splitlines()[-1] == "pressed and stopped"
+
+
+def press_the_prefetch_everywhere() -> None:
+    """The test above, in its own process: prints "pressed and stopped" when every press
+    left the prefetch's cleanup unblocked and its producer thread stopped."""
+    producers: list[threading.Thread] = []
+
+    def make():
+        def batches():
+            producers.append(threading.current_thread())
+            yield from (np.full(4, i, np.int64) for i in range(3))
+
+        made = prefetch.prefetched(batches, depth=2)
+        assert next(made).numpy().tolist() == [0] * 4
+        return made, lambda: next(made)
+
+    pressed: list[Any] = []
+    presser = threading.Thread(
+        target=lambda: pressed.extend(_presses.everywhere(make)), daemon=True
+    )
+    presser.start()
+    presser.join(_limits.EXIT)
+    assert not presser.is_alive()
+    assert len(pressed) >= 3  # the wait's own calls, the queue's get, the place given back
+    for producer in producers:
+        producer.join(_limits.EXIT)
+        assert not producer.is_alive()
+    print("pressed and stopped", flush=True)

@@ -1,5 +1,7 @@
 """`resumeloader.core.waits`: the waits return what the stdlib's do, and a Ctrl-C whose
-handler ran while the main thread was already blocked in one still raises there."""
+handler ran while the main thread was already blocked in one still raises there; `Slots`
+hand items over in order, and a Ctrl-C raised anywhere in their consumer's wait leaves
+no lock held (`_presses`: at each C call's return)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import time
 from concurrent import futures
 
 import _limits
+import _presses
 import pytest
 
 from resumeloader.core import waits
@@ -143,3 +146,73 @@ def test_wait_after_keyboard_interrupt_ignored_in_del_raises_keyboard_interrupt(
     assert done.returncode == -signal.SIGINT, done.stderr
     assert "Exception ignored" not in done.stderr
     assert done.stderr.rstrip().endswith("KeyboardInterrupt")
+
+
+def test_slots_hand_items_over_in_order_and_a_stopped_producer_leaves():
+    """`Slots`: the items in the order put, `qsize` those waiting; a producer told to stop
+    while every place is taken leaves without putting (put returns False)."""
+    slots: waits.Slots[int] = waits.Slots(2)
+    stop = threading.Event()
+    assert slots.put(0, stop) and slots.put(1, stop)
+    assert slots.qsize() == 2
+    stop.set()
+    assert slots.put(2, stop) is False
+    assert [slots.get(), slots.get(), slots.qsize()] == [0, 1, 0]
+
+
+def test_slots_producer_waits_for_a_free_place():
+    """With `depth` items waiting, the producer's next put returns once the consumer took
+    one (past several of its slices)."""
+    slots: waits.Slots[int] = waits.Slots(1)
+    stop = threading.Event()
+    assert slots.put(0, stop)
+    producer = threading.Thread(target=slots.put, args=(1, stop), daemon=True)
+    producer.start()
+    later(3 * waits.SLICE_SECONDS, lambda: None).join()
+    assert slots.get() == 0
+    assert slots.get() == 1
+    waits.join(producer)
+
+
+def _cleanup_ends(cleanup) -> bool:
+    """Whether `cleanup` returns (in another thread, bounded: `_limits.EXIT`). A lock left
+    held by the press would block it forever."""
+    thread = threading.Thread(target=cleanup, daemon=True)
+    thread.start()
+    thread.join(_limits.EXIT)
+    return not thread.is_alive()
+
+
+def test_queue_get_ctrl_c_as_its_lock_is_taken_leaves_the_lock_held():
+    """The premise: a KeyboardInterrupt raised as ``queue.Queue.get``'s first C call
+    returns (the lock's acquire in ``Condition.__enter__``, before ``with`` holds it)
+    leaves the queue's lock held: draining the queue (``get_nowait`` takes the lock,
+    blocking) would wait for it forever."""
+    slots: queue.Queue[str] = queue.Queue(maxsize=2)
+    slots.put("item")
+    assert _presses.pressed(1, lambda: slots.get(timeout=1))
+    assert not slots.mutex.acquire(blocking=False)
+    slots.mutex.release()
+
+
+def test_slots_ctrl_c_anywhere_in_get_leaves_nothing_held():
+    """A KeyboardInterrupt raised as any C call of `Slots.get` returns (the item waiting
+    or not): the consumer's cleanup (`clear`) returns, and the producer, told to stop,
+    leaves."""
+    def make(waiting: bool):
+        slots: waits.Slots[str] = waits.Slots(2)
+        if waiting:
+            slots.put("item", threading.Event())
+        else:  # the item comes after a slice: the wait's loop pressed too
+            later(1.5 * waits.SLICE_SECONDS, slots.put, "item", threading.Event())
+        return slots, slots.get
+
+    for waiting in (True, False):
+        presses = 0
+        for slots in _presses.everywhere(lambda: make(waiting)):  # noqa: B023
+            presses += 1
+            stop = threading.Event()
+            stop.set()
+            assert _cleanup_ends(slots.clear), presses
+            assert slots.qsize() == 0 and slots.put("late", stop) is False
+        assert presses >= 3  # the wait's own calls, the queue's get, the place given back
