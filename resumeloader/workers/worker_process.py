@@ -26,6 +26,10 @@ __all__ = ["WorkerProcess", "shutdown"]
 
 # On shutdown an idle worker exits at once (its socket closes); a busy one is killed.
 GRACE_SECONDS = 0.1
+#: How long a killed worker is waited for. It runs in a loader's finalizer, which may run
+#: inside a garbage collection: an unbounded wait there (a process stuck in the kernel)
+#: would stop every later collection of the process. One not gone by then is left.
+_KILLED_SECONDS = 5.0
 _BOOT = "import sys; sys.path[:] = {path!r}; from resumeloader.workers import child; child.main()"
 _HINTS = {
     "SIGKILL": " (also what the kernel's out-of-memory killer sends)",
@@ -105,7 +109,8 @@ class WorkerProcess:
             self.popen.wait(grace)
         except subprocess.TimeoutExpired:
             self.popen.kill()
-            self.popen.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(_KILLED_SECONDS)
         for block in self.blocks.values():
             block.close()
         self.blocks.clear()

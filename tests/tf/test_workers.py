@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 
+import _collector
 import _worker_fns as fns
 import numpy as np
 import psutil
@@ -58,6 +59,7 @@ def _no_leftovers():
     _EARLIER.update(p.pid for p in psutil.Process().children(recursive=True))
     before = (set(_children()), set(_segments()), set(_worker_threads()))
     yield
+    _collector.assert_collects()  # a pool is stopped when its loader is collected
     deadline = time.monotonic() + 5.0
     while True:
         gc.collect()
