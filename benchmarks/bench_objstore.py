@@ -443,9 +443,9 @@ def run(quick: bool, rounds: int) -> Report:
             return ResumableLoader.from_pipeline(pipeline.batch(BATCH).tf_map(parse), **kwargs)
 
         def generated(pipeline: Pipeline) -> Any:
-            """`loader(pipeline)` on the path object reads take (``read_batch``: batches
-            made in Python, through ``from_generator``), not the ``tfrecord_graph`` path
-            local files in the block order take."""
+            """`loader(pipeline)` on the ``read_batch`` path (batches made in Python,
+            through ``from_generator``: what s3:// took before its windows were spooled),
+            not the ``tfrecord_graph`` path the block order takes."""
             every = delivery_paths.PATHS
             delivery_paths.PATHS = tuple(
                 p for p in every if p is not tfrecord_graph.TFRecordGraphPath)
@@ -463,17 +463,21 @@ def run(quick: bool, rounds: int) -> Report:
         names = {
             "block": "TFRecordSource + tf_map, block order, s3:// (+20 ms)",
             "local": "TFRecordSource + tf_map, block order, local disk",
-            "local_gen": "same, local disk, read_batch path (the one s3:// takes)",
+            "s3_gen": "same, s3://, read_batch path (before the spool)",
+            "local_gen": "same, local disk, read_batch path",
             "global": "TFRecordSource + tf_map, global shuffle, s3:// (+20 ms)",
             "global64": "global shuffle, s3://, ObjectReads(gap_bytes=64 KiB)",
             "order": "TFRecordSource + tf_map, unshuffled, s3:// (+20 ms)",
             "hand": "hand-written fsspec __getitem__ (1 GET per record), s3://",
             "hand8": "hand-written fsspec __getitem__, 8 thread workers, s3://",
             "reference": "reference: every object read whole, 16 GETs at once",
+            "server": "bound: the objects' bytes received by 16 plain GETs, no records",
         }
         cases = {
             "block": lambda: measure(loader(Pipeline(on_s3, seed=0).shuffle(block=block)), epoch),
             "local": lambda: measure(loader(Pipeline(local, seed=0).shuffle(block=block)), epoch),
+            "s3_gen": lambda: measure(
+                generated(Pipeline(on_s3, seed=0).shuffle(block=block)), epoch),
             "local_gen": lambda: measure(
                 generated(Pipeline(local, seed=0).shuffle(block=block)), epoch),
             "global": lambda: measure(
@@ -488,6 +492,7 @@ def run(quick: bool, rounds: int) -> Report:
                                             workers=Workers(8, kind="thread")), few * 2,
                                     warmup=0),
             "reference": lambda: measure(_reference(fs, hand), num // BATCH, warmup=0),
+            "server": lambda: measure(_server_bound(fs, hand), -(-num // BATCH), warmup=0),
         }
         load = _results.load_average()
         results = interleaved(cases, rounds)
@@ -629,6 +634,45 @@ def _reference(fs: Any, hand: PerRecord) -> Any:
     records = [data[url][a + 12 : b - 4] for url, a, b in hand.spans]
     for start in range(0, len(records), BATCH):
         yield records[start : start + BATCH]
+
+
+def _server_bound(fs: Any, hand: PerRecord) -> Any:
+    """Every object's bytes received whole by plain GETs (urllib3, presigned URLs, 16 at
+    once), each into memory allocated and touched before the clock, no records cut: what
+    the server and its proxy deliver (records/s) and what receiving alone costs a client
+    (CPU), the bound of any reader of these objects. Yields placeholder batches of the
+    records' count once every body is in."""
+    import concurrent.futures
+
+    import urllib3
+
+    urls = _urls(hand)
+    sizes = [int(fs.size(url)) for url in urls]
+    signed = [fs.url(url, expires=3600) for url in urls]
+    into = [np.ones(size, np.uint8) for size in sizes]  # its pages touched: no faults timed
+    pool = urllib3.PoolManager(maxsize=len(urls))
+
+    def receive(url: str, out: np.ndarray) -> int:
+        answer = pool.request("GET", url, preload_content=False, decode_content=False)
+        view, got = out.data, 0
+        readinto = answer._fp.readinto  # the http.client response: straight into place
+        while got < len(out):
+            n = readinto(view[got : got + (1 << 20)])
+            if not n:
+                break
+            got += n
+        answer.release_conn()
+        if got != len(out) or answer.status != 200:
+            raise OSError(f"GET {url}: {answer.status}, {got} of {len(out)} bytes")
+        return got
+
+    def batches() -> Any:
+        with concurrent.futures.ThreadPoolExecutor(len(urls)) as threads:
+            list(threads.map(receive, signed, into))
+        for start in range(0, len(hand), BATCH):
+            yield np.empty(min(BATCH, len(hand) - start))
+
+    return batches()
 
 
 def main() -> None:

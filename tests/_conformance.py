@@ -549,9 +549,19 @@ def _object_tfrecords(kind: str) -> TFRecordSource:
 
 @register("tfrecord-s3-block-order-tf_map", num_steps=7, needs=("s3_store",))
 def _tfrecord_s3() -> ResumableLoader:
+    # The tfrecord_graph path: each window's blocks spooled into a memfd file.
     pipeline = Pipeline(_object_tfrecords("s3"), seed=21).shuffle(chunk_records=4, window_chunks=2)
     return ResumableLoader.from_pipeline(
         pipeline.batch(5).tf_map(_lengths), num_epochs=2, with_metadata=True
+    )
+
+
+@register("tfrecord-s3-block-order-read_batch-workers1", num_steps=7, needs=("s3_store",))
+def _tfrecord_s3_read_batch() -> ResumableLoader:
+    # The same objects and order on the read_batch path (a worker asked for).
+    pipeline = Pipeline(_object_tfrecords("s3"), seed=21).shuffle(chunk_records=4, window_chunks=2)
+    return ResumableLoader.from_pipeline(
+        pipeline.batch(5).tf_map(_lengths), num_epochs=2, with_metadata=True, workers=Workers(1)
     )
 
 

@@ -325,6 +325,61 @@ class TFRecordSource(file_records.FileRecordSource):
             self._starts, self._ends, self._offsets,
         )
 
+    def spoolable(self) -> bool:
+        """Whether every file is an object, read by blocks (`blocked`), with checksums
+        checked: a window's records can then be written out whole (`spool`) for a reader
+        of TFRecord files (TensorFlow's: `resumeloader.tfdata.tfrecord_graph`)."""
+        return (bool(self._remote.all()) and self._verify and self._blocks is not None
+                and bool(self.block_records))
+
+    def pieces(self, firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+        """The records ``[firsts[k], lasts[k])`` (sorted, disjoint) cut at file ends and
+        block boundaries: the first and the record after the last of each piece (int64
+        ``[n, 2]``), in record order; each piece lies in one block of one file."""
+        size = self.block_records
+        assert size
+        ends = self._ends
+        out: list[tuple[int, int]] = []
+        for low, high in zip(firsts.tolist(), lasts.tolist(), strict=True):
+            file = int(np.searchsorted(ends, low, side="right"))
+            while low < high:
+                while int(ends[file]) <= low:  # empty files
+                    file += 1
+                stop = min(high, int(ends[file]), (low // size + 1) * size)
+                out.append((low, stop))
+                low = stop
+        return np.array(out, dtype=np.int64).reshape(-1, 2)
+
+    def spool(self, pieces: np.ndarray, fd: int) -> int | None:
+        """Writes the records of `pieces` (`pieces`), framing included, one after the
+        other from byte 0 of the file `fd` (``os.pwrite``): a TFRecord file of those
+        records, in order. Each object's block is asked of the span cache once, as
+        `read_packed` asks it (the same GETs, merged, retried, pinned to the object's
+        version). Returns the bytes written, or None when a block is shorter than
+        indexed. Only for a source that is `spoolable`.
+
+        Raises:
+            ObjectChangedError, ObjectReadError, Refusal: as `ranges.read`.
+        """
+        assert self._blocks is not None and self.block_records
+        lows, highs = pieces[:, 0], pieces[:, 1]
+        files = np.searchsorted(self._ends, lows, side="right")
+        starts = self._spans(files, lows - self._starts[files])[0]
+        stops = self._spans(files, highs - 1 - self._starts[files])[1]
+        wanted, which = self._block_ranges(files, lows // self.block_records, starts, stops)
+        views = ranges.read(wanted, self._storage.reads, blocks=self._blocks)
+        for (_, low, high), view in zip(wanted, views, strict=True):
+            if len(view) != high - low:
+                return None
+        at = 0
+        for w, start, stop in zip(which.tolist(), starts.tolist(), stops.tolist(), strict=True):
+            low = wanted[w][1]
+            view = views[w][start - low : stop - low]
+            while view:  # (a regular file's pwrite writes all; a short one goes on)
+                done = os.pwrite(fd, view, at)
+                view, at = view[done:], at + done
+        return at
+
     def read_packed(self, indices: np.ndarray) -> np.ndarray:
         """`read_batch(indices)` as a column of strings in the packed wire format
         (`resumeloader.core.wire.packed`), read by runs without Python per record (see

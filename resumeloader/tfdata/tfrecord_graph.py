@@ -1,4 +1,4 @@
-"""The ``tfrecord_graph`` path: local TFRecord files in the block order, read by TensorFlow.
+"""The ``tfrecord_graph`` path: TFRecord files or objects in the block order, read by TensorFlow.
 
 A pipeline of nothing but a `TFRecordSource` of local files (the records' bytes), the
 block order (`resumeloader.core.blocks`), fixed-size batches (tensor stages after the
@@ -25,6 +25,18 @@ from the windows before, and it and the epoch's short last batch are made in the
 the whole batches of a window are each a gather of a row of its rows. A window is read
 while the one before is batched (`READ_AHEAD`).
 
+A source of objects only (``s3://``, ``gs://``, ...: `TFRecordSource.spoolable`) takes
+the path too: the placing step gets the window's blocks from the span cache (the GETs
+merged, retried and pinned to each object's version by
+`resumeloader.sources.storage.fetch`, as for ``read_batch``) and writes its records, one
+after the other, into a *spool* (`Spool`: an ``os.memfd_create`` file, Linux), which
+TensorFlow's reader reads by its path ``/proc/self/fd/<fd>`` as it reads a local file,
+checking framing and CRC32C. Placing a window starts the GETs of the next one
+(`TFRecordSource.prefetch`, within the loader's read-ahead budget as for the
+``read_batch`` path: `resumeloader.workers.readahead`), so that its bytes arrive while
+this one is batched. A failed GET, a changed object or a short block reads the window
+by the source, which raises its error naming the object and the record.
+
 The ledger sees an iteration as it sees the ``graph`` path's (`stream.Counter`): once
 per window the graph checks that the iteration was not superseded and adds the window's
 batches to the count. ``for batch in loader`` keeps the produced batches of the
@@ -33,8 +45,13 @@ batches to the count. ``for batch in loader`` keeps the produced batches of the
 
 from __future__ import annotations
 
+import collections
+import itertools
+import os
+import threading
+import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import optree
@@ -43,12 +60,13 @@ import tensorflow as tf
 from resumeloader.core import exiting
 from resumeloader.handout import engine as engine_lib
 from resumeloader.sources import tfrecord
+from resumeloader.sources.storage import answers, fetch, handles
 from resumeloader.stages import blocks as block_stage
 from resumeloader.tfdata import columns as columns_lib
 from resumeloader.tfdata import delivery, graph, graph_batches, graph_order, graph_path
-from resumeloader.workers import checks
+from resumeloader.workers import checks, readahead
 
-__all__ = ["READ_AHEAD", "TFRecordGraphPath"]
+__all__ = ["READ_AHEAD", "SPOOL_SLOTS", "Spool", "TFRecordGraphPath"]
 
 #: Windows read and held at once: the one being batched and the next (read ahead).
 READ_AHEAD = 2
@@ -56,14 +74,104 @@ READ_AHEAD = 2
 BUFFER_BYTES = 1 << 20
 _RECORD = tf.TensorSpec([], tf.string)
 _no_autograph = tf.autograph.experimental.do_not_convert
-# The int64 arrays `window_at` returns, in order.
+# The int64 arrays `window_at` returns, in order (then the runs' file names, strings).
 _FIELDS = ("files", "offsets", "counts", "head", "full", "tail", "carry", "head_indices",
            "full_indices", "tail_indices", "positions", "where")
+#: Spool slots taken at once (windows placed, not yet checked) past which the oldest
+#: taken one is reclaimed: one iteration holds one (its windows are placed, read and
+#: checked one after the other); a slot stays taken only when its iteration was dropped
+#: between placing and checking a window (see `Spool`).
+SPOOL_SLOTS = 6
+
+
+class Spool:
+    """The memfd files that windows of objects are written into for TensorFlow's reader
+    (`TFRecordGraphPath`), reused: a pwrite over a file's pages is a plain copy, a new
+    file allocates them.
+
+    A window *takes* a slot when it is placed (`take`: a free one, else a new one) and
+    gives it back when it is checked (`give_back`). A window whose iteration was dropped
+    between the two (its iterator deleted mid-read: the check never runs) would keep
+    its slot for ever: once `limit` are taken, the oldest taken one is reclaimed for the
+    new window. That is safe for any iteration: a slot taken again gets a new token, so
+    the check of the window it held (if that iteration is still alive) finds the token
+    changed and refuses the records read — which TensorFlow read from a file being
+    rewritten — instead of handing them out (`check`); a dropped iteration's reader
+    may still read it, but nothing it reads is handed out. (TensorFlow's reader checks
+    every record's CRC32C and the count finds a short read, but another window's
+    records would pass both: the token is what tells.) A file is never closed while the
+    spool lives: TensorFlow opens it by number (``/proc/self/fd/<fd>``), and a closed
+    number is reused by the next file the process opens; a reclaimed slot is overwritten
+    instead. All are closed when the spool is garbage collected (its path with it) or
+    at exit. Free slots past two are emptied (``ftruncate``), so that the memory held
+    is the taken windows' and two more.
+    """
+
+    def __init__(self, limit: int = SPOOL_SLOTS) -> None:
+        self.limit = limit
+        self._fds: list[int] = []
+        self._free: list[int] = []
+        self._taken: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._tokens = itertools.count(1)
+        self._lock = threading.Lock()
+        self._closer = weakref.finalize(self, _close_all, self._fds)
+
+    @staticmethod
+    def available() -> bool:
+        """Whether this system has memfd files readable by path (Linux)."""
+        return hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+
+    def take(self) -> tuple[int, int, int]:
+        """A slot for a window: (slot, its token, its file descriptor)."""
+        with self._lock:
+            token = next(self._tokens)
+            if self._free:
+                slot = self._free.pop()
+            elif len(self._taken) >= self.limit:
+                slot, _ = self._taken.popitem(last=False)  # the oldest: see the class
+            else:
+                slot = len(self._fds)
+                self._fds.append(os.memfd_create(f"resumeloader-spool-{slot}",
+                                                 os.MFD_CLOEXEC))
+            self._taken[slot] = token
+            return slot, token, self._fds[slot]
+
+    def path(self, slot: int) -> bytes:
+        """The path TensorFlow's reader opens `slot`'s file by."""
+        return b"/proc/self/fd/%d" % self._fds[slot]
+
+    def give_back(self, slot: int, token: int) -> bool:
+        """Gives back `slot`, taken with `token`; False (and nothing given back) when it
+        was reclaimed since: its file may have been rewritten under the reader."""
+        with self._lock:
+            if self._taken.get(slot) != token:
+                return False
+            del self._taken[slot]
+            if len(self._free) >= 2:
+                os.ftruncate(self._fds[slot], 0)  # its pages freed, its number kept
+            self._free.append(slot)
+            return True
+
+    def slots(self) -> tuple[int, int]:
+        """(files open, slots taken)."""
+        with self._lock:
+            return len(self._fds), len(self._taken)
+
+    def close(self) -> None:
+        """Closes every file (only once no dataset of the path can run)."""
+        self._closer()
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+    fds.clear()
 
 
 class TFRecordGraphPath(delivery.DeliveryPath):
-    """Local TFRecord files in the block order: each window read by TensorFlow's reader,
-    each batch a gather of its window's records (see the module docstring)."""
+    """TFRecord files (or objects, spooled) in the block order: each window read by
+    TensorFlow's reader, each batch a gather of its window's records (see the module
+    docstring)."""
 
     name = "tfrecord_graph"
 
@@ -86,7 +194,9 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         ):
             return False
         files = source.local_files()
-        if files is None:  # objects, or checksums off (TensorFlow's reader checks them)
+        # Local files with checksums checked (TensorFlow's reader checks them), or objects
+        # only, read by blocks, with checksums checked, spooled into memfd files.
+        if files is None and not (source.spoolable() and Spool.available()):
             return False
         # Windows read ahead are held whole: at most what the source holds read by blocks.
         mean = source.mean_record_bytes() or 0.0
@@ -99,9 +209,25 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         source = plan.pipeline.source
         assert isinstance(source, tfrecord.TFRecordSource)
         self._source = source
-        files = source.local_files()
-        assert files is not None
-        self._files = files
+        #: Where local files' records lie; None for objects, spooled (`_spool`).
+        self._files = source.local_files()
+        self._spool: Spool | None = None
+        self._names = np.zeros(0, dtype=object)
+        if self._files is None:
+            assert source.spoolable()
+            self._spool = Spool()
+        else:
+            self._names = np.array(self._files.paths, dtype=object)
+        # Objects' read-ahead: the next window's blocks announced when a window is
+        # placed (again when it is checked if the budget was full), within the source's
+        # budget, or for "auto" the one the loader chooses (as `readahead.hinted` does).
+        self._budget: readahead.AutoBudget | None = None
+        self._pending: np.ndarray | None = None
+        if self._spool is not None:
+            limit, cache = source.readahead()
+            if limit == readahead.AUTO:
+                self._budget = readahead.AutoBudget(cache_bytes=cache, memory=None,
+                                                    board=engine.board)
         stage = plan.pipeline.index_stage
         assert isinstance(stage, block_stage.BlockStage)
         self._order = stage.order(plan.pipeline.seed)
@@ -156,12 +282,14 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             low = window * size
         return epoch, window, low, min((window + 1) * size, self._usable)
 
-    def window_at(self, position: int, number: int, serial: int) -> list[np.ndarray]:
-        """What the graph needs of window `number` of the iteration from `position`
-        (int64 arrays, in the order of `_FIELDS`):
+    def window_at(self, position: int, number: int, serial: int, windows: int
+                  ) -> list[np.ndarray]:
+        """What the graph needs of window `number` of the iteration from `position` (of
+        `windows`): int64 arrays, in the order of `_FIELDS`, then the runs' file names:
 
         * ``files``, ``offsets``, ``counts``: its runs of records (its chunks in record
-          order, neighbours merged, cut at file ends): file, byte offset, records;
+          order, neighbours merged, cut at file ends): file, byte offset, records; for
+          objects, one run: the window's records written into a spool slot (`_spooled`);
         * ``head``: the rows (in the window's records, read run after run) that finish
           the batch begun by the rows carried from the windows before, if it ends here;
           ``full``: the rows of its whole batches, batch after batch; ``tail``: the rows
@@ -171,8 +299,8 @@ class TFRecordGraphPath(delivery.DeliveryPath):
           indices of those batches (carried rows included) and each batch's position,
           for the metadata (empty when no metadata is needed);
         * ``where``: its epoch, its records, `serial`, whether it has a head and a tail
-          batch, whether the rows carried in go on (no batch ends here), its batches and
-          its number in its epoch.
+          batch, whether the rows carried in go on (no batch ends here), its batches,
+          its number in its epoch, and its spool slot and token (-1 for local files).
 
         The rows are those of the plan's own NumPy order (`Plan.indices`).
         """
@@ -181,7 +309,14 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         size = layout.batch_size
         epoch, window, low, high = self.window_place(position, number)
         firsts, lasts = self._chunks(epoch, window)
-        runs = _runs(self._files, firsts, lasts)
+        slot = token = -1
+        if self._files is not None:
+            runs = _runs(self._files, firsts, lasts)
+            names = self._names[runs[0]]
+        else:
+            runs, names, slot, token = self._spooled(epoch, window, firsts, lasts)
+            if number + 1 < windows:
+                self._announce(*self.window_place(position, number + 1)[:2])
         before = np.concatenate([[0], np.cumsum(lasts - firsts)])
         indices = plan.indices(epoch, low, high)
         at = np.searchsorted(firsts, indices, side="right") - 1
@@ -214,9 +349,47 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             meta = [every[:cut], every[cut : cut + full], every[cut + full :],
                     epoch * layout.records_per_epoch + first + starts]
         where = np.array([epoch, int(before[-1]), serial, has_head, has_tail, keep, batches,
-                          window], np.int64)
+                          window, slot, token], np.int64)
         return [*runs, rows[:head] if has_head else empty, rest[:full], tail, carry, *meta,
-                where]
+                where, names]
+
+    def _spooled(self, epoch: int, window: int, firsts: np.ndarray, lasts: np.ndarray
+                 ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray, int, int]:
+        """The window's records written into a spool slot, one after the other (a
+        TFRecord file of them, in record order): its one run, its file name, the slot
+        and its token. A failed read (a GET, a changed object, a short block) reads the
+        window by the source, which raises its error (`_read_again`)."""
+        assert self._spool is not None
+        slot, token, fd = self._spool.take()
+        try:
+            written = self._source.spool(self._source.pieces(firsts, lasts), fd)
+        except (handles.StaleFileError, fetch.ObjectReadError, answers.Refusal) as err:
+            self._spool.give_back(slot, token)
+            self._read_again(None, epoch, window, firsts, lasts, err)
+        if written is None:
+            self._spool.give_back(slot, token)
+            self._read_again(None, epoch, window, firsts, lasts, None)
+        one = np.zeros(1, np.int64)
+        runs = (one, one, np.array([int((lasts - firsts).sum())], np.int64))
+        return runs, np.array([self._spool.path(slot)], dtype=object), slot, token
+
+    def _announce(self, epoch: int | None = None, window: int | None = None) -> None:
+        """Starts the GETs of window `window` of `epoch` (`TFRecordSource.prefetch` of a
+        record of each of its blocks); when the read-ahead budget is full, they are asked
+        for again when the window being read is checked (no window: that retry)."""
+        if window is not None:
+            assert epoch is not None
+            self._pending = self._source.pieces(*self._chunks(epoch, window))[:, 0]
+            if self._budget is not None:
+                self._budget.after_task()
+        indices = self._pending
+        if indices is None:
+            return
+        budget = self._budget
+        done = (self._source.prefetch(indices) if budget is None
+                else self._source.prefetch(indices, budget=budget.bytes))
+        if done:
+            self._pending = None
 
     def _chunks(self, epoch: int, window: int) -> tuple[np.ndarray, np.ndarray]:
         """The first record and the record after the last of each chunk of window
@@ -226,20 +399,51 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         firsts = chunks * order.chunk_records
         return firsts, np.minimum(firsts + order.chunk_records, order.num_records)
 
-    def check_window(self, found: int, files: np.ndarray, epoch: int, window: int) -> bool:
+    def check_window(self, found: int, files: np.ndarray, epoch: int, window: int,
+                     slot: int = -1, token: int = -1) -> bool:
         """Checks that TensorFlow's reader found all the window's records (`found`) and
         that none of its `files` changed since the source was built (one ``stat``
-        each); otherwise reads the window with the source, which raises its error naming
-        the file, the record and its byte offset.
+        each), or, spooled, that its spool `slot` was not reclaimed since it was taken
+        (with `token`: `Spool`) and gives it back; otherwise reads the window with the
+        source, which raises its error naming the file, the record and its byte offset.
 
         Raises:
             RecordError: a record failed its checks (the source's error as its cause).
-            RuntimeError: TensorFlow's reader failed where the source reads every record.
+            RuntimeError: TensorFlow's reader failed where the source reads every record,
+                or the window's spool slot was reclaimed under it.
         """
         firsts, lasts = self._chunks(epoch, window)
         expected = int((lasts - firsts).sum())
-        if found == expected and not self._files.changed(files):
+        if self._spool is not None:
+            if not self._spool.give_back(slot, token):
+                msg = (
+                    f"The spool file of window {window} of epoch {epoch} was taken for "
+                    f"another window while TensorFlow's reader read it: more than "
+                    f"{self._spool.limit} iterations of this loader's datasets were "
+                    "reading at once. Read fewer at once, or take the read_batch path "
+                    "(e.g. `Workers(1)`) for this pipeline."
+                )
+                raise RuntimeError(msg)
+            self._announce()  # the next window's blocks, if the budget was full
+            if found == expected:
+                return True
+        elif found == expected and self._files is not None and not self._files.changed(files):
             return True
+        self._read_again(found, epoch, window, firsts, lasts, None)
+        return False
+
+    def _read_again(self, found: int | None, epoch: int, window: int, firsts: np.ndarray,
+                    lasts: np.ndarray, failed: BaseException | None) -> NoReturn:
+        """Reads the window with the source (after TensorFlow's reader found `found` of
+        its records, or its objects' reads failed with `failed`, or a block was short),
+        which raises its error naming the file, the record and its byte offset; if the
+        source reads every record, raises RuntimeError.
+
+        Raises:
+            RecordError: a record failed its checks (the source's error as its cause).
+            RuntimeError: the source read every record.
+        """
+        expected = int((lasts - firsts).sum())
         indices = np.concatenate([np.arange(a, b, dtype=np.int64)
                                   for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True)])
         start = (epoch * self.engine.plan.layout.records_per_epoch
@@ -248,13 +452,18 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             self._source.read_batch(indices)
         except Exception as err:
             raise checks.batch_error("read_batch", err, indices, epoch, start) from err
+        what = f"TensorFlow's TFRecord reader read {found} of the {expected} records"
+        if failed is not None:
+            what = (f"Reading the objects' blocks of the {expected} records failed "
+                    f"({type(failed).__name__}: {failed})")
+        elif found is None:
+            what = f"A block of the {expected} records was shorter than indexed"
         msg = (
-            f"TensorFlow's TFRecord reader read {found} of the {expected} records of window "
-            f"{window} of epoch {epoch} (records {firsts.tolist()} onwards, by chunk), which "
-            f"{self._source.description} reads whole. Read again, or take the read_batch "
-            "path (e.g. `Workers(1)`) for this pipeline."
+            f"{what} of window {window} of epoch {epoch} (records {firsts.tolist()} "
+            f"onwards, by chunk), which {self._source.description} reads whole. Read "
+            "again, or take the read_batch path (e.g. `Workers(1)`) for this pipeline."
         )
-        raise RuntimeError(msg)
+        raise RuntimeError(msg) from failed
 
     # -- the dataset ---------------------------------------------------------------------
     def dataset(
@@ -270,7 +479,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         # dataset() iterations once it has started its own.
         checked = watch is not None
         count = self._count
-        names = tf.constant(self._files.paths, tf.string)
+        spooled = self._spool is not None
         metadata = self._metadata
         treespec = self.spec.treespec
         size = self.engine.plan.layout.batch_size
@@ -289,15 +498,18 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             return tf.data.experimental.from_variant(variant, _RECORD).take(count).ignore_errors()
 
         @_no_autograph
-        def read(position: tf.Tensor, serial: tf.Tensor, number: tf.Tensor) -> dict[str, Any]:
-            made = tf.numpy_function(place, [position, number, serial],
-                                     [tf.int64] * len(_FIELDS), stateful=False)
-            window = dict(zip(_FIELDS, made, strict=True))
+        def read(position: tf.Tensor, serial: tf.Tensor, number: tf.Tensor,
+                 windows: tf.Tensor) -> dict[str, Any]:
+            # (Spooling writes a slot: stateful, never folded or repeated by TensorFlow.)
+            made = tf.numpy_function(place, [position, number, serial, windows],
+                                     [tf.int64] * len(_FIELDS) + [tf.string],
+                                     stateful=spooled)
+            window = dict(zip((*_FIELDS, "names"), made, strict=True))
             for value in made:
                 value.set_shape([None])
             where = window["where"]
             runs = tf.data.Dataset.from_tensor_slices(
-                (tf.gather(names, window["files"]), window["offsets"], window["counts"]))
+                (window["names"], window["offsets"], window["counts"]))
             # One batch of all the records found, or an empty one if none was
             # (`get_single_element` needs exactly one).
             found = runs.flat_map(run).batch(tf.maximum(where[1], 1)).concatenate(
@@ -305,11 +517,11 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             records = found.take(1).get_single_element()
             good = tf.numpy_function(
                 check, [tf.size(records, out_type=tf.int64), window["files"], where[0],
-                        where[7]], tf.bool, stateful=True)
+                        where[7], where[8], where[9]], tf.bool, stateful=True)
             with tf.control_dependencies([good]):
                 window["records"] = tf.identity(records)
             # Only what the batches need goes on (each value is one more op per call).
-            for name in ("files", "offsets", "counts"):
+            for name in ("files", "offsets", "counts", "names"):
                 del window[name]
             return window
 
@@ -373,7 +585,8 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             # One window at a time, the next read while this one's batches are made: the
             # first window (read before the first batch) has the machine to itself.
             return tf.data.Dataset.range(windows).map(
-                lambda number: read(position, serial, number)).prefetch(READ_AHEAD - 1)
+                lambda number: read(position, serial, number, windows)).prefetch(
+                    READ_AHEAD - 1)
 
         ds = tf.data.Dataset.range(1).flat_map(iteration)
         ds = ds.scan(tf.constant([], tf.string), carry).flat_map(refs)
@@ -396,6 +609,11 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         record = self.engine.producer.spec.describe()
         how = ("each window's chunks read by TensorFlow's TFRecord reader from their byte "
                "offsets (TFRecordDatasetV2, CRC32C checked)")
+        if self._spool is not None:
+            how = ("each window's chunks spooled from the object store (their blocks' GETs "
+                   "through the span cache, the next window's started ahead) into a memfd "
+                   "file, read by TensorFlow's TFRecord reader (TFRecordDatasetV2, CRC32C "
+                   "checked)")
         return ("source", f"{pipeline.source.description}: {how}", record, "re-read")
 
     def handover_rows(self) -> list[delivery.Row]:
@@ -431,11 +649,12 @@ def _runs(files: tfrecord.LocalFiles, firsts: np.ndarray, lasts: np.ndarray
             np.array(out_counts, np.int64))
 
 
-def _window_at(path: TFRecordGraphPath, position: Any, number: Any, serial: Any
-               ) -> list[np.ndarray]:
-    return path.window_at(int(position), int(number), int(serial))
+def _window_at(path: TFRecordGraphPath, position: Any, number: Any, serial: Any,
+               windows: Any) -> list[np.ndarray]:
+    return path.window_at(int(position), int(number), int(serial), int(windows))
 
 
-def _check_window(path: TFRecordGraphPath, found: Any, files: Any, epoch: Any, window: Any
-                  ) -> np.ndarray:
-    return np.array(path.check_window(int(found), files, int(epoch), int(window)))
+def _check_window(path: TFRecordGraphPath, found: Any, files: Any, epoch: Any, window: Any,
+                  slot: Any, token: Any) -> np.ndarray:
+    return np.array(path.check_window(int(found), files, int(epoch), int(window), int(slot),
+                                      int(token)))

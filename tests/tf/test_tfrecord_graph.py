@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import os
 
+import _tfrecord_graph as common
 import pytest
 import tensorflow as tf
 
 from resumeloader import Pipeline, ResumableLoader, Shard, Workers
 from resumeloader.sources import TFRecordSource
-from resumeloader.tfdata import paths
 
-# Four files of 9, 0, 13 and 19 records (an empty one included), records of 0-60 bytes.
-_CUTS = (0, 9, 9, 22, 41)
-_RECORDS = [f"record-{i}:".encode() * (i % 6) for i in range(41)]
+_CUTS, _RECORDS = common.CUTS, common.RECORDS
+_lengths, _path, _values, _produced = common.lengths, common.path, common.values, common.produced
 
 
 @pytest.fixture
@@ -28,38 +27,10 @@ def files(tmp_path):
     return tmp_path
 
 
-def _loader(folder, *, chunk=4, window=2, batch=5, drop=False, epochs=2, metadata=False,
-            stages=False, verify=True, **options) -> ResumableLoader:
+def _loader(folder, *, verify=True, **kwargs) -> ResumableLoader:
     source = TFRecordSource(str(folder / "part-*.tfrecord"), index_dir=str(folder / "index"),
                             verify_checksums=verify)
-    pipeline = Pipeline(source, seed=7).shuffle(chunk_records=chunk, window_chunks=window)
-    pipeline = pipeline.batch(batch, drop_remainder=drop)
-    if stages:
-        pipeline = pipeline.tf_map(_lengths)
-    return ResumableLoader.from_pipeline(pipeline, num_epochs=epochs, with_metadata=metadata,
-                                         **options)
-
-
-def _lengths(batch, seeds):
-    return batch, tf.strings.length(batch) + tf.cast(seeds[:, 1], tf.int32)
-
-
-def _path(loader: ResumableLoader) -> str:
-    return loader.describe().split("path:")[0].split()[-1]
-
-
-def _values(element):
-    return tf.nest.map_structure(lambda t: t.numpy().tolist(), element)
-
-
-def _produced(monkeypatch, make):
-    """The loader `make()` builds, on the paths it would take without this one."""
-    with monkeypatch.context() as patch:
-        patch.setattr(paths, "PATHS",
-                      tuple(p for p in paths.PATHS if p.name != "tfrecord_graph"))
-        loader = make()
-    assert "tfrecord_graph" not in loader.describe()
-    return loader
+    return common.loader(source, **kwargs)
 
 
 _SHAPES = {
