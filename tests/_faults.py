@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,11 @@ from resumeloader import IndexSampler
 
 JOB = pathlib.Path(__file__).parent / "scripts" / "fault_job.py"
 NUM_RECORDS, NUM_EPOCHS = 96, 2
+#: How long one ``py-spy dump`` of a process left behind may take (TensorFlow's
+#: processes are large; the machine may be loaded).
+DUMP_SECONDS = 60.0
+#: The end of the job's stderr.log shown when a process was left behind.
+STDERR_TAIL = 4000
 
 
 def reference() -> list[int]:
@@ -129,6 +135,7 @@ class Job:
             time.sleep(0.01)
         seconds = time.monotonic() - start
         left = [p for p in pids if alive(p)]
+        where = self._where(left) if left else ""
         for pid in left:  # a bounded test never leaves a process behind
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -150,7 +157,31 @@ class Job:
             for n, s in shm_entries().items()
             if n not in self.shm_before and n.startswith(prefixes)
         }
-        return Outcome(self.proc.returncode, seconds, left, leaked, list(self.output))
+        return Outcome(self.proc.returncode, seconds, left, leaked, list(self.output), where)
+
+    def _where(self, pids: list[int]) -> str:
+        """Where each process of `pids` is (a ``py-spy dump`` of its Python threads, taken
+        before it is killed), and the tail of the job's stderr: what a test that finds
+        a process left behind shows."""
+        spy = shutil.which("py-spy", path=f"{pathlib.Path(sys.executable).parent}{os.pathsep}"
+                           f"{os.environ.get('PATH', '')}")
+        parts = []
+        for pid in pids:
+            if spy is None:
+                parts.append(f"process {pid} left; no py-spy to show where it is")
+                continue
+            try:
+                dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True,
+                                      text=True, timeout=DUMP_SECONDS)
+                text = dump.stdout + dump.stderr
+            except subprocess.TimeoutExpired:
+                text = f"(py-spy dump took more than {DUMP_SECONDS} s)"
+            parts.append(f"process {pid} left, py-spy dump:\n{text}")
+        self._log.flush()
+        log = pathlib.Path(self._log.name)
+        tail = log.read_text(errors="replace")[-STDERR_TAIL:] if log.exists() else ""
+        parts.append(f"the job's stderr ({log}), its end:\n{tail}")
+        return "\n".join(parts)
 
 
 @dataclasses.dataclass
@@ -160,6 +191,8 @@ class Outcome:
     processes_left: list[int]
     shm_left: dict[str, int]
     output: list[str]
+    #: Where the processes left were (py-spy dumps, the job's stderr), or "".
+    where: str = ""
 
     @property
     def exited(self) -> bool:

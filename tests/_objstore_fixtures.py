@@ -129,8 +129,10 @@ def store(request: pytest.FixtureRequest) -> Store:
 
 
 # -- data for the tests -------------------------------------------------------------------
-#: Object reads that give up fast (a test of failures waits seconds, not minutes).
-FAST = ObjectReads(attempts=4, backoff=0.01, timeout=1.0, deadline=10.0)
+#: Object reads that give up fast (a test of failures waits seconds, not minutes): quick
+#: retries (a "slow" fault outlasts `timeout`), and a deadline that a loaded CI machine,
+#: whose in-process server can stall for seconds, does not reach before the tries end.
+FAST = ObjectReads(attempts=4, backoff=0.01, timeout=1.0, deadline=30.0)
 
 
 def records(file: int, count: int, size: int = 300) -> list[bytes]:

@@ -41,7 +41,7 @@ def test_process_group_sigkill_leaves_nothing_and_resumes_exactly(tmp_path):
     outcome = job.finish(pids)
     resumed = _faults.resume(tmp_path, *options)
     assert len(pids) == 3
-    assert (outcome.processes_left, outcome.shm_left) == ([], {})
+    assert (outcome.processes_left, outcome.shm_left) == ([], {}), outcome.where
     assert resumed.returncode == 0
     assert _faults.records(tmp_path) == _faults.reference()
 
@@ -55,7 +55,7 @@ def test_ctrl_c_on_stalled_job_exits(tmp_path, options):
     pids = job.pids()
     job.signal_group(signal.SIGINT)
     outcome = job.finish(pids)
-    assert outcome.processes_left == []
+    assert outcome.processes_left == [], outcome.where
     assert outcome.returncode == -signal.SIGINT  # KeyboardInterrupt, not a hang or a crash
     assert outcome.shm_left == {}
 
@@ -76,7 +76,7 @@ def test_ctrl_c_handled_while_main_thread_blocks_in_its_wait_exits(tmp_path, opt
     job = _faults.Job(tmp_path, *options, "--sigint-from-stall")
     job.wait_for("stalling")
     outcome = job.finish(job.pids())
-    assert outcome.processes_left == []
+    assert outcome.processes_left == [], outcome.where
     assert outcome.returncode == -signal.SIGINT
 
 
@@ -99,7 +99,7 @@ def test_ctrl_c_mid_epoch_of_dataset_on_local_dask_cluster_exits(tmp_path, lost)
         job.signal_group(signal.SIGINT)
     outcome = job.finish(pids)
     assert len(pids) >= 5  # the job, 2 nannies and their 2 worker processes
-    assert outcome.processes_left == []
+    assert outcome.processes_left == [], outcome.where
     assert outcome.returncode == -signal.SIGINT
     assert ("pressing" in outcome.output) == lost
 
@@ -113,7 +113,7 @@ def test_parent_sigkill_during_stalled_map_fn_workers_exit(tmp_path):
     os.kill(job.proc.pid, signal.SIGKILL)
     outcome = job.finish(pids)
     assert len(pids) == 3
-    assert outcome.processes_left == []
+    assert outcome.processes_left == [], outcome.where
     assert outcome.shm_left == {}
 
 

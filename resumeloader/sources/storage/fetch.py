@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from resumeloader.core import buffers
-from resumeloader.sources.storage import answers, objects, protocols, spans
+from resumeloader.sources.storage import answers, direct, objects, protocols, spans
 from resumeloader.sources.storage.options import ObjectReads
 from resumeloader.sources.storage.protocols import ObjectChangedError
 
@@ -86,6 +86,8 @@ class _ShortBody(OSError):
 _semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
 _counts: collections.Counter[str] = collections.Counter()
 _counts_lock = threading.Lock()
+#: This process's GETs now: waiting for a free slot, and in a try (the event loop's thread).
+_now: collections.Counter[str] = collections.Counter()
 _widest = 0
 
 
@@ -94,18 +96,31 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads,
     loop = asyncio.get_running_loop()
     key = (os.getpid(), reads.concurrency)
     gate = _semaphores.setdefault(key, asyncio.Semaphore(reads.concurrency))
-    deadline = loop.time() + reads.deadline
+    began = loop.time()
+    deadline = began + reads.deadline
     last: BaseException | None = None
     tries = 0
+    queued = 0.0  # seconds waiting for a free slot (other GETs in flight)
     for tries in range(1, reads.attempts + 1):
         try:
-            async with gate:
+            asked = loop.time()
+            _now["waiting"] += 1
+            try:
+                await gate.acquire()
+            finally:
+                _now["waiting"] -= 1
+            _now["trying"] += 1
+            try:
                 _counts["gets"] += 1
                 sent = loop.time()
+                queued += sent - asked
                 left = max(0.001, min(reads.timeout, deadline - sent))
                 data = await asyncio.wait_for(
                     protocols.get_once(obj, start, stop, into, left), left)
                 _counts["get_ns"] += int((loop.time() - sent) * 1e9)
+            finally:
+                _now["trying"] -= 1
+                gate.release()
             if len(data) != stop - start:
                 what = "short" if len(data) < stop - start else "long"
                 raise _ShortBody(errno.EIO, f"{what} body: {len(data)} of {stop - start} bytes")
@@ -127,10 +142,15 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads,
         if tries == reads.attempts or loop.time() + wait >= deadline:
             break
         await asyncio.sleep(wait)
+    waited = (
+        f", {queued:.1f} s of it waiting for one of the {reads.concurrency} GET slots"
+        if queued >= 0.05 else ""
+    )
     msg = (
         f"Reading bytes [{start}, {stop}) of {obj} failed after {tries} "
-        f"{'try' if tries == 1 else 'tries'} (ObjectReads: attempts={reads.attempts}, "
-        f"deadline={reads.deadline} s); the last error: {type(last).__name__}: {last}"
+        f"{'try' if tries == 1 else 'tries'} in {loop.time() - began:.1f} s{waited} "
+        f"(ObjectReads: attempts={reads.attempts}, deadline={reads.deadline} s); "
+        f"the last error: {type(last).__name__}: {last}"
     )
     raise ObjectReadError(msg, url=obj.url, start=start, stop=stop) from last
 
@@ -259,7 +279,12 @@ def read(
         try:
             data = span.future.result(timeout=wait)
         except concurrent.futures.TimeoutError as err:
-            msg = f"No answer for bytes [{span.start}, {span.stop}) within {wait} s."
+            msg = (
+                f"No answer for bytes [{span.start}, {span.stop}) within {wait} s. This "
+                f"process's GETs now: {_now['trying']} in a try, {_now['waiting']} waiting "
+                f"for one of the {reads.concurrency} slots; "
+                f"{direct.stats()['in_flight']} reader threads receiving."
+            )
             raise TimeoutError(msg) from err
         out.append(memoryview(data)[start - span.start : stop - span.start])
     with _counts_lock:

@@ -24,7 +24,7 @@ from resumeloader.sources import (
     Storage,
     TFRecordSource,
 )
-from resumeloader.sources.storage import fetch, filesystems
+from resumeloader.sources.storage import fetch, filesystems, objects
 
 
 def test_tfrecord_source_reads_every_record_of_objects(store, tmp_path):
@@ -148,6 +148,22 @@ def test_exhausted_retries_name_the_object_range_and_last_error(s3_store, tmp_pa
     assert "bytes [" in message and "failed after 4 tries" in message
     assert "injected 503" in message  # the error the proxy answered with
     assert info.value.record_index == 3
+
+
+def test_a_get_that_waited_for_a_slot_says_how_long(s3_store):
+    """One GET slot, two slow GETs at once: the second waits for the first's slot, and
+    its error says how long of its time went to that wait (not to the server)."""
+    data = bytes(range(256)) * 8
+    obj = objects.stat(s3_store.put(f"{s3_store.folder()}/slot.bin", data),
+                       s3_store.storage().pairs)
+    reads = ObjectReads(concurrency=1, attempts=1, timeout=1.0, deadline=30.0)
+    with s3_store.faults("slow", 2):
+        futures = [fetch._submit(obj, 0, 1000, reads), fetch._submit(obj, 1000, 2000, reads)]
+        errors = [f.exception(timeout=30) for f in futures]
+    assert all(isinstance(e, fetch.ObjectReadError) for e in errors), errors
+    assert "waiting for one of the 1 GET slots" not in str(errors[0])
+    assert "waiting for one of the 1 GET slots" in str(errors[1])
+    assert "failed after 1 try in " in str(errors[1])
 
 
 def test_object_changed_under_a_live_source_is_refused(store, tmp_path):
