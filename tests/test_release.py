@@ -101,3 +101,43 @@ def test_changelog_entry_reader_counts_continuation_lines():
     text = "## [1.0.0] - 2026-01-01\n\n### Added\n- one\n  two\n  three\n  four\n- five\n"
 
     assert _entries(text) == [(4, ["- one", "  two", "  three", "  four"]), (8, ["- five"])]
+
+
+def _declared() -> set[str]:
+    """Every distribution pyproject.toml names: dependencies and every extra."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [*project["dependencies"],
+                    *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    return {_normal(re.match(r"[A-Za-z0-9._-]+", r).group(0)) for r in requirements}
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_package_the_library_imports_is_declared():
+    """Each top-level package imported anywhere in resumeloader/ (lazily too) is a
+    distribution named in pyproject.toml: its dependencies or an extra."""
+    import ast
+    import importlib.metadata
+    import sys
+
+    imported: dict[str, str] = {}
+    for path in sorted((ROOT / "resumeloader").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0
+                     and node.module else [])
+            for name in names:
+                imported.setdefault(name.split(".")[0], str(path.relative_to(ROOT)))
+    distributions = importlib.metadata.packages_distributions()
+    declared = _declared()
+    missing = {
+        module: where for module, where in imported.items()
+        if module not in sys.stdlib_module_names and module != "resumeloader"
+        and not any(_normal(d) in declared for d in distributions.get(module, [module]))
+    }
+    assert len(imported) > 20  # the scan saw the library's imports
+    assert not missing, f"imported but not declared in pyproject.toml: {missing}"
