@@ -84,24 +84,21 @@ def test_fit_interrupted_mid_epoch_resumes_weights_logs_and_batch_numbers(
 @pytest.mark.skipif(BACKEND == "tensorflow", reason="TensorFlow: tests/tf/test_keras_phases.py "
                     "kills a fit in every phase (the TensorFlow checkpoint format)")
 def test_fit_killed_in_every_phase_is_identical(tmp_path):
-    """SIGKILLed mid-epoch and in one more phase of an epoch (on JAX during validation and
-    inside a checkpoint write, on PyTorch at an epoch's end), and restarted each time, the
-    fit trains on the uninterrupted batches and ends with its weights, logs (every epoch's
-    metrics) and batch numbers.
+    """SIGKILLed mid-epoch and in one more phase of an epoch (on JAX inside a checkpoint
+    write, on PyTorch at an epoch's end), and restarted each time, the fit trains on the
+    uninterrupted batches and ends with its weights, logs (every epoch's metrics) and
+    batch numbers.
 
     The phases are split between the two backends (until 0.4 each was killed in all of
-    them: 11 processes, now 9, ~15 s of CPU less): the callbacks that act in a phase and
-    the checkpoint files are the same code on JAX and PyTorch, each backend's own fit loop
-    is still SIGKILLed mid-epoch and in a phase, and TensorFlow is killed in every phase
-    (tests/tf/test_keras_phases.py)."""
+    them: 11 processes, then 9, now 7; each step ~15 s of CPU less): the callbacks that act
+    in a phase and the checkpoint files are the same code on JAX and PyTorch, each
+    backend's own fit loop is still SIGKILLed mid-epoch and in a phase, and TensorFlow is
+    killed in every phase, during validation too (tests/tf/test_keras_phases.py)."""
     command = [sys.executable, str(ROOT / "tests" / "_keras_backends.py"),
                str(STEPS_PER_EXECUTION)]
-    if BACKEND == "jax":
-        # The checkpoint files are written by the same code on JAX and PyTorch: one kill
-        # inside a write (on JAX) covers both.
-        points = ["step:5", "mark:validation:16", "save:28"]
-    else:
-        points = ["step:5", "mark:epoch_end:24"]
+    # The checkpoint files are written by the same code on JAX and PyTorch: one kill
+    # inside a write (on JAX) covers both.
+    points = ["step:5", "save:28"] if BACKEND == "jax" else ["step:5", "mark:epoch_end:24"]
 
     report = testing.kill_and_restart(
         command, kill_points=points, workdir=tmp_path, timeout=600,

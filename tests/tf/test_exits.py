@@ -21,13 +21,14 @@ pytestmark = pytest.mark.slow
 
 CONSUMERS = ("dataset", "loop", "fit")
 WORKERS = ("0", "thread", "process")
-# 63 exits, 7 of each of the 9 kinds (until 0.4: 100, at least 11 of each; ~20 s less).
-# The hang this guards against struck about 1 exit in 3 of these scripts (a 2 ms map_fn)
-# in 0.2.0: 7 exits of a kind miss it with probability (2/3)**7 < 6%, the 63 together
-# with (2/3)**63 < 1e-11; a hang 4 times rarer (1 in 12, a faster map_fn) is missed by
-# all 63 with probability < 0.5%. The exit benchmark (benchmarks/faults.py --cases
-# exit) runs 100 more exits after ``dataset()``, on every kind of workers, twice.
-NUM_EXITS = 63
+# 45 exits, 5 of each of the 9 kinds (until 0.4: 100, at least 11 of each; then 63; each
+# step ~10 s of CI time less). The hang this guards against struck about 1 exit in 3 of
+# these scripts (a 2 ms map_fn) in 0.2.0: 5 exits of a kind miss it with probability
+# (2/3)**5 < 14%, the 45 together with (2/3)**45 < 1e-7; a hang 4 times rarer (1 in 12, a
+# faster map_fn) is missed by all 45 with probability < 2%. The exit benchmark
+# (benchmarks/faults.py --cases exit) runs 100 more exits after ``dataset()``, on every
+# kind of workers, twice.
+NUM_EXITS = 45
 PARALLEL = 4
 # Seconds from a script's last line to the end of its process (and workers) beyond which
 # the exit counts as hung (their times: benchmarks/faults.py).
@@ -48,8 +49,8 @@ def _describe(results: list[dict]) -> str:
     )
 
 
-def test_exit_after_dataset_loop_or_fit_never_hangs_63_times(tmp_path):
-    """63 exits, 4 at a time, 7 of every consumer with every kind of workers: none takes
+def test_exit_after_dataset_loop_or_fit_never_hangs_45_times(tmp_path):
+    """45 exits, 4 at a time, 5 of every consumer with every kind of workers: none takes
     more than LIMIT seconds after the script's last line, each exits with status 0."""
     combos = itertools.cycle(itertools.product(CONSUMERS, WORKERS))
     jobs = [_job(tmp_path, n, *next(combos)) for n in range(NUM_EXITS)]
