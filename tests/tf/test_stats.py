@@ -23,8 +23,9 @@ _DATA = np.arange(64 * 3, dtype=np.float32).reshape(64, 3)
 
 
 def _loader(workers: Workers | None = None, **kwargs) -> ResumableLoader:
-    return ResumableLoader(_DATA, batch_size=4, seed=1, num_epochs=1, map_fn=fns.augment,
-                           workers=workers, **kwargs)
+    kwargs.setdefault("map_fn", fns.augment)
+    return ResumableLoader(_DATA, batch_size=4, seed=1, num_epochs=1, workers=workers,
+                           **kwargs)
 
 
 def test_for_loop_counts_every_stage_and_step_exactly():
@@ -79,8 +80,10 @@ def test_stats_table_and_dict_describe_the_same_figures():
 
 @pytest.mark.parametrize("kind", ["thread", "process"], ids=["threads", "processes"])
 def test_workers_counts_are_merged_across_workers(kind):
-    """Worker threads and processes each count their batches; the sums are exact."""
-    loader = _loader(Workers(2, kind=kind))
+    """Worker threads and processes each count their batches; the sums are exact. The
+    map_fn takes 2 ms a record: a worker busy with a task leaves the next to the other
+    (with a fast one, one thread made all 16 batches on a loaded machine)."""
+    loader = _loader(Workers(2, kind=kind), map_fn=fns.slow)
     _ = [b for b in loader]
     stats = loader.stats()
     mapped = stats.stage("map_fn")
