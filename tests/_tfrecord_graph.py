@@ -33,6 +33,19 @@ def lengths(batch: tf.Tensor, seeds: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return batch, tf.strings.length(batch) + tf.cast(seeds[:, 1], tf.int32)
 
 
+def dataset_error(made: ResumableLoader) -> str:
+    """The message of the error iterating `made.dataset()` raises: the source's
+    RecordError, carried through TensorFlow (not TensorFlow's own DataLossError)."""
+    try:
+        list(made.dataset())
+    except tf.errors.OpError as err:
+        message = str(err)
+    else:
+        raise AssertionError("the dataset() iteration raised no error")
+    assert "RecordError" in message and "DataLoss" not in message, message
+    return message
+
+
 def path(made: ResumableLoader) -> str:
     """The delivery path `made` took, as `describe()` names it."""
     return made.describe().split("path:")[0].split()[-1]
