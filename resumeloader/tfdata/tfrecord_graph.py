@@ -57,11 +57,12 @@ import numpy as np
 import optree
 import tensorflow as tf
 
-from resumeloader.core import exiting
+from resumeloader.core import blocks, exiting
 from resumeloader.handout import engine as engine_lib
 from resumeloader.sources import tfrecord
 from resumeloader.sources.storage import answers, fetch, handles
 from resumeloader.stages import blocks as block_stage
+from resumeloader.stages import sampler as sampler_stage
 from resumeloader.tfdata import columns as columns_lib
 from resumeloader.tfdata import delivery, graph, graph_batches, graph_order, graph_path
 from resumeloader.workers import checks, readahead
@@ -82,6 +83,13 @@ _FIELDS = ("files", "offsets", "counts", "head", "full", "tail", "carry", "head_
 #: checked one after the other); a slot stays taken only when its iteration was dropped
 #: between placing and checking a window (see `Spool`).
 SPOOL_SLOTS = 6
+#: The global shuffle's windows (and the natural order's): whole batches of about this
+#: many bytes of records, spooled (`TFRecordSource.spool_local`).
+WINDOW_BYTES = 8 << 20
+#: In such a window, records at most this many records apart in one file are read by
+#: one ``preadv`` with the records between (which TensorFlow's reader then reads too
+#: and the rows skip).
+GAP_RECORDS = 0
 
 
 class Spool:
@@ -182,7 +190,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         source, stage = pipeline.source, pipeline.index_stage
         if not (
             isinstance(source, tfrecord.TFRecordSource)
-            and isinstance(stage, block_stage.BlockStage)
+            and type(stage) in (block_stage.BlockStage, sampler_stage.SamplerStage)
             and stage.algorithm in graph_order.ALGORITHMS
             # strings read as one packed column: a plain fixed-size batch stage, no record
             # or batch map stages
@@ -194,12 +202,18 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         ):
             return False
         files = source.local_files()
+        mean = source.mean_record_bytes() or 0.0
+        if not isinstance(stage, block_stage.BlockStage):
+            # The global shuffle (or the natural order) of local files with checksums
+            # checked: each window's records spooled into a memfd file.
+            records = _window_records(plan.layout.batch_size, mean)
+            return (files is not None and Spool.available()
+                    and (READ_AHEAD + 1) * records * mean <= tfrecord.HELD_BYTES)
         # Local files with checksums checked (TensorFlow's reader checks them), or objects
         # only, read by blocks, with checksums checked, spooled into memfd files.
         if files is None and not (source.spoolable() and Spool.available()):
             return False
         # Windows read ahead are held whole: at most what the source holds read by blocks.
-        mean = source.mean_record_bytes() or 0.0
         return (READ_AHEAD + 1) * stage.chunk_records * stage.window_chunks * mean <= (
             tfrecord.HELD_BYTES)
 
@@ -213,29 +227,39 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         self._files = source.local_files()
         self._spool: Spool | None = None
         self._names = np.zeros(0, dtype=object)
-        if self._files is None:
-            assert source.spoolable()
-            self._spool = Spool()
+        stage = plan.pipeline.index_stage
+        #: The block order; None for the global shuffle (or the natural order), whose
+        #: windows of positions are spooled from local files (`_spooled_local`).
+        self._order: blocks.BlockOrder | None = None
+        # The buffers the local spool reads into, reused (`TFRecordSource.spool_local`).
+        self._buffers: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        if isinstance(stage, block_stage.BlockStage):
+            self._order = stage.order(plan.pipeline.seed)
+            self._window_records = self._order.window_records
         else:
+            mean = source.mean_record_bytes() or 0.0
+            self._window_records = _window_records(plan.layout.batch_size, mean)
+        if self._files is None or self._order is None:
+            assert self._files is not None or source.spoolable()
+            self._spool = Spool()
+        if self._files is not None:
             self._names = np.array(self._files.paths, dtype=object)
         # Objects' read-ahead: the next window's blocks announced when a window is
         # placed (again when it is checked if the budget was full), within the source's
         # budget, or for "auto" the one the loader chooses (as `readahead.hinted` does).
         self._budget: readahead.AutoBudget | None = None
         self._pending: np.ndarray | None = None
-        if self._spool is not None:
+        if self._files is None:
             limit, cache = source.readahead()
             if limit == readahead.AUTO:
                 self._budget = readahead.AutoBudget(cache_bytes=cache, memory=None,
                                                     board=engine.board)
-        stage = plan.pipeline.index_stage
-        assert isinstance(stage, block_stage.BlockStage)
-        self._order = stage.order(plan.pipeline.seed)
         layout = plan.layout
         per, size = layout.records_per_epoch, layout.batch_size
         #: Positions of an epoch that batches hold (a dropped remainder left out).
         self._usable = per - per % size if layout.drop_remainder else per
-        self._windows_per_epoch = -(-self._usable // self._order.window_records)
+        self._windows_per_epoch = -(-self._usable // self._window_records)
         self._metadata = (graph_batches.GraphBatches(plan).metadata
                           if self.finisher.seeded else None)
         # As the graph path's, a window being its chunk.
@@ -264,13 +288,13 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         offset = position % self.engine.plan.layout.records_per_epoch
         if offset >= self._usable:
             return 0
-        return self._windows_per_epoch - offset // self._order.window_records
+        return self._windows_per_epoch - offset // self._window_records
 
     def window_place(self, position: int, number: int) -> tuple[int, int, int, int]:
         """Window `number` of the iteration from normalised `position`: its epoch, its
         number in the epoch and the positions ``[low, high)`` of the epoch it gives."""
         per = self.engine.plan.layout.records_per_epoch
-        size = self._order.window_records
+        size = self._window_records
         epoch, offset = divmod(position, per)
         first = self._first_windows(position)
         if number < first:
@@ -310,7 +334,9 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         epoch, window, low, high = self.window_place(position, number)
         firsts, lasts = self._chunks(epoch, window)
         slot = token = -1
-        if self._files is not None:
+        if self._order is None:
+            runs, names, slot, token = self._spooled_local(epoch, window, firsts, lasts)
+        elif self._files is not None:
             runs = _runs(self._files, firsts, lasts)
             names = self._names[runs[0]]
         else:
@@ -373,6 +399,30 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         runs = (one, one, np.array([int((lasts - firsts).sum())], np.int64))
         return runs, np.array([self._spool.path(slot)], dtype=object), slot, token
 
+    def _spooled_local(self, epoch: int, window: int, firsts: np.ndarray, lasts: np.ndarray
+                       ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray, int, int]:
+        """`_spooled` of local files (the global shuffle): the window's records read by
+        runs (`TFRecordSource.spool_local`) into a spool slot, in record order."""
+        assert self._spool is not None
+        slot, token, fd = self._spool.take()
+        with self._lock:
+            buffer = self._buffers.pop() if self._buffers else None
+        try:
+            written, buffer = self._source.spool_local(firsts, lasts, fd, buffer)
+        except handles.StaleFileError as err:
+            self._spool.give_back(slot, token)
+            self._read_again(None, epoch, window, firsts, lasts, err)
+        finally:
+            if buffer is not None:
+                with self._lock:
+                    self._buffers.append(buffer)
+        if written is None:
+            self._spool.give_back(slot, token)
+            self._read_again(None, epoch, window, firsts, lasts, None)
+        one = np.zeros(1, np.int64)
+        runs = (one, one, np.array([int((lasts - firsts).sum())], np.int64))
+        return runs, np.array([self._spool.path(slot)], dtype=object), slot, token
+
     def _announce(self, epoch: int | None = None, window: int | None = None) -> None:
         """Starts the GETs of window `window` of `epoch` (`TFRecordSource.prefetch` of a
         record of each of its blocks); when the read-ahead budget is full, they are asked
@@ -395,9 +445,27 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         """The first record and the record after the last of each chunk of window
         `window` of `epoch`, in record order."""
         order = self._order
+        if order is None:
+            return self._records(epoch, window)
         chunks = np.sort(np.asarray(order.window_chunk_ids(epoch, window), np.int64))
         firsts = chunks * order.chunk_records
         return firsts, np.minimum(firsts + order.chunk_records, order.num_records)
+
+    def _records(self, epoch: int, window: int) -> tuple[np.ndarray, np.ndarray]:
+        """`_chunks` of the global shuffle (or the natural order): the window's records,
+        sorted, neighbours (and records at most `GAP_RECORDS` apart in one file) merged
+        into ranges."""
+        size = self._window_records
+        low = window * size
+        indices = np.unique(self.engine.plan.indices(epoch, low, min(low + size, self._usable)))
+        if not len(indices):
+            return indices, indices
+        assert self._files is not None
+        files = np.searchsorted(self._files.ends, indices, side="right")
+        apart = (indices[1:] - indices[:-1] > GAP_RECORDS + 1) | (files[1:] != files[:-1])
+        begins = np.concatenate([[0], np.flatnonzero(apart) + 1])
+        ends = np.append(begins[1:], len(indices))
+        return indices[begins], indices[ends - 1] + 1
 
     def check_window(self, found: int, files: np.ndarray, epoch: int, window: int,
                      slot: int = -1, token: int = -1) -> bool:
@@ -444,26 +512,53 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             RuntimeError: the source read every record.
         """
         expected = int((lasts - firsts).sum())
-        indices = np.concatenate([np.arange(a, b, dtype=np.int64)
-                                  for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True)])
         start = (epoch * self.engine.plan.layout.records_per_epoch
-                 + window * self._order.window_records)
-        try:
-            self._source.read_batch(indices)
-        except Exception as err:
-            raise checks.batch_error("read_batch", err, indices, epoch, start) from err
+                 + window * self._window_records)
+        if self._order is None:
+            self._read_by_batches(epoch, window)
+        else:
+            indices = np.concatenate([
+                np.arange(a, b, dtype=np.int64)
+                for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True)])
+            try:
+                self._source.read_batch(indices)
+            except Exception as err:
+                raise checks.batch_error("read_batch", err, indices, epoch, start) from err
         what = f"TensorFlow's TFRecord reader read {found} of the {expected} records"
+        kind = "objects' blocks" if self._files is None else "files' runs"
         if failed is not None:
-            what = (f"Reading the objects' blocks of the {expected} records failed "
+            what = (f"Reading the {kind} of the {expected} records failed "
                     f"({type(failed).__name__}: {failed})")
         elif found is None:
-            what = f"A block of the {expected} records was shorter than indexed"
+            what = f"A {kind[:-3]} of the {expected} records was shorter than indexed"
+        shown = ", ".join(map(str, firsts[:8].tolist())) + (", ..." if len(firsts) > 8 else "")
         msg = (
-            f"{what} of window {window} of epoch {epoch} (records {firsts.tolist()} "
-            f"onwards, by chunk), which {self._source.description} reads whole. Read "
+            f"{what} of window {window} of epoch {epoch} (records [{shown}] "
+            f"onwards, by range), which {self._source.description} reads whole. Read "
             "again, or take the read_batch path (e.g. `Workers(1)`) for this pipeline."
         )
         raise RuntimeError(msg) from failed
+
+    def _read_by_batches(self, epoch: int, window: int) -> None:
+        """Reads window `window` of `epoch` of the global shuffle (or the natural order)
+        batch by batch, as the ``read_batch`` path reads it (`TFRecordSource.read_packed`),
+        so that a failing record raises that path's error.
+
+        Raises:
+            RecordError: a record failed its checks (the source's error as its cause).
+        """
+        plan = self.engine.plan
+        size = plan.layout.batch_size
+        low = window * self._window_records
+        high = min(low + self._window_records, self._usable)
+        base = epoch * plan.layout.records_per_epoch
+        for start in range(low, high, size):
+            indices = plan.indices(epoch, start, min(start + size, high))
+            try:
+                self._source.read_packed(indices)
+            except Exception as err:
+                raise checks.batch_error("read_batch", err, indices, epoch,
+                                         base + start) from err
 
     # -- the dataset ---------------------------------------------------------------------
     def dataset(
@@ -609,7 +704,11 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         record = self.engine.producer.spec.describe()
         how = ("each window's chunks read by TensorFlow's TFRecord reader from their byte "
                "offsets (TFRecordDatasetV2, CRC32C checked)")
-        if self._spool is not None:
+        if self._order is None:
+            how = (f"each window of {self._window_records} positions: its records, sorted, "
+                   "read by runs (one preadv each) into a memfd file, read by TensorFlow's "
+                   "TFRecord reader (TFRecordDatasetV2, CRC32C checked)")
+        elif self._spool is not None:
             how = ("each window's chunks spooled from the object store (their blocks' GETs "
                    "through the span cache, the next window's started ahead) into a memfd "
                    "file, read by TensorFlow's TFRecord reader (TFRecordDatasetV2, CRC32C "
@@ -625,6 +724,13 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             ("map", f"tf.gather(window records, rows), {mapped}", self.batch_text(),
              "recomputed"),
         ]
+
+
+def _window_records(batch_size: int, mean_record_bytes: float) -> int:
+    """The positions of a window of the global shuffle (or the natural order): whole
+    batches of about `WINDOW_BYTES` of records, at least one batch."""
+    batches = int(WINDOW_BYTES / max(mean_record_bytes, 1.0)) // batch_size
+    return max(1, batches) * batch_size
 
 
 def _runs(files: tfrecord.LocalFiles, firsts: np.ndarray, lasts: np.ndarray
