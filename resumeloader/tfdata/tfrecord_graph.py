@@ -86,10 +86,6 @@ SPOOL_SLOTS = 6
 #: The global shuffle's windows (and the natural order's): whole batches of about this
 #: many bytes of records, spooled (`TFRecordSource.spool_local`).
 WINDOW_BYTES = 8 << 20
-#: In such a window, records at most this many records apart in one file are read by
-#: one ``preadv`` with the records between (which TensorFlow's reader then reads too
-#: and the rows skip).
-GAP_RECORDS = 0
 
 
 class Spool:
@@ -234,6 +230,8 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         # The buffers the local spool reads into, reused (`TFRecordSource.spool_local`).
         self._buffers: list[np.ndarray] = []
         self._lock = threading.Lock()
+        # The last windows' records (`_records`), by (epoch, window, first position).
+        self._recent: dict[tuple[int, int, int], tuple[np.ndarray, ...]] = {}
         if isinstance(stage, block_stage.BlockStage):
             self._order = stage.order(plan.pipeline.seed)
             self._window_records = self._order.window_records
@@ -324,7 +322,8 @@ class TFRecordGraphPath(delivery.DeliveryPath):
           for the metadata (empty when no metadata is needed);
         * ``where``: its epoch, its records, `serial`, whether it has a head and a tail
           batch, whether the rows carried in go on (no batch ends here), its batches,
-          its number in its epoch, and its spool slot and token (-1 for local files).
+          its number in its epoch, its spool slot and token (-1 for local files read
+          where they lie) and its first position (`low`: the iteration may begin in it).
 
         The rows are those of the plan's own NumPy order (`Plan.indices`).
         """
@@ -332,10 +331,10 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         layout = plan.layout
         size = layout.batch_size
         epoch, window, low, high = self.window_place(position, number)
-        firsts, lasts = self._chunks(epoch, window)
+        firsts, lasts = self._chunks(epoch, window, low)
         slot = token = -1
         if self._order is None:
-            runs, names, slot, token = self._spooled_local(epoch, window, firsts, lasts)
+            runs, names, slot, token = self._spooled_local(epoch, window, firsts, lasts, low)
         elif self._files is not None:
             runs = _runs(self._files, firsts, lasts)
             names = self._names[runs[0]]
@@ -344,7 +343,8 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             if number + 1 < windows:
                 self._announce(*self.window_place(position, number + 1)[:2])
         before = np.concatenate([[0], np.cumsum(lasts - firsts)])
-        indices = plan.indices(epoch, low, high)
+        indices = (plan.indices(epoch, low, high) if self._order is not None
+                   else self._records(epoch, window, low)[0])
         at = np.searchsorted(firsts, indices, side="right") - 1
         rows = before[at] + indices - firsts[at]
         carried = low % size  # rows of a batch begun in the windows before
@@ -375,7 +375,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             meta = [every[:cut], every[cut : cut + full], every[cut + full :],
                     epoch * layout.records_per_epoch + first + starts]
         where = np.array([epoch, int(before[-1]), serial, has_head, has_tail, keep, batches,
-                          window, slot, token], np.int64)
+                          window, slot, token, low], np.int64)
         return [*runs, rows[:head] if has_head else empty, rest[:full], tail, carry, *meta,
                 where, names]
 
@@ -399,8 +399,9 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         runs = (one, one, np.array([int((lasts - firsts).sum())], np.int64))
         return runs, np.array([self._spool.path(slot)], dtype=object), slot, token
 
-    def _spooled_local(self, epoch: int, window: int, firsts: np.ndarray, lasts: np.ndarray
-                       ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray, int, int]:
+    def _spooled_local(self, epoch: int, window: int, firsts: np.ndarray, lasts: np.ndarray,
+                       low: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray],
+                                          np.ndarray, int, int]:
         """`_spooled` of local files (the global shuffle): the window's records read by
         runs (`TFRecordSource.spool_local`) into a spool slot, in record order."""
         assert self._spool is not None
@@ -411,14 +412,14 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             written, buffer = self._source.spool_local(firsts, lasts, fd, buffer)
         except handles.StaleFileError as err:
             self._spool.give_back(slot, token)
-            self._read_again(None, epoch, window, firsts, lasts, err)
+            self._read_again(None, epoch, window, firsts, lasts, err, low=low)
         finally:
             if buffer is not None:
                 with self._lock:
                     self._buffers.append(buffer)
         if written is None:
             self._spool.give_back(slot, token)
-            self._read_again(None, epoch, window, firsts, lasts, None)
+            self._read_again(None, epoch, window, firsts, lasts, None, low=low)
         one = np.zeros(1, np.int64)
         runs = (one, one, np.array([int((lasts - firsts).sum())], np.int64))
         return runs, np.array([self._spool.path(slot)], dtype=object), slot, token
@@ -441,34 +442,47 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         if done:
             self._pending = None
 
-    def _chunks(self, epoch: int, window: int) -> tuple[np.ndarray, np.ndarray]:
+    def _chunks(self, epoch: int, window: int, low: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """The first record and the record after the last of each chunk of window
-        `window` of `epoch`, in record order."""
+        `window` of `epoch`, in record order; of the global shuffle (or the natural
+        order), those of its positions from `low` on (`_records`)."""
         order = self._order
         if order is None:
-            return self._records(epoch, window)
+            return self._records(epoch, window, low)[1:]
         chunks = np.sort(np.asarray(order.window_chunk_ids(epoch, window), np.int64))
         firsts = chunks * order.chunk_records
         return firsts, np.minimum(firsts + order.chunk_records, order.num_records)
 
-    def _records(self, epoch: int, window: int) -> tuple[np.ndarray, np.ndarray]:
-        """`_chunks` of the global shuffle (or the natural order): the window's records,
-        sorted, neighbours (and records at most `GAP_RECORDS` apart in one file) merged
-        into ranges."""
+    def _records(self, epoch: int, window: int, low: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The global shuffle's (or the natural order's) window `window` of `epoch` from
+        position `low` of the epoch on (the iteration's first window may begin inside
+        it): its record indices (the plan's order, `Plan.indices`) and, as `_chunks`
+        gives them, its records sorted, neighbours in one file merged into ranges. The
+        last few are kept: a window is placed, then checked."""
+        key = (epoch, window, low)
+        with self._lock:
+            found = self._recent.get(key)
+        if found is not None:
+            return found
         size = self._window_records
-        low = window * size
-        indices = np.unique(self.engine.plan.indices(epoch, low, min(low + size, self._usable)))
-        if not len(indices):
-            return indices, indices
+        high = min((window + 1) * size, self._usable)
+        indices = self.engine.plan.indices(epoch, max(low, window * size), high)
+        records = np.unique(indices)
         assert self._files is not None
-        files = np.searchsorted(self._files.ends, indices, side="right")
-        apart = (indices[1:] - indices[:-1] > GAP_RECORDS + 1) | (files[1:] != files[:-1])
-        begins = np.concatenate([[0], np.flatnonzero(apart) + 1])
-        ends = np.append(begins[1:], len(indices))
-        return indices[begins], indices[ends - 1] + 1
+        files = np.searchsorted(self._files.ends, records, side="right")
+        apart = (records[1:] - records[:-1] != 1) | (files[1:] != files[:-1])
+        begins = np.flatnonzero(np.concatenate([[len(records) > 0], apart]))
+        ends = np.append(begins[1:], len(records))
+        found = (indices, records[begins], records[ends - 1] + 1)
+        with self._lock:
+            self._recent[key] = found
+            while len(self._recent) > 2 * (READ_AHEAD + 1):
+                del self._recent[next(iter(self._recent))]
+        return found
 
     def check_window(self, found: int, files: np.ndarray, epoch: int, window: int,
-                     slot: int = -1, token: int = -1) -> bool:
+                     slot: int = -1, token: int = -1, low: int = 0) -> bool:
         """Checks that TensorFlow's reader found all the window's records (`found`) and
         that none of its `files` changed since the source was built (one ``stat``
         each), or, spooled, that its spool `slot` was not reclaimed since it was taken
@@ -480,7 +494,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             RuntimeError: TensorFlow's reader failed where the source reads every record,
                 or the window's spool slot was reclaimed under it.
         """
-        firsts, lasts = self._chunks(epoch, window)
+        firsts, lasts = self._chunks(epoch, window, low)
         expected = int((lasts - firsts).sum())
         if self._spool is not None:
             if not self._spool.give_back(slot, token):
@@ -497,11 +511,12 @@ class TFRecordGraphPath(delivery.DeliveryPath):
                 return True
         elif found == expected and self._files is not None and not self._files.changed(files):
             return True
-        self._read_again(found, epoch, window, firsts, lasts, None)
+        self._read_again(found, epoch, window, firsts, lasts, None, low=low)
         return False
 
     def _read_again(self, found: int | None, epoch: int, window: int, firsts: np.ndarray,
-                    lasts: np.ndarray, failed: BaseException | None) -> NoReturn:
+                    lasts: np.ndarray, failed: BaseException | None, *, low: int = 0
+                    ) -> NoReturn:
         """Reads the window with the source (after TensorFlow's reader found `found` of
         its records, or its objects' reads failed with `failed`, or a block was short),
         which raises its error naming the file, the record and its byte offset; if the
@@ -515,7 +530,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         start = (epoch * self.engine.plan.layout.records_per_epoch
                  + window * self._window_records)
         if self._order is None:
-            self._read_by_batches(epoch, window)
+            self._read_by_batches(epoch, window, low)
         else:
             indices = np.concatenate([
                 np.arange(a, b, dtype=np.int64)
@@ -539,21 +554,22 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         )
         raise RuntimeError(msg) from failed
 
-    def _read_by_batches(self, epoch: int, window: int) -> None:
+    def _read_by_batches(self, epoch: int, window: int, low: int) -> None:
         """Reads window `window` of `epoch` of the global shuffle (or the natural order)
-        batch by batch, as the ``read_batch`` path reads it (`TFRecordSource.read_packed`),
-        so that a failing record raises that path's error.
+        from position `low` on, batch by batch (cut from the epoch's start), as the
+        ``read_batch`` path reads it (`TFRecordSource.read_packed`), so that a failing
+        record raises that path's error.
 
         Raises:
             RecordError: a record failed its checks (the source's error as its cause).
         """
         plan = self.engine.plan
         size = plan.layout.batch_size
-        low = window * self._window_records
-        high = min(low + self._window_records, self._usable)
+        high = min((window + 1) * self._window_records, self._usable)
+        low = max(low, window * self._window_records)
         base = epoch * plan.layout.records_per_epoch
-        for start in range(low, high, size):
-            indices = plan.indices(epoch, start, min(start + size, high))
+        for start in [low, *range(low - low % size + size, high, size)]:
+            indices = plan.indices(epoch, start, min(start - start % size + size, high))
             try:
                 self._source.read_packed(indices)
             except Exception as err:
@@ -612,7 +628,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             records = found.take(1).get_single_element()
             good = tf.numpy_function(
                 check, [tf.size(records, out_type=tf.int64), window["files"], where[0],
-                        where[7], where[8], where[9]], tf.bool, stateful=True)
+                        where[7], where[8], where[9], where[10]], tf.bool, stateful=True)
             with tf.control_dependencies([good]):
                 window["records"] = tf.identity(records)
             # Only what the batches need goes on (each value is one more op per call).
@@ -761,6 +777,6 @@ def _window_at(path: TFRecordGraphPath, position: Any, number: Any, serial: Any,
 
 
 def _check_window(path: TFRecordGraphPath, found: Any, files: Any, epoch: Any, window: Any,
-                  slot: Any, token: Any) -> np.ndarray:
+                  slot: Any, token: Any, low: Any) -> np.ndarray:
     return np.array(path.check_window(int(found), files, int(epoch), int(window), int(slot),
-                                      int(token)))
+                                      int(token), int(low)))
