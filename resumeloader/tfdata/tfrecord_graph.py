@@ -202,7 +202,8 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         if not isinstance(stage, block_stage.BlockStage):
             # The global shuffle (or the natural order) of local files with checksums
             # checked: each window's records spooled into a memfd file.
-            records = _window_records(plan.layout.batch_size, mean)
+            records = _window_records(plan.layout.batch_size, mean,
+                                      plan.layout.records_per_epoch)
             return (files is not None and Spool.available()
                     and (READ_AHEAD + 1) * records * mean <= tfrecord.HELD_BYTES)
         # Local files with checksums checked (TensorFlow's reader checks them), or objects
@@ -237,7 +238,8 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             self._window_records = self._order.window_records
         else:
             mean = source.mean_record_bytes() or 0.0
-            self._window_records = _window_records(plan.layout.batch_size, mean)
+            self._window_records = _window_records(
+                plan.layout.batch_size, mean, plan.layout.records_per_epoch)
         if self._files is None or self._order is None:
             assert self._files is not None or source.spoolable()
             self._spool = Spool()
@@ -742,11 +744,11 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         ]
 
 
-def _window_records(batch_size: int, mean_record_bytes: float) -> int:
+def _window_records(batch_size: int, mean_record_bytes: float, per_epoch: int) -> int:
     """The positions of a window of the global shuffle (or the natural order): whole
-    batches of about `WINDOW_BYTES` of records, at least one batch."""
+    batches of about `WINDOW_BYTES` of records, at least one batch, at most the epoch."""
     batches = int(WINDOW_BYTES / max(mean_record_bytes, 1.0)) // batch_size
-    return max(1, batches) * batch_size
+    return max(1, min(batches, -(-per_epoch // batch_size))) * batch_size
 
 
 def _runs(files: tfrecord.LocalFiles, firsts: np.ndarray, lasts: np.ndarray
