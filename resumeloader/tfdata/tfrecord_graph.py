@@ -84,8 +84,11 @@ _FIELDS = ("files", "offsets", "counts", "head", "full", "tail", "carry", "head_
 #: between placing and checking a window (see `Spool`).
 SPOOL_SLOTS = 6
 #: The global shuffle's windows (and the natural order's): whole batches of about this
-#: many bytes of records, spooled (`TFRecordSource.spool_local`).
+#: many bytes of records, spooled (`TFRecordSource.spool_local`), and at most
+#: `WINDOW_RECORDS` records (a restore reads the rest of its window before its first
+#: batch).
 WINDOW_BYTES = 8 << 20
+WINDOW_RECORDS = 8192
 
 
 class Spool:
@@ -746,8 +749,10 @@ class TFRecordGraphPath(delivery.DeliveryPath):
 
 def _window_records(batch_size: int, mean_record_bytes: float, per_epoch: int) -> int:
     """The positions of a window of the global shuffle (or the natural order): whole
-    batches of about `WINDOW_BYTES` of records, at least one batch, at most the epoch."""
-    batches = int(WINDOW_BYTES / max(mean_record_bytes, 1.0)) // batch_size
+    batches of about `WINDOW_BYTES` of records and at most `WINDOW_RECORDS` records, at
+    least one batch, at most the epoch."""
+    records = min(WINDOW_BYTES / max(mean_record_bytes, 1.0), WINDOW_RECORDS)
+    batches = int(records) // batch_size
     return max(1, min(batches, -(-per_epoch // batch_size))) * batch_size
 
 
