@@ -393,6 +393,8 @@ class TFRecordSource(file_records.FileRecordSource):
         Raises:
             StaleFileError: a file changed since it was indexed.
         """
+        if not len(firsts):
+            return 0, buffer if buffer is not None else np.empty(0, dtype=np.uint8)
         files = np.searchsorted(self._ends, firsts, side="right")
         begins = self._offsets[firsts]
         ends = self._spans(files, lasts - 1 - self._starts[files])[1]

@@ -1,4 +1,4 @@
-"""The ``tfrecord_graph`` path: TFRecord files or objects in the block order, read by TensorFlow.
+"""The ``tfrecord_graph`` path: TFRecord files or objects read by TensorFlow a window at a time.
 
 A pipeline of nothing but a `TFRecordSource` of local files (the records' bytes), the
 block order (`resumeloader.core.blocks`), fixed-size batches (tensor stages after the
@@ -36,6 +36,17 @@ checking framing and CRC32C. Placing a window starts the GETs of the next one
 ``read_batch`` path: `resumeloader.workers.readahead`), so that its bytes arrive while
 this one is batched. A failed GET, a changed object or a short block reads the window
 by the source, which raises its error naming the object and the record.
+
+Local files in the global shuffle (or the natural order: the sampler's orders,
+`resumeloader.stages.sampler`) take the path too. Their window is whole batches of
+positions (about `WINDOW_BYTES` of records, at most `WINDOW_RECORDS`), from the
+iteration's position on; placing it reads its records, sorted by file and offset,
+neighbours merged, by one ``preadv`` per run into a reused buffer, written into a spool
+slot by one ``pwrite`` (`TFRecordSource.spool_local`): no CRC32C call, no ``bytes`` per
+record and no ``from_generator`` hand-off in Python, TensorFlow's reader checking every
+record. A window that fails (a short read, a changed file, a record TensorFlow's reader
+refuses) is read again batch by batch as the ``read_batch`` path reads it
+(`TFRecordSource.read_packed`), which raises that path's error word for word.
 
 The ledger sees an iteration as it sees the ``graph`` path's (`stream.Counter`): once
 per window the graph checks that the iteration was not superseded and adds the window's
