@@ -245,7 +245,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         # The buffers the local spool reads into, reused (`TFRecordSource.spool_local`).
         self._buffers: list[np.ndarray] = []
         self._lock = threading.Lock()
-        # The last windows' records (`_records`), by (epoch, window, first position).
+        # The last windows' records (`_records`), by (epoch, positions).
         self._recent: dict[tuple[int, int, int], tuple[np.ndarray, ...]] = {}
         if isinstance(stage, block_stage.BlockStage):
             self._order = stage.order(plan.pipeline.seed)
@@ -297,12 +297,37 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         later = layout.num_epochs - position // layout.records_per_epoch - 1
         return first + max(0, later) * self._windows_per_epoch
 
+    def _cut(self, start: int, epoch: int) -> tuple[int, int]:
+        """How the iteration from normalised position `start` cuts `epoch` into batches:
+        where they begin (the first position of a batch, modulo the batch size) and the
+        positions of the epoch they hold (`Layout`: a batch begins at the position an
+        iteration starts from, any position of a state of another batch size; with
+        ``drop_remainder`` the short batch left at the epoch's end is dropped)."""
+        layout = self.engine.plan.layout
+        per, size = layout.records_per_epoch, layout.batch_size
+        first, offset = divmod(start, per)
+        if epoch != first or not offset % size:
+            return 0, self._usable
+        usable = per - (per - offset) % size if layout.drop_remainder else per
+        return offset % size, usable
+
+    def _bounds(self, start: int, epoch: int, window: int) -> tuple[int, int]:
+        """The positions ``[low, high)`` of `epoch` that window `window` gives to the
+        iteration from normalised `start`."""
+        per = self.engine.plan.layout.records_per_epoch
+        size = self._window_records
+        low = window * size
+        if epoch == start // per:
+            low = max(low, start % per)
+        return low, min((window + 1) * size, self._cut(start, epoch)[1])
+
     def _first_windows(self, position: int) -> int:
         """The windows of `position`'s epoch from the one holding it."""
         offset = position % self.engine.plan.layout.records_per_epoch
-        if offset >= self._usable:
+        usable = self._cut(position, position // self.engine.plan.layout.records_per_epoch)[1]
+        if offset >= usable:
             return 0
-        return self._windows_per_epoch - offset // self._window_records
+        return -(-usable // self._window_records) - offset // self._window_records
 
     def window_place(self, position: int, number: int) -> tuple[int, int, int, int]:
         """Window `number` of the iteration from normalised `position`: its epoch, its
@@ -313,12 +338,10 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         first = self._first_windows(position)
         if number < first:
             window = offset // size + number
-            low = max(window * size, offset)
         else:
             later, window = divmod(number - first, self._windows_per_epoch)
             epoch += 1 + later
-            low = window * size
-        return epoch, window, low, min((window + 1) * size, self._usable)
+        return (epoch, window, *self._bounds(position, epoch, window))
 
     def window_at(self, position: int, number: int, serial: int, windows: int
                   ) -> list[np.ndarray]:
@@ -339,7 +362,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         * ``where``: its epoch, its records, `serial`, whether it has a head and a tail
           batch, whether the rows carried in go on (no batch ends here), its batches,
           its number in its epoch, its spool slot and token (-1 for local files read
-          where they lie) and its first position (`low`: the iteration may begin in it).
+          where they lie) and the iteration's `position`.
 
         The rows are those of the plan's own NumPy order (`Plan.indices`).
         """
@@ -347,10 +370,11 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         layout = plan.layout
         size = layout.batch_size
         epoch, window, low, high = self.window_place(position, number)
-        firsts, lasts = self._chunks(epoch, window, low)
+        firsts, lasts = self._chunks(epoch, window, position)
         slot = token = -1
         if self._order is None:
-            runs, names, slot, token = self._spooled_local(epoch, window, firsts, lasts, low)
+            runs, names, slot, token = self._spooled_local(epoch, window, firsts, lasts,
+                                                           position)
         elif self._files is not None:
             runs = _runs(self._files, firsts, lasts)
             names = self._names[runs[0]]
@@ -360,12 +384,13 @@ class TFRecordGraphPath(delivery.DeliveryPath):
                 self._announce(*self.window_place(position, number + 1)[:2])
         before = np.concatenate([[0], np.cumsum(lasts - firsts)])
         indices = (plan.indices(epoch, low, high) if self._order is not None
-                   else self._records(epoch, window, low)[0])
+                   else self._records(epoch, window, position)[0])
         at = np.searchsorted(firsts, indices, side="right") - 1
         rows = before[at] + indices - firsts[at]
-        carried = low % size  # rows of a batch begun in the windows before
+        phase, usable = self._cut(position, epoch)
+        carried = (low - phase) % size  # rows of a batch begun in the windows before
         head = min((size - carried) % size, high - low)
-        epoch_end = high == self._usable
+        epoch_end = high == usable
         empty = rows[:0]
         has_head = bool(carried) and (carried + head == size or epoch_end)
         keep = bool(carried) and not has_head  # the batch goes on past this window
@@ -391,7 +416,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             meta = [every[:cut], every[cut : cut + full], every[cut + full :],
                     epoch * layout.records_per_epoch + first + starts]
         where = np.array([epoch, int(before[-1]), serial, has_head, has_tail, keep, batches,
-                          window, slot, token, low], np.int64)
+                          window, slot, token, position], np.int64)
         return [*runs, rows[:head] if has_head else empty, rest[:full], tail, carry, *meta,
                 where, names]
 
@@ -416,8 +441,8 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         return runs, np.array([self._spool.path(slot)], dtype=object), slot, token
 
     def _spooled_local(self, epoch: int, window: int, firsts: np.ndarray, lasts: np.ndarray,
-                       low: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray],
-                                          np.ndarray, int, int]:
+                       start: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray],
+                                            np.ndarray, int, int]:
         """`_spooled` of local files (the global shuffle): the window's records read by
         runs (`TFRecordSource.spool_local`) into a spool slot, in record order."""
         assert self._spool is not None
@@ -428,14 +453,14 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             written, buffer = self._source.spool_local(firsts, lasts, fd, buffer)
         except handles.StaleFileError as err:
             self._spool.give_back(slot, token)
-            self._read_again(None, epoch, window, firsts, lasts, err, low=low)
+            self._read_again(None, epoch, window, firsts, lasts, err, start=start)
         finally:
             if buffer is not None:
                 with self._lock:
                     self._buffers.append(buffer)
         if written is None:
             self._spool.give_back(slot, token)
-            self._read_again(None, epoch, window, firsts, lasts, None, low=low)
+            self._read_again(None, epoch, window, firsts, lasts, None, start=start)
         one = np.zeros(1, np.int64)
         runs = (one, one, np.array([int((lasts - firsts).sum())], np.int64))
         return runs, np.array([self._spool.path(slot)], dtype=object), slot, token
@@ -458,32 +483,33 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         if done:
             self._pending = None
 
-    def _chunks(self, epoch: int, window: int, low: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def _chunks(self, epoch: int, window: int, start: int = 0
+                ) -> tuple[np.ndarray, np.ndarray]:
         """The first record and the record after the last of each chunk of window
         `window` of `epoch`, in record order; of the global shuffle (or the natural
-        order), those of its positions from `low` on (`_records`)."""
+        order), those of the positions it gives the iteration from `start` (`_records`)."""
         order = self._order
         if order is None:
-            return self._records(epoch, window, low)[1:]
+            return self._records(epoch, window, start)[1:]
         chunks = np.sort(np.asarray(order.window_chunk_ids(epoch, window), np.int64))
         firsts = chunks * order.chunk_records
         return firsts, np.minimum(firsts + order.chunk_records, order.num_records)
 
-    def _records(self, epoch: int, window: int, low: int
+    def _records(self, epoch: int, window: int, start: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The global shuffle's (or the natural order's) window `window` of `epoch` from
-        position `low` of the epoch on (the iteration's first window may begin inside
-        it): its record indices (the plan's order, `Plan.indices`) and, as `_chunks`
-        gives them, its records sorted, neighbours in one file merged into ranges. The
-        last few are kept: a window is placed, then checked."""
-        key = (epoch, window, low)
+        """The global shuffle's (or the natural order's) window `window` of `epoch`, the
+        positions it gives the iteration from `start` (`_bounds`: the iteration's first
+        window may begin inside it): their record indices (the plan's order,
+        `Plan.indices`) and, as `_chunks` gives them, their records sorted, neighbours in
+        one file merged into ranges. The last few are kept: a window is placed, then
+        checked."""
+        low, high = self._bounds(start, epoch, window)
+        key = (epoch, low, high)
         with self._lock:
             found = self._recent.get(key)
         if found is not None:
             return found
-        size = self._window_records
-        high = min((window + 1) * size, self._usable)
-        indices = self.engine.plan.indices(epoch, max(low, window * size), high)
+        indices = self.engine.plan.indices(epoch, low, high)
         records = np.unique(indices)
         assert self._files is not None
         files = np.searchsorted(self._files.ends, records, side="right")
@@ -498,7 +524,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         return found
 
     def check_window(self, found: int, files: np.ndarray, epoch: int, window: int,
-                     slot: int = -1, token: int = -1, low: int = 0) -> bool:
+                     slot: int = -1, token: int = -1, start: int = 0) -> bool:
         """Checks that TensorFlow's reader found all the window's records (`found`) and
         that none of its `files` changed since the source was built (one ``stat``
         each), or, spooled, that its spool `slot` was not reclaimed since it was taken
@@ -510,7 +536,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             RuntimeError: TensorFlow's reader failed where the source reads every record,
                 or the window's spool slot was reclaimed under it.
         """
-        firsts, lasts = self._chunks(epoch, window, low)
+        firsts, lasts = self._chunks(epoch, window, start)
         expected = int((lasts - firsts).sum())
         if self._spool is not None:
             if not self._spool.give_back(slot, token):
@@ -527,11 +553,11 @@ class TFRecordGraphPath(delivery.DeliveryPath):
                 return True
         elif found == expected and self._files is not None and not self._files.changed(files):
             return True
-        self._read_again(found, epoch, window, firsts, lasts, None, low=low)
+        self._read_again(found, epoch, window, firsts, lasts, None, start=start)
         return False
 
     def _read_again(self, found: int | None, epoch: int, window: int, firsts: np.ndarray,
-                    lasts: np.ndarray, failed: BaseException | None, *, low: int = 0
+                    lasts: np.ndarray, failed: BaseException | None, *, start: int = 0
                     ) -> NoReturn:
         """Reads the window with the source (after TensorFlow's reader found `found` of
         its records, or its objects' reads failed with `failed`, or a block was short),
@@ -543,10 +569,8 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             RuntimeError: the source read every record.
         """
         expected = int((lasts - firsts).sum())
-        start = (epoch * self.engine.plan.layout.records_per_epoch
-                 + window * self._window_records)
         if self._order is None:
-            self._read_by_batches(epoch, window, low)
+            self._read_by_batches(epoch, window, start)
         else:
             indices = np.concatenate([
                 np.arange(a, b, dtype=np.int64)
@@ -554,7 +578,9 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             try:
                 self._source.read_batch(indices)
             except Exception as err:
-                raise checks.batch_error("read_batch", err, indices, epoch, start) from err
+                first = (epoch * self.engine.plan.layout.records_per_epoch
+                         + window * self._window_records)
+                raise checks.batch_error("read_batch", err, indices, epoch, first) from err
         what = f"TensorFlow's TFRecord reader read {found} of the {expected} records"
         kind = "objects' blocks" if self._files is None else "files' runs"
         if failed is not None:
@@ -570,27 +596,27 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         )
         raise RuntimeError(msg) from failed
 
-    def _read_by_batches(self, epoch: int, window: int, low: int) -> None:
-        """Reads window `window` of `epoch` of the global shuffle (or the natural order)
-        from position `low` on, batch by batch (cut from the epoch's start), as the
-        ``read_batch`` path reads it (`TFRecordSource.read_packed`), so that a failing
-        record raises that path's error.
+    def _read_by_batches(self, epoch: int, window: int, start: int) -> None:
+        """Reads the batches of the positions window `window` of `epoch` of the global
+        shuffle (or the natural order) gives the iteration from `start` (whole: a batch
+        may straddle windows), as the ``read_batch`` path reads them
+        (`TFRecordSource.read_packed`), so that a failing record raises that path's error.
 
         Raises:
             RecordError: a record failed its checks (the source's error as its cause).
         """
         plan = self.engine.plan
         size = plan.layout.batch_size
-        high = min((window + 1) * self._window_records, self._usable)
-        low = max(low, window * self._window_records)
+        low, high = self._bounds(start, epoch, window)
+        phase, usable = self._cut(start, epoch)
         base = epoch * plan.layout.records_per_epoch
-        for start in [low, *range(low - low % size + size, high, size)]:
-            indices = plan.indices(epoch, start, min(start - start % size + size, high))
+        for first in range(low - (low - phase) % size, high, size):
+            indices = plan.indices(epoch, first, min(first + size, usable))
             try:
                 self._source.read_packed(indices)
             except Exception as err:
                 raise checks.batch_error("read_batch", err, indices, epoch,
-                                         base + start) from err
+                                         base + first) from err
 
     # -- the dataset ---------------------------------------------------------------------
     def dataset(
@@ -795,6 +821,7 @@ def _window_at(path: TFRecordGraphPath, position: Any, number: Any, serial: Any,
 
 
 def _check_window(path: TFRecordGraphPath, found: Any, files: Any, epoch: Any, window: Any,
-                  slot: Any, token: Any, low: Any) -> np.ndarray:
+                  slot: Any, token: Any, start: Any) -> np.ndarray:
     return np.array(path.check_window(int(found), files, int(epoch), int(window), int(slot),
-                                      int(token), int(low)))
+                                      int(token), int(start)))
+

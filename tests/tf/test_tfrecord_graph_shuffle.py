@@ -205,3 +205,43 @@ def test_declined_for_objects_and_unchecked_files(files, monkeypatch):
     loader = ResumableLoader.from_pipeline(Pipeline(source, seed=7).shuffle().batch(5))
 
     assert _path(loader) == "read_batch"
+
+
+@pytest.mark.parametrize("drop", [False, True], ids=["short-last-batch", "drop-remainder"])
+def test_a_state_of_another_batch_size_continues_as_the_read_batch_path(files, monkeypatch,
+                                                                         drop):
+    """A state saved with batches of 5 (elastic resume) restored into batches of 4 over
+    windows of 2 batches, at positions that are no batch boundary of 4 (batches then
+    begin there, and straddle windows, up to the epoch's end): the stream is the
+    read_batch path's."""
+    make = lambda: _loader(files, monkeypatch, window=2, batch=4, drop=drop,  # noqa: E731
+                           metadata=True)
+    saved = _loader(files, monkeypatch, window=2, batch=5).get_state()
+    loader, produced = make(), _produced(monkeypatch, make)
+    assert _path(loader) == "tfrecord_graph"
+    for offset in (1, 6, 10, 13, 35, 38, 39, 40, 41 + 6):
+        state = dict(saved, offset=offset % 41, epoch=offset // 41)
+        loader.set_state(state)
+        produced.set_state(state)
+        expected = [_values(b) for b in produced.dataset()]
+        assert [_values(b) for b in loader.dataset()] == expected, offset
+
+
+def test_a_corrupt_record_after_a_restore_of_another_batch_size_raises_the_same_error(
+        files, monkeypatch):
+    """Batches cut from a position of another batch size: the window read again batch by
+    batch names the batch the read_batch path names."""
+    make = lambda: _loader(files, monkeypatch, window=2, batch=4, epochs=1)  # noqa: E731
+    record = next(r for r in make().plan.indices(0, 14, 18).tolist() if r % 6)
+    number = next(n for n in range(4) if _CUTS[n] <= record < _CUTS[n + 1])
+    _flip(files / f"part-{number}.tfrecord", record - _CUTS[number])
+    loader, produced = make(), _produced(monkeypatch, make)
+    saved = _loader(files, monkeypatch, window=2, batch=5, epochs=1).get_state()
+    state = dict(saved, offset=6)  # batches of 4 from 6: [6, 10), [10, 14), [14, 18), ...
+    loader.set_state(state)
+    produced.set_state(state)
+
+    message = _error(loader)
+    assert "fails its CRC32C checksum" in message
+    assert "position 14" in message
+    assert message == _error(produced)
