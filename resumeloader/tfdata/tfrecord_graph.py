@@ -19,9 +19,11 @@ A window that fails either is read by the source (`TFRecordSource.read_batch`), 
 raises the error the other paths raise, naming the file, the record and its byte
 offset: TensorFlow's ``DataLossError`` says only "corrupted record at <offset>", so the
 reader's errors are ignored (``ignore_errors``: the run ends there) and found by the
-count. Batches are cut from the epoch's start, windows from theirs: a batch that
-straddles windows (any number of them) is finished from the rows a ``scan`` carries
-from the windows before, and it and the epoch's short last batch are made in the scan;
+count. Batches are cut from the epoch's start (in the iteration's first epoch from its
+position, which a state of another batch size may put between two: `_cut`), windows
+from theirs: a batch that straddles windows (any number of them) is finished from the
+rows a ``scan`` carries from the windows before, and it and the epoch's short last batch
+are made in the scan;
 the whole batches of a window are each a gather of a row of its rows. A window is read
 while the one before is batched (`READ_AHEAD`).
 
