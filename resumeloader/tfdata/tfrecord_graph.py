@@ -23,9 +23,8 @@ count. Batches are cut from the epoch's start (in the iteration's first epoch fr
 position, which a state of another batch size may put between two: `_cut`), windows
 from theirs: a batch that straddles windows (any number of them) is finished from the
 rows a ``scan`` carries from the windows before, and it and the epoch's short last batch
-are made in the scan;
-the whole batches of a window are each a gather of a row of its rows. A window is read
-while the one before is batched (`READ_AHEAD`).
+are made in the scan; the whole batches of a window are each a gather of a row of its
+rows. A window is read while the one before is batched (`READ_AHEAD`).
 
 A source of objects only (``s3://``, ``gs://``, ...: `TFRecordSource.spoolable`) takes
 the path too: the placing step gets the window's blocks from the span cache (the GETs
