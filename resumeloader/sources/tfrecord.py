@@ -408,7 +408,7 @@ class TFRecordSource(file_records.FileRecordSource):
                                                    stops.tolist())))
         offsets = begins.tolist()
         bounds = [0, *(np.flatnonzero(files[1:] != files[:-1]) + 1).tolist(), len(files)]
-        wheres = []
+        wheres: list[tuple[str, handles.Stamp | None]] = []
         for file in files[bounds[:-1]].tolist():
             where = self._locations[file]
             assert isinstance(where, locations.LocalFile)

@@ -247,7 +247,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         self._buffers: list[np.ndarray] = []
         self._lock = threading.Lock()
         # The last windows' records (`_records`), by (epoch, positions).
-        self._recent: dict[tuple[int, int, int], tuple[np.ndarray, ...]] = {}
+        self._recent: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         if isinstance(stage, block_stage.BlockStage):
             self._order = stage.order(plan.pipeline.seed)
             self._window_records = self._order.window_records
