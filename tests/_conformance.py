@@ -453,6 +453,36 @@ def _tfrecord() -> ResumableLoader:
     return ResumableLoader.from_pipeline(pipeline, num_epochs=2, with_metadata=True)
 
 
+@register("tfrecord_graph-global-shuffle-windows-of-two-batches-metadata", num_steps=9)
+def _tfrecord_graph_shuffle() -> ResumableLoader:
+    # The tfrecord_graph path in the global shuffle: windows of 2 batches of 4 (an epoch's
+    # last window and batch short), each spooled into a memfd file by runs. (The window
+    # is about WINDOW_BYTES of records, read when the path is built: small here.)
+    from resumeloader.tfdata import tfrecord_graph
+
+    source = TFRecordSource(
+        os.path.join(_files(), "part-*.tfrecord"), index_dir=os.path.join(_files(), "index")
+    )
+    pipeline = Pipeline(source, seed=27).shuffle().batch(4)
+    saved = tfrecord_graph.WINDOW_BYTES
+    tfrecord_graph.WINDOW_BYTES = int(source.mean_record_bytes() * 4 * 2.5)
+    try:
+        return ResumableLoader.from_pipeline(pipeline, num_epochs=3, with_metadata=True)
+    finally:
+        tfrecord_graph.WINDOW_BYTES = saved
+
+
+@register("tfrecord-read_batch-global-shuffle-thread-workers", num_steps=7)
+def _tfrecord_read_batch() -> ResumableLoader:
+    # Workers asked for: the read_batch path (`TFRecordSource.read_packed`, from_generator).
+    source = TFRecordSource(
+        os.path.join(_files(), "part-*.tfrecord"), index_dir=os.path.join(_files(), "index")
+    )
+    pipeline = Pipeline(source, seed=28).shuffle().batch(5).tf_map(_lengths)
+    return ResumableLoader.from_pipeline(pipeline, num_epochs=2, with_metadata=True,
+                                         workers=Workers(2, kind="thread"))
+
+
 @register("tfrecord-block-order-tf_map-seeds", num_steps=7)
 def _tfrecord_blocks() -> ResumableLoader:
     # Local blocks read whole and held (`TFRecordSource.blocked`); the seeds handed over

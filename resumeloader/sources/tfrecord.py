@@ -380,6 +380,50 @@ class TFRecordSource(file_records.FileRecordSource):
                 view, at = view[done:], at + done
         return at
 
+    def spool_local(self, firsts: np.ndarray, lasts: np.ndarray, fd: int,
+                    buffer: np.ndarray | None = None) -> tuple[int | None, np.ndarray]:
+        """`spool` of local files: writes the records ``[firsts[k], lasts[k])`` (sorted,
+        disjoint, each range inside one file), framing included, one after the other
+        from byte 0 of the file `fd`: each range read by one ``preadv`` (through the
+        bounded cache of open files, each file's stamp checked after its reads) into
+        `buffer` (grown when too small), then written by one ``pwrite``. Returns the
+        bytes written (None when a file is shorter than indexed) and the buffer, to be
+        passed again. Only for a source whose files are all local.
+
+        Raises:
+            StaleFileError: a file changed since it was indexed.
+        """
+        if not len(firsts):
+            return 0, buffer if buffer is not None else np.empty(0, dtype=np.uint8)
+        files = np.searchsorted(self._ends, firsts, side="right")
+        begins = self._offsets[firsts]
+        ends = self._spans(files, lasts - 1 - self._starts[files])[1]
+        sizes = ends - begins
+        stops = np.cumsum(sizes)
+        total = int(stops[-1]) if len(stops) else 0
+        if buffer is None or len(buffer) < total:
+            buffer = np.empty(max(total, 1 << 20), dtype=np.uint8)
+        memory = buffer.data
+        targets = list(map(memory.__getitem__, map(slice, (stops - sizes).tolist(),
+                                                   stops.tolist())))
+        offsets = begins.tolist()
+        bounds = [0, *(np.flatnonzero(files[1:] != files[:-1]) + 1).tolist(), len(files)]
+        wheres: list[tuple[str, handles.Stamp | None]] = []
+        for file in files[bounds[:-1]].tolist():
+            where = self._locations[file]
+            assert isinstance(where, locations.LocalFile)
+            wheres.append((where.path, where.stamp))
+        done = handles.pread_into_files(
+            wheres, [list(zip(targets[lo:hi], offsets[lo:hi], strict=True))
+                     for lo, hi in itertools.pairwise(bounds)])
+        if list(itertools.chain.from_iterable(done)) != sizes.tolist():
+            return None, buffer
+        view, at = memory[:total], 0
+        while view:  # (a regular file's pwrite writes all; a short one goes on)
+            written = os.pwrite(fd, view, at)
+            view, at = view[written:], at + written
+        return total, buffer
+
     def read_packed(self, indices: np.ndarray) -> np.ndarray:
         """`read_batch(indices)` as a column of strings in the packed wire format
         (`resumeloader.core.wire.packed`), read by runs without Python per record (see

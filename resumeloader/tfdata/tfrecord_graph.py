@@ -1,4 +1,4 @@
-"""The ``tfrecord_graph`` path: TFRecord files or objects in the block order, read by TensorFlow.
+"""The ``tfrecord_graph`` path: TFRecord files or objects read by TensorFlow a window at a time.
 
 A pipeline of nothing but a `TFRecordSource` of local files (the records' bytes), the
 block order (`resumeloader.core.blocks`), fixed-size batches (tensor stages after the
@@ -19,11 +19,12 @@ A window that fails either is read by the source (`TFRecordSource.read_batch`), 
 raises the error the other paths raise, naming the file, the record and its byte
 offset: TensorFlow's ``DataLossError`` says only "corrupted record at <offset>", so the
 reader's errors are ignored (``ignore_errors``: the run ends there) and found by the
-count. Batches are cut from the epoch's start, windows from theirs: a batch that
-straddles windows (any number of them) is finished from the rows a ``scan`` carries
-from the windows before, and it and the epoch's short last batch are made in the scan;
-the whole batches of a window are each a gather of a row of its rows. A window is read
-while the one before is batched (`READ_AHEAD`).
+count. Batches are cut from the epoch's start (in the iteration's first epoch from its
+position, which a state of another batch size may put between two: `_cut`), windows
+from theirs: a batch that straddles windows (any number of them) is finished from the
+rows a ``scan`` carries from the windows before, and it and the epoch's short last batch
+are made in the scan; the whole batches of a window are each a gather of a row of its
+rows. A window is read while the one before is batched (`READ_AHEAD`).
 
 A source of objects only (``s3://``, ``gs://``, ...: `TFRecordSource.spoolable`) takes
 the path too: the placing step gets the window's blocks from the span cache (the GETs
@@ -36,6 +37,17 @@ checking framing and CRC32C. Placing a window starts the GETs of the next one
 ``read_batch`` path: `resumeloader.workers.readahead`), so that its bytes arrive while
 this one is batched. A failed GET, a changed object or a short block reads the window
 by the source, which raises its error naming the object and the record.
+
+Local files in the global shuffle (or the natural order: the sampler's orders,
+`resumeloader.stages.sampler`) take the path too. Their window is whole batches of
+positions (about `WINDOW_BYTES` of records, at most `WINDOW_RECORDS`), from the
+iteration's position on; placing it reads its records, sorted by file and offset,
+neighbours merged, by one ``preadv`` per run into a reused buffer, written into a spool
+slot by one ``pwrite`` (`TFRecordSource.spool_local`): no CRC32C call, no ``bytes`` per
+record and no ``from_generator`` hand-off in Python, TensorFlow's reader checking every
+record. A window that fails (a short read, a changed file, a record TensorFlow's reader
+refuses) is read again batch by batch as the ``read_batch`` path reads it
+(`TFRecordSource.read_packed`), which raises that path's error word for word.
 
 The ledger sees an iteration as it sees the ``graph`` path's (`stream.Counter`): once
 per window the graph checks that the iteration was not superseded and adds the window's
@@ -57,11 +69,12 @@ import numpy as np
 import optree
 import tensorflow as tf
 
-from resumeloader.core import exiting
+from resumeloader.core import blocks, exiting
 from resumeloader.handout import engine as engine_lib
 from resumeloader.sources import tfrecord
 from resumeloader.sources.storage import answers, fetch, handles
 from resumeloader.stages import blocks as block_stage
+from resumeloader.stages import sampler as sampler_stage
 from resumeloader.tfdata import columns as columns_lib
 from resumeloader.tfdata import delivery, graph, graph_batches, graph_order, graph_path
 from resumeloader.workers import checks, readahead
@@ -82,6 +95,12 @@ _FIELDS = ("files", "offsets", "counts", "head", "full", "tail", "carry", "head_
 #: checked one after the other); a slot stays taken only when its iteration was dropped
 #: between placing and checking a window (see `Spool`).
 SPOOL_SLOTS = 6
+#: The global shuffle's windows (and the natural order's): whole batches of about this
+#: many bytes of records, spooled (`TFRecordSource.spool_local`), and at most
+#: `WINDOW_RECORDS` records (a restore reads the rest of its window before its first
+#: batch).
+WINDOW_BYTES = 8 << 20
+WINDOW_RECORDS = 8192
 
 
 class Spool:
@@ -182,7 +201,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         source, stage = pipeline.source, pipeline.index_stage
         if not (
             isinstance(source, tfrecord.TFRecordSource)
-            and isinstance(stage, block_stage.BlockStage)
+            and type(stage) in (block_stage.BlockStage, sampler_stage.SamplerStage)
             and stage.algorithm in graph_order.ALGORITHMS
             # strings read as one packed column: a plain fixed-size batch stage, no record
             # or batch map stages
@@ -194,12 +213,19 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         ):
             return False
         files = source.local_files()
+        mean = source.mean_record_bytes() or 0.0
+        if not isinstance(stage, block_stage.BlockStage):
+            # The global shuffle (or the natural order) of local files with checksums
+            # checked: each window's records spooled into a memfd file.
+            records = _window_records(plan.layout.batch_size, mean,
+                                      plan.layout.records_per_epoch)
+            return (files is not None and Spool.available()
+                    and (READ_AHEAD + 1) * records * mean <= tfrecord.HELD_BYTES)
         # Local files with checksums checked (TensorFlow's reader checks them), or objects
         # only, read by blocks, with checksums checked, spooled into memfd files.
         if files is None and not (source.spoolable() and Spool.available()):
             return False
         # Windows read ahead are held whole: at most what the source holds read by blocks.
-        mean = source.mean_record_bytes() or 0.0
         return (READ_AHEAD + 1) * stage.chunk_records * stage.window_chunks * mean <= (
             tfrecord.HELD_BYTES)
 
@@ -213,29 +239,42 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         self._files = source.local_files()
         self._spool: Spool | None = None
         self._names = np.zeros(0, dtype=object)
-        if self._files is None:
-            assert source.spoolable()
-            self._spool = Spool()
+        stage = plan.pipeline.index_stage
+        #: The block order; None for the global shuffle (or the natural order), whose
+        #: windows of positions are spooled from local files (`_spooled_local`).
+        self._order: blocks.BlockOrder | None = None
+        # The buffers the local spool reads into, reused (`TFRecordSource.spool_local`).
+        self._buffers: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        # The last windows' records (`_records`), by (epoch, positions).
+        self._recent: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        if isinstance(stage, block_stage.BlockStage):
+            self._order = stage.order(plan.pipeline.seed)
+            self._window_records = self._order.window_records
         else:
+            mean = source.mean_record_bytes() or 0.0
+            self._window_records = _window_records(
+                plan.layout.batch_size, mean, plan.layout.records_per_epoch)
+        if self._files is None or self._order is None:
+            assert self._files is not None or source.spoolable()
+            self._spool = Spool()
+        if self._files is not None:
             self._names = np.array(self._files.paths, dtype=object)
         # Objects' read-ahead: the next window's blocks announced when a window is
         # placed (again when it is checked if the budget was full), within the source's
         # budget, or for "auto" the one the loader chooses (as `readahead.hinted` does).
         self._budget: readahead.AutoBudget | None = None
         self._pending: np.ndarray | None = None
-        if self._spool is not None:
+        if self._files is None:
             limit, cache = source.readahead()
             if limit == readahead.AUTO:
                 self._budget = readahead.AutoBudget(cache_bytes=cache, memory=None,
                                                     board=engine.board)
-        stage = plan.pipeline.index_stage
-        assert isinstance(stage, block_stage.BlockStage)
-        self._order = stage.order(plan.pipeline.seed)
         layout = plan.layout
         per, size = layout.records_per_epoch, layout.batch_size
         #: Positions of an epoch that batches hold (a dropped remainder left out).
         self._usable = per - per % size if layout.drop_remainder else per
-        self._windows_per_epoch = -(-self._usable // self._order.window_records)
+        self._windows_per_epoch = -(-self._usable // self._window_records)
         self._metadata = (graph_batches.GraphBatches(plan).metadata
                           if self.finisher.seeded else None)
         # As the graph path's, a window being its chunk.
@@ -259,28 +298,51 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         later = layout.num_epochs - position // layout.records_per_epoch - 1
         return first + max(0, later) * self._windows_per_epoch
 
+    def _cut(self, start: int, epoch: int) -> tuple[int, int]:
+        """How the iteration from normalised position `start` cuts `epoch` into batches:
+        where they begin (the first position of a batch, modulo the batch size) and the
+        positions of the epoch they hold (`Layout`: a batch begins at the position an
+        iteration starts from, any position of a state of another batch size; with
+        ``drop_remainder`` the short batch left at the epoch's end is dropped)."""
+        layout = self.engine.plan.layout
+        per, size = layout.records_per_epoch, layout.batch_size
+        first, offset = divmod(start, per)
+        if epoch != first or not offset % size:
+            return 0, self._usable
+        usable = per - (per - offset) % size if layout.drop_remainder else per
+        return offset % size, usable
+
+    def _bounds(self, start: int, epoch: int, window: int) -> tuple[int, int]:
+        """The positions ``[low, high)`` of `epoch` that window `window` gives to the
+        iteration from normalised `start`."""
+        per = self.engine.plan.layout.records_per_epoch
+        size = self._window_records
+        low = window * size
+        if epoch == start // per:
+            low = max(low, start % per)
+        return low, min((window + 1) * size, self._cut(start, epoch)[1])
+
     def _first_windows(self, position: int) -> int:
         """The windows of `position`'s epoch from the one holding it."""
         offset = position % self.engine.plan.layout.records_per_epoch
-        if offset >= self._usable:
+        usable = self._cut(position, position // self.engine.plan.layout.records_per_epoch)[1]
+        if offset >= usable:
             return 0
-        return self._windows_per_epoch - offset // self._order.window_records
+        return -(-usable // self._window_records) - offset // self._window_records
 
     def window_place(self, position: int, number: int) -> tuple[int, int, int, int]:
         """Window `number` of the iteration from normalised `position`: its epoch, its
         number in the epoch and the positions ``[low, high)`` of the epoch it gives."""
         per = self.engine.plan.layout.records_per_epoch
-        size = self._order.window_records
+        size = self._window_records
         epoch, offset = divmod(position, per)
         first = self._first_windows(position)
         if number < first:
             window = offset // size + number
-            low = max(window * size, offset)
         else:
             later, window = divmod(number - first, self._windows_per_epoch)
             epoch += 1 + later
-            low = window * size
-        return epoch, window, low, min((window + 1) * size, self._usable)
+        return (epoch, window, *self._bounds(position, epoch, window))
 
     def window_at(self, position: int, number: int, serial: int, windows: int
                   ) -> list[np.ndarray]:
@@ -300,7 +362,8 @@ class TFRecordGraphPath(delivery.DeliveryPath):
           for the metadata (empty when no metadata is needed);
         * ``where``: its epoch, its records, `serial`, whether it has a head and a tail
           batch, whether the rows carried in go on (no batch ends here), its batches,
-          its number in its epoch, and its spool slot and token (-1 for local files).
+          its number in its epoch, its spool slot and token (-1 for local files read
+          where they lie) and the iteration's `position`.
 
         The rows are those of the plan's own NumPy order (`Plan.indices`).
         """
@@ -308,9 +371,12 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         layout = plan.layout
         size = layout.batch_size
         epoch, window, low, high = self.window_place(position, number)
-        firsts, lasts = self._chunks(epoch, window)
+        firsts, lasts = self._chunks(epoch, window, position)
         slot = token = -1
-        if self._files is not None:
+        if self._order is None:
+            runs, names, slot, token = self._spooled_local(epoch, window, firsts, lasts,
+                                                           position)
+        elif self._files is not None:
             runs = _runs(self._files, firsts, lasts)
             names = self._names[runs[0]]
         else:
@@ -318,12 +384,14 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             if number + 1 < windows:
                 self._announce(*self.window_place(position, number + 1)[:2])
         before = np.concatenate([[0], np.cumsum(lasts - firsts)])
-        indices = plan.indices(epoch, low, high)
+        indices = (plan.indices(epoch, low, high) if self._order is not None
+                   else self._records(epoch, window, position)[0])
         at = np.searchsorted(firsts, indices, side="right") - 1
         rows = before[at] + indices - firsts[at]
-        carried = low % size  # rows of a batch begun in the windows before
+        phase, usable = self._cut(position, epoch)
+        carried = (low - phase) % size  # rows of a batch begun in the windows before
         head = min((size - carried) % size, high - low)
-        epoch_end = high == self._usable
+        epoch_end = high == usable
         empty = rows[:0]
         has_head = bool(carried) and (carried + head == size or epoch_end)
         keep = bool(carried) and not has_head  # the batch goes on past this window
@@ -349,7 +417,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             meta = [every[:cut], every[cut : cut + full], every[cut + full :],
                     epoch * layout.records_per_epoch + first + starts]
         where = np.array([epoch, int(before[-1]), serial, has_head, has_tail, keep, batches,
-                          window, slot, token], np.int64)
+                          window, slot, token, position], np.int64)
         return [*runs, rows[:head] if has_head else empty, rest[:full], tail, carry, *meta,
                 where, names]
 
@@ -373,6 +441,31 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         runs = (one, one, np.array([int((lasts - firsts).sum())], np.int64))
         return runs, np.array([self._spool.path(slot)], dtype=object), slot, token
 
+    def _spooled_local(self, epoch: int, window: int, firsts: np.ndarray, lasts: np.ndarray,
+                       start: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray],
+                                            np.ndarray, int, int]:
+        """`_spooled` of local files (the global shuffle): the window's records read by
+        runs (`TFRecordSource.spool_local`) into a spool slot, in record order."""
+        assert self._spool is not None
+        slot, token, fd = self._spool.take()
+        with self._lock:
+            buffer = self._buffers.pop() if self._buffers else None
+        try:
+            written, buffer = self._source.spool_local(firsts, lasts, fd, buffer)
+        except handles.StaleFileError as err:
+            self._spool.give_back(slot, token)
+            self._read_again(None, epoch, window, firsts, lasts, err, start=start)
+        finally:
+            if buffer is not None:
+                with self._lock:
+                    self._buffers.append(buffer)
+        if written is None:
+            self._spool.give_back(slot, token)
+            self._read_again(None, epoch, window, firsts, lasts, None, start=start)
+        one = np.zeros(1, np.int64)
+        runs = (one, one, np.array([int((lasts - firsts).sum())], np.int64))
+        return runs, np.array([self._spool.path(slot)], dtype=object), slot, token
+
     def _announce(self, epoch: int | None = None, window: int | None = None) -> None:
         """Starts the GETs of window `window` of `epoch` (`TFRecordSource.prefetch` of a
         record of each of its blocks); when the read-ahead budget is full, they are asked
@@ -391,16 +484,48 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         if done:
             self._pending = None
 
-    def _chunks(self, epoch: int, window: int) -> tuple[np.ndarray, np.ndarray]:
+    def _chunks(self, epoch: int, window: int, start: int = 0
+                ) -> tuple[np.ndarray, np.ndarray]:
         """The first record and the record after the last of each chunk of window
-        `window` of `epoch`, in record order."""
+        `window` of `epoch`, in record order; of the global shuffle (or the natural
+        order), those of the positions it gives the iteration from `start` (`_records`)."""
         order = self._order
+        if order is None:
+            return self._records(epoch, window, start)[1:]
         chunks = np.sort(np.asarray(order.window_chunk_ids(epoch, window), np.int64))
         firsts = chunks * order.chunk_records
         return firsts, np.minimum(firsts + order.chunk_records, order.num_records)
 
+    def _records(self, epoch: int, window: int, start: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The global shuffle's (or the natural order's) window `window` of `epoch`, the
+        positions it gives the iteration from `start` (`_bounds`: the iteration's first
+        window may begin inside it): their record indices (the plan's order,
+        `Plan.indices`) and, as `_chunks` gives them, their records sorted, neighbours in
+        one file merged into ranges. The last few are kept: a window is placed, then
+        checked."""
+        low, high = self._bounds(start, epoch, window)
+        key = (epoch, low, high)
+        with self._lock:
+            found = self._recent.get(key)
+        if found is not None:
+            return found
+        indices = self.engine.plan.indices(epoch, low, high)
+        records = np.unique(indices)
+        assert self._files is not None
+        files = np.searchsorted(self._files.ends, records, side="right")
+        apart = (records[1:] - records[:-1] != 1) | (files[1:] != files[:-1])
+        begins = np.flatnonzero(np.concatenate([[len(records) > 0], apart]))
+        ends = np.append(begins[1:], len(records))
+        found = (indices, records[begins], records[ends - 1] + 1)
+        with self._lock:
+            self._recent[key] = found
+            while len(self._recent) > 2 * (READ_AHEAD + 1):
+                del self._recent[next(iter(self._recent))]
+        return found
+
     def check_window(self, found: int, files: np.ndarray, epoch: int, window: int,
-                     slot: int = -1, token: int = -1) -> bool:
+                     slot: int = -1, token: int = -1, start: int = 0) -> bool:
         """Checks that TensorFlow's reader found all the window's records (`found`) and
         that none of its `files` changed since the source was built (one ``stat``
         each), or, spooled, that its spool `slot` was not reclaimed since it was taken
@@ -412,7 +537,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             RuntimeError: TensorFlow's reader failed where the source reads every record,
                 or the window's spool slot was reclaimed under it.
         """
-        firsts, lasts = self._chunks(epoch, window)
+        firsts, lasts = self._chunks(epoch, window, start)
         expected = int((lasts - firsts).sum())
         if self._spool is not None:
             if not self._spool.give_back(slot, token):
@@ -429,11 +554,12 @@ class TFRecordGraphPath(delivery.DeliveryPath):
                 return True
         elif found == expected and self._files is not None and not self._files.changed(files):
             return True
-        self._read_again(found, epoch, window, firsts, lasts, None)
+        self._read_again(found, epoch, window, firsts, lasts, None, start=start)
         return False
 
     def _read_again(self, found: int | None, epoch: int, window: int, firsts: np.ndarray,
-                    lasts: np.ndarray, failed: BaseException | None) -> NoReturn:
+                    lasts: np.ndarray, failed: BaseException | None, *, start: int = 0
+                    ) -> NoReturn:
         """Reads the window with the source (after TensorFlow's reader found `found` of
         its records, or its objects' reads failed with `failed`, or a block was short),
         which raises its error naming the file, the record and its byte offset; if the
@@ -444,26 +570,54 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             RuntimeError: the source read every record.
         """
         expected = int((lasts - firsts).sum())
-        indices = np.concatenate([np.arange(a, b, dtype=np.int64)
-                                  for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True)])
-        start = (epoch * self.engine.plan.layout.records_per_epoch
-                 + window * self._order.window_records)
-        try:
-            self._source.read_batch(indices)
-        except Exception as err:
-            raise checks.batch_error("read_batch", err, indices, epoch, start) from err
+        if self._order is None:
+            self._read_by_batches(epoch, window, start)
+        else:
+            indices = np.concatenate([
+                np.arange(a, b, dtype=np.int64)
+                for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True)])
+            try:
+                self._source.read_batch(indices)
+            except Exception as err:
+                first = (epoch * self.engine.plan.layout.records_per_epoch
+                         + window * self._window_records)
+                raise checks.batch_error("read_batch", err, indices, epoch, first) from err
         what = f"TensorFlow's TFRecord reader read {found} of the {expected} records"
+        kind = "objects' blocks" if self._files is None else "files' runs"
         if failed is not None:
-            what = (f"Reading the objects' blocks of the {expected} records failed "
+            what = (f"Reading the {kind} of the {expected} records failed "
                     f"({type(failed).__name__}: {failed})")
         elif found is None:
-            what = f"A block of the {expected} records was shorter than indexed"
+            what = f"A {kind[:-3]} of the {expected} records was shorter than indexed"
+        shown = ", ".join(map(str, firsts[:8].tolist())) + (", ..." if len(firsts) > 8 else "")
         msg = (
-            f"{what} of window {window} of epoch {epoch} (records {firsts.tolist()} "
-            f"onwards, by chunk), which {self._source.description} reads whole. Read "
+            f"{what} of window {window} of epoch {epoch} (records [{shown}] "
+            f"onwards, by range), which {self._source.description} reads whole. Read "
             "again, or take the read_batch path (e.g. `Workers(1)`) for this pipeline."
         )
         raise RuntimeError(msg) from failed
+
+    def _read_by_batches(self, epoch: int, window: int, start: int) -> None:
+        """Reads the batches of the positions window `window` of `epoch` of the global
+        shuffle (or the natural order) gives the iteration from `start` (whole: a batch
+        may straddle windows), as the ``read_batch`` path reads them
+        (`TFRecordSource.read_packed`), so that a failing record raises that path's error.
+
+        Raises:
+            RecordError: a record failed its checks (the source's error as its cause).
+        """
+        plan = self.engine.plan
+        size = plan.layout.batch_size
+        low, high = self._bounds(start, epoch, window)
+        phase, usable = self._cut(start, epoch)
+        base = epoch * plan.layout.records_per_epoch
+        for first in range(low - (low - phase) % size, high, size):
+            indices = plan.indices(epoch, first, min(first + size, usable))
+            try:
+                self._source.read_packed(indices)
+            except Exception as err:
+                raise checks.batch_error("read_batch", err, indices, epoch,
+                                         base + first) from err
 
     # -- the dataset ---------------------------------------------------------------------
     def dataset(
@@ -517,7 +671,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             records = found.take(1).get_single_element()
             good = tf.numpy_function(
                 check, [tf.size(records, out_type=tf.int64), window["files"], where[0],
-                        where[7], where[8], where[9]], tf.bool, stateful=True)
+                        where[7], where[8], where[9], where[10]], tf.bool, stateful=True)
             with tf.control_dependencies([good]):
                 window["records"] = tf.identity(records)
             # Only what the batches need goes on (each value is one more op per call).
@@ -609,7 +763,11 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         record = self.engine.producer.spec.describe()
         how = ("each window's chunks read by TensorFlow's TFRecord reader from their byte "
                "offsets (TFRecordDatasetV2, CRC32C checked)")
-        if self._spool is not None:
+        if self._order is None:
+            how = (f"each window of {self._window_records} positions: its records, sorted, "
+                   "read by runs (one preadv each) into a memfd file, read by TensorFlow's "
+                   "TFRecord reader (TFRecordDatasetV2, CRC32C checked)")
+        elif self._spool is not None:
             how = ("each window's chunks spooled from the object store (their blocks' GETs "
                    "through the span cache, the next window's started ahead) into a memfd "
                    "file, read by TensorFlow's TFRecord reader (TFRecordDatasetV2, CRC32C "
@@ -625,6 +783,15 @@ class TFRecordGraphPath(delivery.DeliveryPath):
             ("map", f"tf.gather(window records, rows), {mapped}", self.batch_text(),
              "recomputed"),
         ]
+
+
+def _window_records(batch_size: int, mean_record_bytes: float, per_epoch: int) -> int:
+    """The positions of a window of the global shuffle (or the natural order): whole
+    batches of about `WINDOW_BYTES` of records and at most `WINDOW_RECORDS` records, at
+    least one batch, at most the epoch."""
+    records = min(WINDOW_BYTES / max(mean_record_bytes, 1.0), WINDOW_RECORDS)
+    batches = int(records) // batch_size
+    return max(1, min(batches, -(-per_epoch // batch_size))) * batch_size
 
 
 def _runs(files: tfrecord.LocalFiles, firsts: np.ndarray, lasts: np.ndarray
@@ -655,6 +822,7 @@ def _window_at(path: TFRecordGraphPath, position: Any, number: Any, serial: Any,
 
 
 def _check_window(path: TFRecordGraphPath, found: Any, files: Any, epoch: Any, window: Any,
-                  slot: Any, token: Any) -> np.ndarray:
+                  slot: Any, token: Any, start: Any) -> np.ndarray:
     return np.array(path.check_window(int(found), files, int(epoch), int(window), int(slot),
-                                      int(token)))
+                                      int(token), int(start)))
+

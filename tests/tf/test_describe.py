@@ -131,11 +131,22 @@ def _source_row(text: str) -> str:
     return " ".join(cells)
 
 
-@pytest.mark.parametrize("workers", [None, resumeloader.Workers(1)], ids=["0-workers", "1-worker"])
-def test_describe_tfrecord_source_read_in_runs_names_read_packed(tmp_path, workers):
-    """A TFRecord batch read as runs (`read_packed`) is described so, not as `read_batch`."""
-    text = _source_row(_tfrecord_loader(tmp_path, workers=workers).describe())
+def test_describe_tfrecord_source_read_in_runs_names_read_packed(tmp_path):
+    """A TFRecord batch read as runs (`read_packed`, a worker asked for) is described so,
+    not as `read_batch`."""
+    loader = _tfrecord_loader(tmp_path, workers=resumeloader.Workers(1))
+    text = _source_row(loader.describe())
     assert text == "TFRecordSource(1 file): read_packed(indices): records read in runs"
+
+
+def test_describe_tfrecord_source_spooled_by_windows(tmp_path):
+    """Without workers the global shuffle's windows are spooled for TensorFlow's reader
+    (the tfrecord_graph path), and the row says so: a window of the whole epoch here."""
+    text = _source_row(_tfrecord_loader(tmp_path).describe())
+    assert text == (
+        "TFRecordSource(1 file): each window of 12 positions: its records, sorted, read "
+        "by runs (one preadv each) into a memfd file, read by TensorFlow's TFRecord "
+        "reader (TFRecordDatasetV2, CRC32C checked)")
 
 
 def test_describe_arrays_with_a_worker_name_read_batch():

@@ -128,6 +128,57 @@ def test_a_truncated_file_is_refused_naming_it(tmp_path):
         src.read_packed(np.arange(120, 150))
 
 
+def _framed(data: bytes) -> list[bytes]:
+    """The records of a TFRecord file's bytes (framing not checked: the source did)."""
+    out, at = [], 0
+    while at < len(data):
+        length = int.from_bytes(data[at : at + 8], "little")
+        out.append(data[at + 12 : at + 12 + length])
+        at += 16 + length
+    return out
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd files (Linux)")
+def test_spooled_ranges_are_the_records_framed_one_after_the_other(local):
+    """`spool_local` writes the records of its ranges (runs of neighbours in one file,
+    one pread each), framing included, from byte 0 of the file: a TFRecord file of
+    them; a buffer too small grows, one large enough is reused; no ranges write
+    nothing."""
+    src, every, _ = local
+    firsts, lasts = np.array([0, 7, 49, 50, 120]), np.array([3, 8, 50, 60, 150])
+    fd = os.memfd_create("spool")
+    try:
+        before = handles.stats()["reads"]
+        written, buffer = src.spool_local(firsts, lasts, fd, np.empty(10, np.uint8))
+        assert handles.stats()["reads"] - before == len(firsts)
+        data = os.pread(fd, written + 100, 0)
+        wanted = [every[i] for a, b in zip(firsts, lasts, strict=True) for i in range(a, b)]
+        assert len(data) == written
+        assert _framed(data) == wanted
+        again, same = src.spool_local(firsts[:2], lasts[:2], fd, buffer)
+        assert same is buffer
+        assert _framed(os.pread(fd, again, 0)) == wanted[:4]
+        assert src.spool_local(firsts[:0], lasts[:0], fd, buffer)[0] == 0
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd files (Linux)")
+def test_spooling_a_file_changed_since_it_was_indexed_is_refused(tmp_path):
+    """A file cut short since it was indexed: StaleFileError naming it (its stamp
+    changed), nothing handed on as records."""
+    paths, _ = tfrecord_files(str(tmp_path))
+    src = TFRecordSource(paths, index_dir=tmp_path / "index")
+    with open(paths[1], "r+b") as out:
+        out.truncate(os.path.getsize(paths[1]) - 100)
+    fd = os.memfd_create("spool")
+    try:
+        with pytest.raises(handles.StaleFileError, match=r"part-1\.tfrecord"):
+            src.spool_local(np.array([60]), np.array([100]), fd)
+    finally:
+        os.close(fd)
+
+
 def test_a_kept_batch_stays_right_while_its_buffer_would_be_reused(tmp_path):
     """The recycled buffers never alias a batch still held: 30 later batches of the same
     size, from the pool (records large enough for pooled memory), leave the first one's
