@@ -75,11 +75,17 @@ def cpu_seconds() -> float:
     processes it started that still run (psutil, recursively) and those that ended
     (``RUSAGE_CHILDREN``; a worker that ends between two calls moves from the one to
     the other with its whole time, so a difference of two calls stays right)."""
+    return own_cpu_seconds() + _live_children_cpu()
+
+
+def own_cpu_seconds() -> float:
+    """`cpu_seconds` without the worker processes still running: two ``getrusage``
+    calls, no scan of ``/proc`` (which costs this process 1 to 4 ms of CPU a call)."""
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         usage = resource.getrusage(who)
         total += usage.ru_utime + usage.ru_stime
-    return total + _live_children_cpu()
+    return total
 
 
 # Child processes that stand for something outside the measured system (a storage
@@ -276,13 +282,15 @@ def interleaved(contenders: dict[str, Callable[[], float]], rounds: int,
 
 
 def _settled(step: float = 0.02, idle: float = 0.1, limit: float = 1.0) -> float:
-    """`cpu_seconds` once the process's threads have stopped working: the first time a
-    `step` s sleep costs under `idle` x `step` of CPU (`limit` s at most)."""
-    last = cpu_seconds()
+    """`own_cpu_seconds` once the process's threads have stopped working: the first time
+    a `step` s sleep costs under `idle` x `step` of CPU (`limit` s at most). Read without
+    a ``/proc`` scan: with one (`cpu_seconds`) the check's own CPU, 1 to 4 ms, was as much
+    as its threshold (2 ms), and on a loaded machine it went on to its limit."""
+    last = own_cpu_seconds()
     deadline = time.perf_counter() + limit
     while time.perf_counter() < deadline:
         time.sleep(step)
-        now = cpu_seconds()
+        now = own_cpu_seconds()
         if now - last < idle * step:
             return now
         last = now
@@ -303,28 +311,37 @@ def paired(contenders: dict[str, Callable[[], Callable[[int], int]]], rounds: in
     what is left between them is what the switch costs.
 
     A contender's prefetch keeps producing after its slice until its buffers are full
-    again: a slice's CPU time is read once the process has settled (`_settled`), so it
-    holds the refill of what the slice took from the buffers and no other contender's;
-    its wall time ends with its last batch.
+    again: a slice's CPU time is read once the process's threads have settled
+    (`_settled`; worker processes are not waited for: table (f) runs none), so it holds
+    the refill of what the slice took from the buffers and no other contender's; its
+    wall time ends with its last batch. What the measuring costs stays out of it: the
+    scan for worker processes' CPU time is done before the slice's first reading and
+    after its last. Every contender runs the same number of batches per slice (the
+    median of their calibrations): a cost per slice (the settling's clock reads and
+    sleeps) weighs on each record alike (one calibrated first, in a colder process, got
+    a third fewer batches).
     """
     runs = {name: start() for name, start in contenders.items()}
-    sizes: dict[str, int] = {}
-    for name, run in runs.items():
+    calibrated: list[int] = []
+    for run in runs.values():
         run(WARMUP_BATCHES)
         begin, batches = time.perf_counter(), 0
         while time.perf_counter() - begin < slice_seconds:
             run(1)
             batches += 1
-        sizes[name] = max(batches, 1)
+        calibrated.append(max(batches, 1))
+    size = int(statistics.median(calibrated))
     cpu: dict[str, list[float]] = {name: [] for name in runs}
     wall: dict[str, list[float]] = {name: [] for name in runs}
     order = list(runs)
     for number in range(rounds):
         for name in order[::-1] if number % 2 else order:
-            before, start = cpu_seconds(), time.perf_counter()
-            records = runs[name](sizes[name])
+            workers = _live_children_cpu()
+            before, start = own_cpu_seconds(), time.perf_counter()
+            records = runs[name](size)
             wall[name].append((time.perf_counter() - start) * 1e6 / records)
-            cpu[name].append((_settled() - before) * 1e6 / records)
+            spent = _settled() - before + _live_children_cpu() - workers
+            cpu[name].append(spent * 1e6 / records)
     for name in runs:
         print(f"  {name}: {statistics.median(cpu[name]):,.3f} CPU us/record", file=sys.stderr,
               flush=True)

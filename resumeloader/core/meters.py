@@ -8,7 +8,10 @@ hand-off's): every lap is counted (laps and records, exactly), and one lap in
 `every` of each kind (from the second on: `timed_lap`) is *timed*: at each stage
 boundary `Lap.lap` reads ``time.perf_counter_ns`` once and adds to that stage's
 `Meter`. On one timed lap in `CPU_EVERY` the thread's CPU time
-(``time.thread_time_ns``, a system call) is read at the same boundaries. A stage's
+(``time.thread_time_ns``) is read at the same boundaries: a real system call (Linux
+has no vDSO path for a thread's CPU clock), ~1 us each with what it costs the code
+after it, against ~0.1 us for the wall clock (every lap timed, a per-record ``map_fn``
+loop: the reads on one timed lap in 4 were about half of what the timing cost). A stage's
 figures are the timed laps' scaled by laps / timed laps
 (`resumeloader.core.stats.Stats`): its time is an estimate from one batch in `every`,
 its batches and records are exact. Timing every batch would cost more than the
@@ -53,11 +56,13 @@ EVERY = 8
 #: steps too, and every step with `every` 1; `resumeloader.core.board.Consumer`): its
 #: cheapest steps cost less than a clock read with its cache misses.
 STEP_FACTOR = 16
-#: A timed lap reads the thread's CPU time on one in this many timed laps.
-CPU_EVERY = 4
+#: A timed lap reads the thread's CPU time on one in this many timed laps (with `EVERY`
+#: one lap in 256 of each kind): each read is a system call at each stage boundary.
+CPU_EVERY = 32
 #: A timed lap times a record loop's parts on one in this many timed laps (the first
-#: included): the twin that does costs up to half a batch more for a cheap ``map_fn``.
-SPLIT_EVERY = 64
+#: included; with `EVERY` one batch in 2,048): the twin that does costs up to half a
+#: batch more for a cheap ``map_fn``, and at one in 64 it cost ~0.5% of such a loop.
+SPLIT_EVERY = 256
 #: The place every thread that is not a worker thread counts in.
 HAND_OUT = "hand-out"
 #: The name prefix of worker threads (each counts in a place of its own).
@@ -177,10 +182,28 @@ class Place(dict[str, Meter]):
         #: Nanoseconds measured per stage on the sampled records of record-by-record
         #: loops (how `Lap.split` divides such a loop's time among its stages).
         self.shares: dict[str, int] = {}
+        #: Per record loop (its stage names): its meters with their `shares`, as
+        #: `Lap.split` takes them (made again when `shares` change: `loop_shares`).
+        self._loops: dict[tuple[str, ...], list[tuple[Meter, int]]] = {}
         #: The laps of each kind.
         self.kinds: dict[str, Kind] = {}
         self._sent: dict[str, tuple[int, ...]] = {}
         self._sent_kinds: dict[str, tuple[int, ...]] = {}
+
+    def add_shares(self, spent: dict[str, int]) -> None:
+        """Adds the ns measured per stage on a sampled record loop to `shares`."""
+        for name, ns in spent.items():
+            self.shares[name] = self.shares.get(name, 0) + ns
+        self._loops.clear()
+
+    def loop_shares(self, loop: tuple[str, ...]) -> list[tuple[Meter, int]]:
+        """The meters of the record loop of stages `loop` with their `shares` (what
+        `Lap.split` takes), kept until the shares change (`add_shares`)."""
+        shares = self._loops.get(loop)
+        if shares is None:
+            shares = self._loops[loop] = [(self[name], self.shares.get(name, 0))
+                                          for name in loop]
+        return shares
 
     def __missing__(self, stage: str) -> Meter:
         meter = self[stage] = Meter()
@@ -367,9 +390,22 @@ class Lap:
         `shares` (each a meter and the ns measured on its sampled records)."""
         now = _now()
         wall = now - self._last
-        cpu = _cpu() if self._cpu >= 0 else -1
-        total = sum(ns for _, ns in shares) or 1
+        self._last = now
+        total = 0
+        for _, ns in shares:
+            total += ns
+        total = total or 1
         name = self.kind.name
+        if self._cpu < 0:
+            for meter, ns in shares:
+                meter.kind = name
+                meter.batches += 1
+                meter.records_in += records
+                meter.records_out += records
+                meter.wall_ns += wall * ns // total
+            return
+        cpu = _cpu()
+        spent, self._cpu = cpu - self._cpu, cpu
         for meter, ns in shares:
             part = wall * ns // total
             meter.kind = name
@@ -377,9 +413,5 @@ class Lap:
             meter.records_in += records
             meter.records_out += records
             meter.wall_ns += part
-            if cpu >= 0:
-                meter.cpu_ns += (cpu - self._cpu) * ns // total
-                meter.cpu_wall_ns += part
-        if cpu >= 0:
-            self._cpu = cpu
-        self._last = now
+            meter.cpu_ns += spent * ns // total
+            meter.cpu_wall_ns += part

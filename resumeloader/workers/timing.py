@@ -83,6 +83,12 @@ class Names:
                    names[3 + count : 3 + count + maps], names[3 + count + maps :])
 
     @property
+    def loop(self) -> tuple[str, ...]:
+        """The stages of a record-by-record loop, in order: the read, the record
+        stages, the check (`split`)."""
+        return (READ, *self.records, CHECK)
+
+    @property
     def produced(self) -> tuple[str, ...]:
         """The stages a producer times, in order."""
         loop = (*self.records, CHECK) if self.records else ()
@@ -124,12 +130,10 @@ def split(lap: meters.Lap, names: Names, records: int, run: Any, twin: Any) -> A
         start = _now()
         out = twin(spent)()
         spent[CHECK] += max(0, _now() - start - sum(spent.values()))
-        for name, ns in spent.items():
-            place.shares[name] = place.shares.get(name, 0) + ns
+        place.add_shares(spent)
     else:
         out = run()
-    loop = (READ, *names.records, CHECK)
-    lap.split([(place[name], place.shares.get(name, 0)) for name in loop], records)
+    lap.split(place.loop_shares(names.loop), records)
     return out
 
 

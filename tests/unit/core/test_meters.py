@@ -94,6 +94,37 @@ def test_split_divides_a_loop_in_proportion_to_the_sampled_times():
     assert read.records_in == mapped.records_in == 64
 
 
+def test_loop_shares_are_kept_until_a_sampled_loop_adds_to_them():
+    """A record loop's meters and shares are made once and made again when shares grow."""
+    place = meters.Place("here", every=1)
+    loop = ("read", "map_fn", "check")
+    place.add_shares({"read": 1_000, "map_fn": 3_000})
+    first = place.loop_shares(loop)
+    assert place.loop_shares(loop) is first
+    assert [(meter, ns) for meter, ns in first] == [
+        (place["read"], 1_000), (place["map_fn"], 3_000), (place["check"], 0)]
+    place.add_shares({"read": 2_000})
+    assert [ns for _, ns in place.loop_shares(loop)] == [3_000, 3_000, 0]
+    lap = place.lap("produce", 8)
+    assert lap is not None
+    time.sleep(0.001)
+    lap.split(place.loop_shares(loop), 8)
+    assert abs(place["read"].wall_ns - place["map_fn"].wall_ns) <= 1
+    assert place["check"].wall_ns == 0 and place["check"].batches == 1
+
+
+def test_split_of_a_lap_that_reads_cpu_divides_its_cpu_time_too():
+    """On a lap that reads CPU time (the first), split divides it like the wall time."""
+    place = meters.Place("here", every=1)
+    lap = place.lap("produce", 16)
+    assert lap is not None and lap.sampled
+    sum(range(20_000))
+    lap.split([(place["read"], 1), (place["map_fn"], 1)], 16)
+    read, mapped = place["read"], place["map_fn"]
+    assert read.cpu_wall_ns == read.wall_ns > 0 and mapped.cpu_wall_ns == mapped.wall_ns
+    assert abs(read.cpu_ns - mapped.cpu_ns) <= 1 and read.cpu_ns + mapped.cpu_ns > 0
+
+
 def test_take_sends_only_what_changed_since_the_last_take():
     """`take` is a delta: a second take without new batches carries no stage."""
     place = meters.Place("process worker 0", every=1)
