@@ -64,3 +64,58 @@ def produced(monkeypatch: Any, make: Any) -> ResumableLoader:
         made = make()
     assert path(made) == "read_batch"
     return made
+
+
+def assert_restores_at_every_batch(monkeypatch: Any, make: Any) -> None:
+    """From the state after each batch of the loader `make()` builds on the
+    ``read_batch`` path (`produced`), the rest of the stream of `make()` on the
+    ``tfrecord_graph`` path is that path's (mid-window, at a window's and an epoch's end)."""
+    reference = produced(monkeypatch, make)
+    states, stream = [], []
+    for batch in reference:
+        stream.append(values(batch))
+        states.append(reference.get_state())
+    loader = make()
+    assert path(loader) == "tfrecord_graph"
+    for number, state in enumerate(states):
+        loader.set_state(state)
+        assert [values(b) for b in loader.dataset()] == stream[number + 1 :], number
+
+
+def assert_restores_at_offsets(monkeypatch: Any, make: Any, saved: dict[str, Any],
+                               offsets: tuple[int, ...], per_epoch: int) -> None:
+    """`saved` (a state of another loader, e.g. of another batch size) at each of
+    `offsets` (positions from epoch 0, `per_epoch` records an epoch), restored into
+    `make()` on the ``tfrecord_graph`` path and on the ``read_batch`` path: the same
+    streams."""
+    loader, reference = make(), produced(monkeypatch, make)
+    assert path(loader) == "tfrecord_graph"
+    for offset in offsets:
+        state = dict(saved, offset=offset % per_epoch, epoch=offset // per_epoch)
+        loader.set_state(state)
+        reference.set_state(state)
+        expected = [values(b) for b in reference.dataset()]
+        assert [values(b) for b in loader.dataset()] == expected, offset
+
+
+def flip(path: Any, record: int) -> int:
+    """Flips a data byte of `record` (a number in the TFRecord file at `path`); returns
+    the record's byte offset."""
+    data = bytearray(path.read_bytes())
+    offset = 0
+    for _ in range(record):
+        length = int.from_bytes(data[offset : offset + 8], "little")
+        offset += 16 + length
+    data[offset + 12 + 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    return offset
+
+
+def write_files(folder: Any) -> Any:
+    """`RECORDS` written into four TFRecord files ``part-<n>.tfrecord`` in `folder` (cut
+    at `CUTS`: the second is empty); returns `folder`."""
+    for number in range(4):
+        with tf.io.TFRecordWriter(str(folder / f"part-{number}.tfrecord")) as writer:
+            for record in RECORDS[CUTS[number] : CUTS[number + 1]]:
+                writer.write(record)
+    return folder

@@ -20,11 +20,7 @@ _lengths, _path, _values, _produced = common.lengths, common.path, common.values
 
 @pytest.fixture
 def files(tmp_path):
-    for number in range(4):
-        with tf.io.TFRecordWriter(str(tmp_path / f"part-{number}.tfrecord")) as writer:
-            for record in _RECORDS[_CUTS[number] : _CUTS[number + 1]]:
-                writer.write(record)
-    return tmp_path
+    return common.write_files(tmp_path)
 
 
 def _loader(folder, *, verify=True, **kwargs) -> ResumableLoader:
@@ -62,16 +58,8 @@ def test_batches_are_the_read_batch_paths_byte_for_byte(files, monkeypatch, shap
 def test_restored_at_every_batch_continues_as_the_read_batch_path(files, monkeypatch):
     """From the state after each batch (mid-window, at a window's and at the epoch's end)
     the rest of the stream is the produced path's."""
-    produced = _produced(monkeypatch, lambda: _loader(files, chunk=3, window=2, batch=4,
-                                                      metadata=True))
-    states, stream = [], []
-    for batch in produced:
-        stream.append(_values(batch))
-        states.append(produced.get_state())
-    loader = _loader(files, chunk=3, window=2, batch=4, metadata=True)
-    for number, state in enumerate(states):
-        loader.set_state(state)
-        assert [_values(b) for b in loader.dataset()] == stream[number + 1 :], number
+    common.assert_restores_at_every_batch(
+        monkeypatch, lambda: _loader(files, chunk=3, window=2, batch=4, metadata=True))
 
 
 def test_rest_of_epoch_and_describe(files):
@@ -97,18 +85,6 @@ def test_for_batch_in_loader_gives_the_same_batches(files, stages):
     assert loader.get_state() != _loader(files, chunk=3, window=2, batch=4).get_state()
 
 
-def _flip(path, record: int) -> int:
-    """Flips a data byte of `record` (a number in the file); returns its byte offset."""
-    data = bytearray(path.read_bytes())
-    offset = 0
-    for _ in range(record):
-        length = int.from_bytes(data[offset : offset + 8], "little")
-        offset += 16 + length
-    data[offset + 12 + 2] ^= 0x01
-    path.write_bytes(bytes(data))
-    return offset
-
-
 @pytest.mark.parametrize(("name", "record", "window"), [
     ("part-3.tfrecord", 4, 2),  # record 26 of 41, mid-run
     ("part-0.tfrecord", 0, 1),  # the first record of a window of one chunk: none read
@@ -118,7 +94,7 @@ def test_corrupt_record_raises_the_sources_error_naming_file_record_offset(
     """TensorFlow's DataLossError names no file: the window is read again by the source,
     whose error names the file, the record and its byte offset."""
     path = files / name
-    offset = _flip(path, record)
+    offset = common.flip(path, record)
     loader = _loader(files, chunk=4, window=window, batch=5)
     assert _path(loader) == "tfrecord_graph"
 
@@ -241,11 +217,5 @@ def test_a_state_of_another_batch_size_continues_as_the_read_batch_path(files, m
     make = lambda: _loader(files, chunk=3, window=2, batch=4, drop=drop,  # noqa: E731
                            metadata=True)
     saved = _loader(files, chunk=3, window=2, batch=5).get_state()
-    loader, produced = make(), _produced(monkeypatch, make)
-    assert _path(loader) == "tfrecord_graph"
-    for offset in (1, 5, 6, 13, 35, 38, 39, 40, 41 + 6):
-        state = dict(saved, offset=offset % 41, epoch=offset // 41)
-        loader.set_state(state)
-        produced.set_state(state)
-        expected = [_values(b) for b in produced.dataset()]
-        assert [_values(b) for b in loader.dataset()] == expected, offset
+    common.assert_restores_at_offsets(monkeypatch, make, saved,
+                                      (1, 5, 6, 13, 35, 38, 39, 40, 41 + 6), 41)

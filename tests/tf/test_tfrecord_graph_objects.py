@@ -86,16 +86,7 @@ def test_restored_at_every_batch_continues_as_the_read_batch_path(s3_store, url,
     the rest of the stream is the read_batch path's."""
     make = lambda: _loader(s3_store, url, tmp_path, chunk=3, window=2, batch=4,  # noqa: E731
                            metadata=True)
-    produced = _produced(monkeypatch, make)
-    states, stream = [], []
-    for batch in produced:
-        stream.append(_values(batch))
-        states.append(produced.get_state())
-    loader = make()
-    assert _path(loader) == "tfrecord_graph"
-    for number, state in enumerate(states):
-        loader.set_state(state)
-        assert [_values(b) for b in loader.dataset()] == stream[number + 1 :], number
+    common.assert_restores_at_every_batch(monkeypatch, make)
 
 
 def test_for_batch_in_loader_with_a_tensor_stage_reads_this_dataset(s3_store, url, tmp_path):

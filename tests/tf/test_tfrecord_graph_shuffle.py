@@ -23,11 +23,7 @@ _path, _values, _produced = common.path, common.values, common.produced
 
 @pytest.fixture
 def files(tmp_path):
-    for number in range(4):
-        with tf.io.TFRecordWriter(str(tmp_path / f"part-{number}.tfrecord")) as writer:
-            for record in _RECORDS[_CUTS[number] : _CUTS[number + 1]]:
-                writer.write(record)
-    return tmp_path
+    return common.write_files(tmp_path)
 
 
 def _loader(folder, monkeypatch, *, window=1, batch=5, drop=False, epochs=2, metadata=False,
@@ -83,16 +79,7 @@ def test_restored_at_every_batch_continues_as_the_read_batch_path(files, monkeyp
     the rest of the stream is the read_batch path's."""
     make = lambda: _loader(files, monkeypatch, window=window, batch=4,  # noqa: E731
                            metadata=True)
-    produced = _produced(monkeypatch, make)
-    states, stream = [], []
-    for batch in produced:
-        stream.append(_values(batch))
-        states.append(produced.get_state())
-    loader = make()
-    assert _path(loader) == "tfrecord_graph"
-    for number, state in enumerate(states):
-        loader.set_state(state)
-        assert [_values(b) for b in loader.dataset()] == stream[number + 1 :], number
+    common.assert_restores_at_every_batch(monkeypatch, make)
 
 
 def test_rest_of_epoch_describe_and_spool_slots_given_back(files, monkeypatch):
@@ -120,18 +107,6 @@ def test_for_batch_in_loader_gives_the_same_batches(files, monkeypatch, stages):
     assert [_values(b) for b in loader] == expected
 
 
-def _flip(path, record: int) -> int:
-    """Flips a data byte of `record` (a number in the file); returns its byte offset."""
-    data = bytearray(path.read_bytes())
-    offset = 0
-    for _ in range(record):
-        length = int.from_bytes(data[offset : offset + 8], "little")
-        offset += 16 + length
-    data[offset + 12 + 2] ^= 0x01
-    path.write_bytes(bytes(data))
-    return offset
-
-
 def _error(loader: ResumableLoader) -> str:
     """The RecordError that reading `loader`'s dataset raises, as tf.data reports it
     (the message of the Python exception, without TensorFlow's traceback)."""
@@ -153,7 +128,7 @@ def test_corrupt_record_raises_the_read_batch_paths_error(files, monkeypatch, na
     as the read_batch path reads it, which raises that path's error (the batch, epoch and
     position, the file, the record and its byte offset)."""
     path = files / name
-    offset = _flip(path, record)
+    offset = common.flip(path, record)
     make = lambda: _loader(files, monkeypatch, window=window, batch=4)  # noqa: E731
     loader = make()
     assert _path(loader) == "tfrecord_graph"
@@ -172,7 +147,7 @@ def test_restored_past_a_corrupt_record_of_its_window_reads_on(files, monkeypatc
     first = make().plan.indices(0, 0, 4).tolist()
     record = next(r for r in first if r % 6)  # a record with data
     number = next(n for n in range(4) if _CUTS[n] <= record < _CUTS[n + 1])
-    _flip(files / f"part-{number}.tfrecord", record - _CUTS[number])
+    common.flip(files / f"part-{number}.tfrecord", record - _CUTS[number])
     loader, produced = make(), _produced(monkeypatch, make)  # (the file indexed anew)
     state = dict(loader.get_state(), offset=4)
     loader.set_state(state)
@@ -217,14 +192,8 @@ def test_a_state_of_another_batch_size_continues_as_the_read_batch_path(files, m
     make = lambda: _loader(files, monkeypatch, window=2, batch=4, drop=drop,  # noqa: E731
                            metadata=True)
     saved = _loader(files, monkeypatch, window=2, batch=5).get_state()
-    loader, produced = make(), _produced(monkeypatch, make)
-    assert _path(loader) == "tfrecord_graph"
-    for offset in (1, 6, 10, 13, 35, 38, 39, 40, 41 + 6):
-        state = dict(saved, offset=offset % 41, epoch=offset // 41)
-        loader.set_state(state)
-        produced.set_state(state)
-        expected = [_values(b) for b in produced.dataset()]
-        assert [_values(b) for b in loader.dataset()] == expected, offset
+    common.assert_restores_at_offsets(monkeypatch, make, saved,
+                                      (1, 6, 10, 13, 35, 38, 39, 40, 41 + 6), 41)
 
 
 def test_a_corrupt_record_after_a_restore_of_another_batch_size_raises_the_same_error(
@@ -234,7 +203,7 @@ def test_a_corrupt_record_after_a_restore_of_another_batch_size_raises_the_same_
     make = lambda: _loader(files, monkeypatch, window=2, batch=4, epochs=1)  # noqa: E731
     record = next(r for r in make().plan.indices(0, 14, 18).tolist() if r % 6)
     number = next(n for n in range(4) if _CUTS[n] <= record < _CUTS[n + 1])
-    _flip(files / f"part-{number}.tfrecord", record - _CUTS[number])
+    common.flip(files / f"part-{number}.tfrecord", record - _CUTS[number])
     loader, produced = make(), _produced(monkeypatch, make)
     saved = _loader(files, monkeypatch, window=2, batch=5, epochs=1).get_state()
     state = dict(saved, offset=6)  # batches of 4 from 6: [6, 10), [10, 14), [14, 18), ...
