@@ -437,9 +437,7 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         if written is None:
             self._spool.give_back(slot, token)
             self._read_again(None, epoch, window, firsts, lasts, None)
-        one = np.zeros(1, np.int64)
-        runs = (one, one, np.array([int((lasts - firsts).sum())], np.int64))
-        return runs, np.array([self._spool.path(slot)], dtype=object), slot, token
+        return (*self._spool_run(slot, firsts, lasts), slot, token)
 
     def _spooled_local(self, epoch: int, window: int, firsts: np.ndarray, lasts: np.ndarray,
                        start: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray],
@@ -462,9 +460,16 @@ class TFRecordGraphPath(delivery.DeliveryPath):
         if written is None:
             self._spool.give_back(slot, token)
             self._read_again(None, epoch, window, firsts, lasts, None, start=start)
+        return (*self._spool_run(slot, firsts, lasts), slot, token)
+
+    def _spool_run(self, slot: int, firsts: np.ndarray, lasts: np.ndarray
+                   ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+        """The one run of a window written into spool `slot` (its records one after the
+        other from byte 0) and the slot's file name, as `window_at` hands runs over."""
+        assert self._spool is not None
         one = np.zeros(1, np.int64)
         runs = (one, one, np.array([int((lasts - firsts).sum())], np.int64))
-        return runs, np.array([self._spool.path(slot)], dtype=object), slot, token
+        return runs, np.array([self._spool.path(slot)], dtype=object)
 
     def _announce(self, epoch: int | None = None, window: int | None = None) -> None:
         """Starts the GETs of window `window` of `epoch` (`TFRecordSource.prefetch` of a

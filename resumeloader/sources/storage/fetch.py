@@ -87,7 +87,7 @@ _semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
 _counts: collections.Counter[str] = collections.Counter()
 _counts_lock = threading.Lock()
 #: This process's GETs now: waiting for a free slot, and in a try (the event loop's thread).
-_now: collections.Counter[str] = collections.Counter()
+_in_flight: collections.Counter[str] = collections.Counter()
 _widest = 0
 
 
@@ -104,12 +104,12 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads,
     for tries in range(1, reads.attempts + 1):
         try:
             asked = loop.time()
-            _now["waiting"] += 1
+            _in_flight["waiting"] += 1
             try:
                 await gate.acquire()
             finally:
-                _now["waiting"] -= 1
-            _now["trying"] += 1
+                _in_flight["waiting"] -= 1
+            _in_flight["trying"] += 1
             try:
                 _counts["gets"] += 1
                 sent = loop.time()
@@ -119,7 +119,7 @@ async def _get(obj: objects.Object, start: int, stop: int, reads: ObjectReads,
                     protocols.get_once(obj, start, stop, into, left), left)
                 _counts["get_ns"] += int((loop.time() - sent) * 1e9)
             finally:
-                _now["trying"] -= 1
+                _in_flight["trying"] -= 1
                 gate.release()
             if len(data) != stop - start:
                 what = "short" if len(data) < stop - start else "long"
@@ -281,7 +281,8 @@ def read(
         except concurrent.futures.TimeoutError as err:
             msg = (
                 f"No answer for bytes [{span.start}, {span.stop}) within {wait} s. This "
-                f"process's GETs now: {_now['trying']} in a try, {_now['waiting']} waiting "
+                f"process's GETs now: {_in_flight['trying']} in a try, "
+                f"{_in_flight['waiting']} waiting "
                 f"for one of the {reads.concurrency} slots; "
                 f"{direct.stats()['in_flight']} reader threads receiving."
             )
