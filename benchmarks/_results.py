@@ -152,6 +152,11 @@ class Table:
         return cls(**fields)
 
 
+#: Added peak RSS figures of two runs this close (MiB) agree (`compare_runs`): a few MiB
+#: more or less of the allocator's arenas and Python's pools, not the code measured.
+RSS_FLOOR_MIB = 32.0
+
+
 @dataclasses.dataclass
 class Target:
     """A target the project set itself: `value` compared with `bound` (None: not measured).
@@ -174,6 +179,10 @@ class Target:
     loaded: bool = False  # the run was loaded: judged on `cpu_value` when there is one
     loaded_by: str = ""  # which load made the run loaded (`loaded_by`)
     cpu_bound: float | None = None  # the bound of `cpu_value` (None: `bound`)
+    #: Two runs' values this close (in `unit`) agree whatever their ratio
+    #: (`compare_runs`): for a figure far below its bound whose size is noise (a few
+    #: MiB of added memory against a budget of gigabytes).
+    floor: float = 0.0
 
     def _meets(self, value: float | None, bound: float) -> bool | None:
         if value is None:

@@ -171,7 +171,9 @@ def autotune(quick: bool) -> tuple[Table, list[Target]]:
         targets += [
             Target(f"(w) {label}: auto added peak RSS (process tree) / RAM budget",
                    peak / budget if peak is not None and budget else None, 1.0,
-                   at_most=True, item="31.4, autotune"),
+                   at_most=True, item="31.4, autotune",
+                   floor=_results.RSS_FLOOR_MIB * 2**20 / budget
+                   if budget else 0.0),
             Target(f"(w) {label}: auto / best hand-picked ({best})", rates[AUTO] / rates[best],
                    0.9, item="31.4, autotune"),
             Target(f"(w) {label}: auto / tf.data AUTOTUNE", rates[AUTO] / rates[TF], 1.0,

@@ -9,12 +9,13 @@ the same cell of RUN2 (rows matched by their text cells, e.g. pipeline and mallo
 regime): it is *reproduced* when the larger of the two is at most ``1 + tolerance``
 times the smaller (and has the same sign), or when both are within an absolute floor of
 each other for a column whose figures are small counts (minor faults per batch: 0.2
-against 0.4 is the same "none"). The results written to ``--output`` (default:
-``benchmarks/results``, which the docs are generated from) are RUN1's figures with every
-figure that was not reproduced left empty (a target's value and CPU value too, so it
-reads "not measured"; on a loaded run a target without its CPU value loses its wall
-value too, since it is judged on CPU alone), and each table's description says how
-many were dropped. The CPU columns (CPU microseconds per record, `_results.cpu_column`)
+against 0.4 is the same "none") or whose small values are noise (added peak RSS: a
+few MiB more or less of the allocator's arenas; a target's own ``floor``). The results
+written to ``--output`` (default: ``benchmarks/results``, which the docs are generated
+from) are RUN1's figures with every figure that was not reproduced left empty (a
+target's value and CPU value too, so it reads "not measured"; on a loaded run a target
+without its CPU value loses its wall value too, since it is judged on CPU alone), and
+each table's description says how many were dropped. The CPU columns (CPU microseconds per record, `_results.cpu_column`)
 are figures like any other: kept where both runs agree. Prints one line per dropped
 figure and a summary; exits with status 1 when a table or a target of RUN1
 has no counterpart in RUN2 (the runs are not comparable). A publication run::
@@ -51,7 +52,7 @@ import _results  # noqa: E402
 
 TOLERANCE = 0.15
 #: Columns of small counts: two figures within this of each other agree.
-ABSOLUTE_FLOORS = {"faults": 1.0}
+ABSOLUTE_FLOORS = {"faults": 1.0, "peak_rss_mib": _results.RSS_FLOOR_MIB}
 
 
 def _number(value: Any) -> bool:
@@ -136,7 +137,7 @@ def _compare_target(script: str, target: _results.Target, other: _results.Target
             continue
         found.compared += 1
         theirs = None if other is None else getattr(other, field)
-        if theirs is None or not agree(mine, theirs, tolerance):
+        if theirs is None or not agree(mine, theirs, tolerance, target.floor):
             what = "" if field == "value" else " (CPU)"
             shown = "nothing" if theirs is None else f"{theirs:,.2f}{target.unit}"
             found.dropped.append(f"{script}: target {target.label}{what}: "

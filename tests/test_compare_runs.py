@@ -203,3 +203,25 @@ def test_compare_pairs_rows_by_their_naming_text_only(tmp_path):
     assert [row["rate"] for row in kept["bench_x"].table("autotune").rows] == [1000.0]
     kept = compare_runs.compare(first.parent, tmp_path / "three").kept
     assert [row["rate"] for row in kept["bench_x"].table("autotune").rows] == [None]
+
+
+def test_compare_target_floor_keeps_small_noisy_values_and_drops_larger_ones(tmp_path):
+    """A target's own floor: 0.001 vs 0.004 (a few MiB against a budget of GiB) agree under
+    a floor of 0.005; without the floor, or 0.1 vs 0.4 under it, they do not."""
+    cases = {"small, floor": (0.001, 0.004, 0.005), "small, none": (0.001, 0.004, 0.0),
+             "large, floor": (0.1, 0.4, 0.005)}
+    for name, (one, two, floor) in cases.items():
+        for folder, value in (("one", one), ("two", two)):
+            target = _results.Target(f"added RSS / budget ({name})", value, 1.0,
+                                     at_most=True, floor=floor)
+            run = _results.Run("python benchmarks/bench_x.py", False, "2026-12-02 00:00 UTC",
+                               1.0, {"machine": "x86_64", "cpus": 2, "python": "3.11"},
+                               {"start": [0.1, 0.1, 0.1], "end": [0.1, 0.1, 0.1]})
+            _results.write(tmp_path / name / folder / "bench_x.json",
+                           _results.Report([], [target]), run)
+
+    kept = {name: compare_runs.compare(tmp_path / name / "one", tmp_path / name / "two")
+            .kept["bench_x"].targets[0].verdict() for name in cases}
+
+    assert kept == {"small, floor": "met", "small, none": "not measured",
+                    "large, floor": "not measured"}
