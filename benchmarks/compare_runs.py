@@ -15,10 +15,11 @@ written to ``--output`` (default: ``benchmarks/results``, which the docs are gen
 from) are RUN1's figures with every figure that was not reproduced left empty (a
 target's value and CPU value too, so it reads "not measured"; on a loaded run a target
 without its CPU value loses its wall value too, since it is judged on CPU alone), and
-each table's description says how many were dropped. The CPU columns (CPU microseconds per record, `_results.cpu_column`)
-are figures like any other: kept where both runs agree. Prints one line per dropped
-figure and a summary; exits with status 1 when a table or a target of RUN1
-has no counterpart in RUN2 (the runs are not comparable). A publication run::
+each table's description says how many were dropped. The CPU columns (CPU microseconds
+per record, `_results.cpu_column`) are figures like any other: kept where both runs
+agree. Prints one line per dropped figure and a summary; exits with status 1 when a
+table or a target of RUN1 has no counterpart in RUN2 (the runs are not comparable).
+A publication run::
 
     python benchmarks/run_all.py --results /tmp/bench-run1 --output /tmp/bench-run1/RESULTS.md
     python benchmarks/run_all.py --results /tmp/bench-run2 --output /tmp/bench-run2/RESULTS.md
