@@ -19,8 +19,11 @@
 from __future__ import annotations
 
 import functools
+import gc
+import math
 import os
 import shutil
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -208,6 +211,10 @@ def _graph_run(loader: Any) -> Callable[[int], int]:
 
 
 _INT64_LOOP = "in-memory int64, `for batch in loader`"
+#: Fresh pairs of loaders (one on, one off) per row of table (f).
+_PAIRS = 6
+#: Student's t, two-sided 95%, for 1-10 degrees of freedom.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 
 
 def _counter_paths(root: str) -> dict[str, Callable[[], Any]]:
@@ -284,30 +291,35 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
 
     from resumeloader.core import meters
 
-    rounds, slice_seconds = (8, 0.1) if quick else (40, 0.25)
+    rounds, slice_seconds = (4, 0.1) if quick else (10, 0.25)
+    pairs = 2 if quick else _PAIRS
     start = _results.load_average()
     root = tempfile.mkdtemp()
     paths = _counter_paths(root)
     built = _built
     graph_path = "in-memory int64, `dataset()` + `advance()` in a `tf.function`"
-    figures: dict[str, tuple[float, float]] = {}
-    # One pair at a time: the two loaders of a switch live side by side, nothing else.
+    # Per row, each pair's (CPU on, CPU off, wall on, wall off), us/record (medians).
+    figures: dict[str, list[tuple[float, float, float, float]]] = {}
     for name in [*paths, graph_path]:
-        # Two loaders of each setting, built in the order on, off, off, on (ABBA): a
-        # loader's place in the build order (where its memory lands, which one the
-        # process warmed first) weighs on both settings alike. The second of each is
-        # its A/A twin: how far two identical loaders differ in this run (what a
-        # ratio can resolve).
-        contenders: dict[str, Callable[[], Callable[[int], int]]] = {}
-        for label, on in (("on", True), ("off", False), ("control", False),
-                          ("on-control", True)):
-            if name == graph_path:
-                contenders[f"{name}|{label}"] = functools.partial(
-                    lambda on: _graph_run(built(on, paths[_INT64_LOOP])), on)
-            else:
-                contenders[f"{name}|{label}"] = functools.partial(
-                    lambda on, name: _eager_run(built(on, paths[name])), on, name)
-        figures.update(_common.paired(contenders, rounds, slice_seconds))
+        for number in range(pairs):
+            # A fresh pair of loaders, one of each setting, live side by side and nothing
+            # else; built on first, then off first (so the build order weighs on both
+            # alike). Two loaders of one setting differ by a few percent (where their
+            # memory and threads land), more with more loaders live at once: a new pair
+            # each time, and the ratio is the mean of the pairs'.
+            contenders: dict[str, Callable[[], Callable[[int], int]]] = {}
+            for on in (True, False) if number % 2 == 0 else (False, True):
+                if name == graph_path:
+                    contenders[str(on)] = functools.partial(
+                        lambda on: _graph_run(built(on, paths[_INT64_LOOP])), on)
+                else:
+                    contenders[str(on)] = functools.partial(
+                        lambda on, name: _eager_run(built(on, paths[name])), on, name)
+            measured = _common.paired(contenders, rounds, slice_seconds)
+            (cpu_on, wall_on), (cpu_off, wall_off) = measured["True"], measured["False"]
+            figures.setdefault(name, []).append((cpu_on, cpu_off, wall_on, wall_off))
+            del contenders, measured
+            gc.collect()  # the pair's loaders and threads end before the next pair
     shutil.rmtree(root, ignore_errors=True)
     counts = _instruction_counts(100 if quick else 200) if _instructions.available() else {}
     table = Table(
@@ -317,18 +329,20 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
         f"(`RESUMELOADER_STATS=0`), batch {BATCH}, 0 workers. The loaders of a row live "
         f"side by side and take turns: median of {rounds} alternating slices of about "
         f"{slice_seconds} s each (every other round in reverse order), after a warm-up; "
-        "wall us/record beside. Each setting runs on two loaders, built in the order on, "
-        "off, off, on (so the build order weighs on both alike) and taking the same turns; "
-        "a setting's figure is the mean of its two loaders' medians, and off / control and "
-        "on / control show how far two identical loaders differ (what a ratio can resolve). "
+        f"wall us/record beside. Two identical loaders differ by a few percent (where their "
+        f"memory and threads land): each row runs {pairs} fresh pairs of loaders, one on "
+        "and one off (built on first, then off first), one pair at a time; the figures "
+        "are the means over the pairs, 'on / off' the mean of the pairs' ratios, '95% "
+        "interval' its interval from their spread (Student's t) and 'pairs' the lowest "
+        "and highest pair's ratio. "
         "Instructions: per batch, every thread, counted by Valgrind's callgrind over a "
         "fixed number of batches after a warm-up, each loader in its own process (a "
         "figure the machine's load does not move; not for the graph path, whose "
         "tf.data threads Valgrind serialises).",
         [Column("path", "path"), Column("cpu_on", "CPU us/record, on", ".3f"),
          Column("cpu_off", "CPU us/record, off", ".3f"), Column("ratio", "on / off", ".3f"),
-         Column("control", "off / control", ".3f"),
-         Column("on_control", "on / control", ".3f"),
+         Column("interval", "95% interval", identity=False),
+         Column("pairs", "pairs", identity=False),
          Column("ins_on", "instructions/batch, on", ",.0f"),
          Column("ins_off", "instructions/batch, off", ",.0f"),
          Column("ins_ratio", "on / off, instructions", ".4f"),
@@ -338,17 +352,19 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
     )
     targets = []
     for number, name in enumerate([*paths, graph_path]):
-        (on1, wall_on1), (on2, wall_on2) = figures[f"{name}|on"], figures[f"{name}|on-control"]
-        (off1, wall_off1), (off2, wall_off2) = figures[f"{name}|off"], figures[f"{name}|control"]
-        on, off = (on1 + on2) / 2, (off1 + off2) / 2
-        wall_on, wall_off = (wall_on1 + wall_on2) / 2, (wall_off1 + wall_off2) / 2
+        cpu_on, cpu_off, wall_on, wall_off = (statistics.mean(column)
+                                              for column in zip(*figures[name], strict=True))
+        ratios = [on / off for on, off, _, _ in figures[name]]
+        ratio = statistics.mean(ratios)
+        half = _T95[len(ratios) - 2] * statistics.stdev(ratios) / math.sqrt(len(ratios))
         ins_on, ins_off = counts.get((number, True)), counts.get((number, False))
-        table.add(path=name, cpu_on=on, cpu_off=off, ratio=on / off, control=off1 / off2,
-                  on_control=on1 / on2,
+        table.add(path=name, cpu_on=cpu_on, cpu_off=cpu_off, ratio=ratio,
+                  interval=f"{ratio - half:.3f}-{ratio + half:.3f}",
+                  pairs=f"{min(ratios):.3f}-{max(ratios):.3f}",
                   ins_on=ins_on, ins_off=ins_off,
                   ins_ratio=ins_on / ins_off if ins_on and ins_off else None,
                   wall_on=wall_on, wall_off=wall_off)
-        targets.append(Target(f"(f) counters on / off, CPU per record: {name}", on / off, 1.02,
+        targets.append(Target(f"(f) counters on / off, CPU per record: {name}", ratio, 1.02,
                               at_most=True, item="31.1, counters"))
     table.finish(start)
     return table, targets
