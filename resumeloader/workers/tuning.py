@@ -1,14 +1,14 @@
 """`Tuning`, `Tuner`: how ``Workers("auto")`` chooses workers from measured batches.
 
 The tuner tries candidates in trial windows of batches — none (the calling thread),
-threads, processes — and settles on the one whose batches the consumer waited least
-for, the cheaper one when two are within 10%: no workers before threads, threads
-before processes. What it measures per trial: the consumer's wait per batch, the
-producer's wall and CPU time per batch (its CPU/wall ratio in threads tells code that
-holds the GIL, whose threads wait for it, from code that releases it), the bytes of a
-batch and the resident memory of worker processes, counted against a RAM budget. It
-never sees a batch's content: a decision changes where batches are made, never what
-they hold. Pure Python; no TensorFlow.
+threads, processes (when threads barely cut the consumer's wait) — and
+settles on the one whose batches the consumer waited least for, the cheaper one when
+two are within 10%: no workers before threads, threads before processes. What it
+measures per trial: the consumer's wait per batch, the producer's wall and CPU time per
+batch (its CPU/wall ratio in threads tells code that holds the GIL, whose threads wait
+for it, from code that releases it), the bytes of a batch and the resident memory of
+worker processes, counted against a RAM budget. It never sees a batch's content: a
+decision changes where batches are made, never what they hold. Pure Python; no TensorFlow.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ MEMORY_SHARE = 0.25
 #: Threads that do not make the producer's CPU time per second of trial at least this
 #: many times the calling thread's wait for the GIL (or for cores: the machine is busy).
 _SCALES = 1.3
+#: Threads whose batches the consumer still waits for more than this share of its wait
+#: without workers did not parallelise the stage (the GIL, taken and given back at each
+#: call, though they add CPU): processes are tried.
+_HELPS = 0.75
 #: Code computing (not waiting for I/O or a sleep) has at least this CPU/wall ratio in
 #: the calling thread (low, since a loaded machine gives the thread a share of a core).
 _BOUND = 0.2
@@ -255,11 +259,19 @@ class Tuner:
             return Choice("thread", self._counted(max(2, count), measure))
         if choice.kind == "thread":
             alone = self.measured[Choice("inline", 0)]
-            if alone.ratio >= _BOUND and measure.cpu_rate < _SCALES * alone.cpu_rate:
+            if alone.ratio < _BOUND:
+                return None  # code that waits: threads are its workers
+            before, after = alone.per_batch(alone.wait_ns), measure.per_batch(measure.wait_ns)
+            if after <= _HELPS * before:
+                return None  # the threads parallelise the stage
+            if measure.cpu_rate < _SCALES * alone.cpu_rate:
                 self.notes.append("threads add no CPU: the GIL is held (or the cores are busy)")
-                if self.processes:
-                    return Choice("process", self._counted(max(2, self.cpus), measure))
-                self.notes.append("the pipeline does not pickle: no process workers")
+            else:  # more CPU, hardly more batches: the GIL taken and given back per call
+                self.notes.append(f"threads barely cut the wait ({before / 1e6:.2f} -> "
+                                  f"{after / 1e6:.2f} ms per batch)")
+            if self.processes:
+                return Choice("process", self._counted(max(2, self.cpus), measure))
+            self.notes.append("the pipeline does not pickle: no process workers")
         return None
 
     def _counted(self, count: int, measure: Measure) -> int:

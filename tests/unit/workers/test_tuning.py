@@ -69,6 +69,28 @@ def test_tuner_threads_that_add_no_cpu_try_processes_and_keep_the_faster():
     assert tuner.best() == PROCESSES and "GIL" in tuner.summary()
 
 
+def test_tuner_threads_that_add_cpu_but_barely_cut_the_wait_try_processes():
+    """Code that releases the GIL between short calls: threads burn more CPU (taking the
+    GIL back) for 5% fewer waits; processes are tried and kept when faster."""
+    tuner = _tuner()
+    tuner.next(INLINE, _measure(10.0))
+    assert tuner.next(THREADS, _measure(9.5, work_ms=19.0, cpu_ms=19.0)) == PROCESSES
+    assert "threads barely cut the wait (10.00 -> 9.50 ms per batch)" in tuner.summary()
+    assert tuner.next(PROCESSES, _measure(6.0)) == INLINE
+    assert tuner.next(INLINE, _measure(10.0)) == PROCESSES
+    assert tuner.next(PROCESSES, _measure(6.0)) is None
+    assert tuner.best() == PROCESSES
+
+
+def test_tuner_threads_that_cut_the_wait_are_kept_whatever_their_cpu():
+    """Threads that make the consumer wait far less are not second-guessed by their CPU
+    rate (a loaded machine, or code that waits part of the time): no process trial."""
+    tuner = _tuner()
+    tuner.next(INLINE, _measure(10.0))
+    assert tuner.next(THREADS, _measure(1.0, work_ms=10.0, cpu_ms=1.0)) == INLINE
+    assert "GIL" not in tuner.summary()
+
+
 def test_tuner_workers_not_faster_when_confirmed_are_not_kept():
     """A candidate with workers that was faster once by a burst of load, and slower in the
     confirming round, loses to no workers on the sums."""
