@@ -16,7 +16,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, ClassVar
 
 from resumeloader.stages import plan as plan_lib
@@ -130,8 +130,10 @@ class AutoBackend:
 
     def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, produce.Produced]]:
         feed = _Feed(tasks)
-        asked = _now()
         while True:
+            if self._settled_inline() and not (yield from self._inline(feed)):
+                return
+            asked = _now()
             choice = self._choice
             produced = self._child(choice).run(feed.tasks())
             try:
@@ -142,7 +144,7 @@ class AutoBackend:
                     held = _now()
                     self._after(made, got - asked, held - got)
                     asked = held
-                    if self._choice != choice:
+                    if self._choice != choice or self._settled_inline():
                         break
                 else:
                     return
@@ -151,6 +153,33 @@ class AutoBackend:
             feed.rewind()  # what the old backend took and did not hand back comes first
             if self._trial is None and self._tuning.decide is None:
                 self._stop_processes()  # settled: process workers not chosen free their memory
+
+    def _settled_inline(self) -> bool:
+        """Whether batches are made without workers, settled (no trial, no `decide`)."""
+        return (self._choice.kind == "inline" and self._trial is None
+                and self._tuning.decide is None)
+
+    def _inline(self, feed: _Feed) -> Generator[tuple[Task, produce.Produced], None, bool]:
+        """Settled on no workers: the producer's own loop (nothing timed or tracked per
+        batch) up to the next re-check, which it then starts. Each task is made before
+        the next is taken, so none is in flight when it stops. Returns whether the
+        tasks go on."""
+        due = max(1, self._tuning.every - (self._handed - self._settled_at))
+        handed = 0
+        produced = self._producer.run(feed.untracked(due))
+        try:
+            for item in produced:
+                handed += 1
+                yield item
+        finally:
+            produced.close()
+            self._handed += handed
+        if handed < due:
+            return False
+        self._choice = self._tuner.restart()
+        self._trial = _Trial(self._choice, self._tuning)
+        self._freeze()
+        return True
 
     def _after(self, made: produce.Produced, wait: int, hold: int) -> None:
         """Counts a batch handed out; decides what makes the next ones."""
@@ -274,6 +303,18 @@ class _Feed:
                 task = following
             self._taken.append(task)
             yield task
+
+    def untracked(self, count: int) -> Iterator[Task]:
+        """Up to `count` tasks, not tracked: for a consumer that hands each back before
+        it takes the next."""
+        for _ in range(count):
+            if self._again:
+                yield self._again.popleft()
+                continue
+            following = next(self._tasks, None)
+            if following is None:
+                return
+            yield following
 
     def handed(self, task: Task) -> None:
         taken = self._taken.popleft()

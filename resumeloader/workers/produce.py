@@ -19,7 +19,7 @@ import functools
 import itertools
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -169,7 +169,8 @@ class BatchProducer:
             lap = self.board.here().lap(timing.PRODUCE, len(task.indices))
         return self._made(task, lap)
 
-    def run(self, tasks: Iterator[plan_lib.Task]) -> Iterator[tuple[plan_lib.Task, Produced]]:
+    def run(self, tasks: Iterator[plan_lib.Task]
+            ) -> Generator[tuple[plan_lib.Task, Produced], None, None]:
         """``(task, batch(task))`` for each of `tasks`, made in the thread that iterates:
         each counted as `batch` counts it, in this loop, without a call per untimed
         batch (`meters.Place.kind`)."""
