@@ -91,6 +91,11 @@ def _auto_rate(source: np.ndarray, fn: Callable[..., Any], workload: str) -> Cal
             settled = time.perf_counter() + SETTLE_SECONDS
             while time.perf_counter() < settled:
                 next(iterator)
+            # Its trial workers have ended or run on (their peaks kept by the kernel): no
+            # sampling thread in the timed part, which the other contenders do not run
+            # beside them. (A re-check there tries processes only after threads; a
+            # process one started and stopped unseen would be left out.)
+            peak.stop_watching()
             rate = _common.steady_rate(lambda: iterator)
         _MEMORY.setdefault(workload, []).append((peak.added, budget))
         loader.close()
@@ -101,10 +106,12 @@ def _auto_rate(source: np.ndarray, fn: Callable[..., Any], workload: str) -> Cal
 
 def _workload(name: str, source: np.ndarray, fn: Callable[..., Any],
               rounds: int) -> tuple[dict[str, float], dict[str, float | None]]:
+    # Each warmed up as long as `Workers("auto")` runs its choice before its clock starts.
     contenders = {
-        **bench_map_fn.hand_picked(source, fn),
+        **bench_map_fn.hand_picked(source, fn, SETTLE_SECONDS),
         AUTO: _auto_rate(source, fn, name),
-        TF: lambda: _common.steady_rate(lambda: _common.plain_tf(source, fn)),
+        TF: lambda: _common.steady_rate(lambda: _common.plain_tf(source, fn),
+                                        warm_seconds=SETTLE_SECONDS),
     }
     rates = _common.interleaved(contenders, rounds)
     return rates, {name: _common.cpu_us(name) for name in contenders}
@@ -134,12 +141,12 @@ def autotune(quick: bool) -> tuple[Table, list[Target]]:
     table = Table(
         "autotune", "(w) `Workers(\"auto\")` against hand-picked workers and tf.data AUTOTUNE",
         "bench_autotune.py",
-        f"Batch {BATCH}, endless shuffled loaders; records/s after 4 batches (start-up "
-        "excluded; `Workers(\"auto\")`: after its decision), median of "
+        f"Batch {BATCH}, endless shuffled loaders; records/s after 4 batches and "
+        f"{SETTLE_SECONDS:g} s (start-up excluded; `Workers(\"auto\")`: after its decision and "
+        f"{SETTLE_SECONDS:g} s, its memory no longer sampled by a thread), median of "
         f"{rounds} interleaved round(s); CPU budget {os.cpu_count()} cores. 'map_fn us' is "
         "one call's time, measured alone. 'decided' is "
-        "what `Workers(\"auto\")` chose in each round, after how many batches and seconds "
-        f"(then {SETTLE_SECONDS:g} s more before the clock starts); "
+        "what `Workers(\"auto\")` chose in each round, after how many batches and seconds; "
         "'added peak RSS' the largest over its rounds of the peak resident memory the "
         "loader added to the process tree (this process's peak above its memory when the "
         "loader was made, plus each worker process's peak, trials included), 'RAM "

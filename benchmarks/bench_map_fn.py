@@ -43,19 +43,22 @@ HAND_PICKED = ("0 workers", "2 thread workers", "2 process workers")
 
 
 def _ours(source: np.ndarray, fn: Callable[..., object], workers: int = 0,
-          kind: str = "thread") -> Callable[[], float]:
+          kind: str = "thread", warm_seconds: float = 0.0) -> Callable[[], float]:
     import resumeloader
 
     return lambda: _common.steady_rate(lambda: resumeloader.ResumableLoader(
         source, batch_size=BATCH, seed=SEED, map_fn=fn,
         workers=resumeloader.Workers(workers, kind=kind if workers else None),
-    ))
+    ), warm_seconds=warm_seconds)
 
 
-def hand_picked(source: np.ndarray, fn: Callable[..., object]) -> dict[str, Callable[[], float]]:
-    """`HAND_PICKED`'s contenders: `fn` in 0 workers, 2 threads and 2 processes."""
-    return {HAND_PICKED[0]: _ours(source, fn), HAND_PICKED[1]: _ours(source, fn, 2),
-            HAND_PICKED[2]: _ours(source, fn, 2, "process")}
+def hand_picked(source: np.ndarray, fn: Callable[..., object],
+                warm_seconds: float = 0.0) -> dict[str, Callable[[], float]]:
+    """`HAND_PICKED`'s contenders: `fn` in 0 workers, 2 threads and 2 processes, each
+    measured after `warm_seconds` of batches."""
+    return {HAND_PICKED[0]: _ours(source, fn, warm_seconds=warm_seconds),
+            HAND_PICKED[1]: _ours(source, fn, 2, warm_seconds=warm_seconds),
+            HAND_PICKED[2]: _ours(source, fn, 2, "process", warm_seconds=warm_seconds)}
 
 
 def _workload(source: np.ndarray, fn: Callable[..., object], operation: str,
