@@ -250,3 +250,36 @@ def test_instructions_counted_between_ready_and_done_only():
     ten = _instructions.counted(["-c", script, "10"], timeout=120)
     assert one > 100_000
     assert 8 < ten / one < 11, (one, ten)
+
+
+# A child that touches 128 MiB (each page written: resident), says so, and waits for its
+# stdin to close.
+_HOLD = (
+    "import sys\n"
+    "b = bytearray(128 << 20)\n"
+    "b[::4096] = b'\\x01' * len(range(0, len(b), 4096))\n"
+    "print('held', flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+def _held_then_ended() -> None:
+    child = subprocess.Popen([sys.executable, "-c", _HOLD], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "held\n"
+    time.sleep(0.1)  # two sampling intervals
+    child.communicate("")
+
+
+def test_peak_rss_counts_a_child_that_ended_while_watched_not_after_it_stopped_watching():
+    """The sampling thread sees a worker that ends (a tuner's trial); `stop_watching` ends
+    the thread (no `/proc` reads beside a timed part), so one that starts and ends after
+    it is not seen."""
+    with _common.PeakRss(interval=0.02) as peak:
+        _held_then_ended()
+        peak.stop_watching()
+        watched = peak.added
+        assert not peak._thread.is_alive()
+        _held_then_ended()
+    assert watched >= 128 << 20
+    assert peak.added < watched + (64 << 20)
