@@ -173,7 +173,10 @@ class PeakRss:
                 continue
             peak = _status_kib(child.pid, "VmHWM")
             if peak is not None:
-                self._children[child.pid] = max(peak, self._children.get(child.pid, 0))
+                # The latest reading, not the largest: VmHWM only grows within a program,
+                # but a child read between its fork and its exec shows its parent's
+                # pages (a worker process at 922 MiB instead of 184, once in 8 rounds).
+                self._children[child.pid] = peak
         self._own = max(self._own, _status_kib("self", "VmHWM") or 0)
 
     def _watch(self) -> None:
