@@ -395,17 +395,11 @@ class Lap:
         for _, ns in shares:
             total += ns
         total = total or 1
+        spent = -1  # the CPU time since the previous boundary, on a lap that reads it
+        if self._cpu >= 0:
+            cpu = _cpu()
+            spent, self._cpu = cpu - self._cpu, cpu
         name = self.kind.name
-        if self._cpu < 0:
-            for meter, ns in shares:
-                meter.kind = name
-                meter.batches += 1
-                meter.records_in += records
-                meter.records_out += records
-                meter.wall_ns += wall * ns // total
-            return
-        cpu = _cpu()
-        spent, self._cpu = cpu - self._cpu, cpu
         for meter, ns in shares:
             part = wall * ns // total
             meter.kind = name
@@ -413,5 +407,6 @@ class Lap:
             meter.records_in += records
             meter.records_out += records
             meter.wall_ns += part
-            meter.cpu_ns += spent * ns // total
-            meter.cpu_wall_ns += part
+            if spent >= 0:
+                meter.cpu_ns += spent * ns // total
+                meter.cpu_wall_ns += part
