@@ -6,8 +6,9 @@ not hand back are given to the new one, first (a task is a pure function of the
 pipeline and its position: made again, it gives the same bytes), so no batch is lost
 or repeated and the stream is that of ``Workers()``. What to run comes from
 `resumeloader.workers.tuning` (trial windows, then settled, re-checked every
-`Tuning.every` batches); each decision is logged (INFO, ``resumeloader.workers``) and
-kept on the loader's board (``loader.stats().decisions``). No TensorFlow here.
+`Tuning.every` batches, its trials at most `Tuning.trial_share` of the time); each
+decision is logged (INFO, ``resumeloader.workers``) and kept on the loader's board
+(``loader.stats().decisions``). No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ class AutoBackend:
         self._trial: _Trial | None = _Trial(self._choice, self._tuning)
         self._handed = 0  # batches handed out, over every run
         self._settled_at = 0
+        self._trials_began = _now()
+        #: Settled: no re-check before this (`Tuning.trial_share` of the time on trials).
+        self._recheck_ns = 0
         #: Every decision: ``{"batch", "kind", "num_workers", "why"}``.
         self.decisions: list[dict[str, Any]] = []
 
@@ -130,6 +134,8 @@ class AutoBackend:
 
     def run(self, tasks: Iterator[Task]) -> Iterator[tuple[Task, produce.Produced]]:
         feed = _Feed(tasks)
+        if not self._handed:
+            self._trials_began = _now()  # the first trials begin with the first batch
         while True:
             if self._settled_inline() and not (yield from self._inline(feed)):
                 return
@@ -161,7 +167,7 @@ class AutoBackend:
 
     def _inline(self, feed: _Feed) -> Generator[tuple[Task, produce.Produced], None, bool]:
         """Settled on no workers: the producer's own loop (nothing timed or tracked per
-        batch) up to the next re-check, which it then starts. Each task is made before
+        batch) up to the next re-check (`_recheck`). Each task is made before
         the next is taken, so none is in flight when it stops. Returns whether the
         tasks go on."""
         due = max(1, self._tuning.every - (self._handed - self._settled_at))
@@ -176,10 +182,20 @@ class AutoBackend:
             self._handed += handed
         if handed < due:
             return False
+        self._recheck()
+        return True
+
+    def _recheck(self) -> None:
+        """Settled for `Tuning.every` batches: the trials run again if they would stay
+        within `Tuning.trial_share` of the time, else after `every` more batches."""
+        now = _now()
+        if now < self._recheck_ns:
+            self._settled_at = self._handed
+            return
+        self._trials_began = now
         self._choice = self._tuner.restart()
         self._trial = _Trial(self._choice, self._tuning)
         self._freeze()
-        return True
 
     def _after(self, made: produce.Produced, wait: int, hold: int) -> None:
         """Counts a batch handed out; decides what makes the next ones."""
@@ -200,9 +216,7 @@ class AutoBackend:
         trial = self._trial
         if trial is None:
             if self._handed - self._settled_at >= self._tuning.every:
-                self._choice = self._tuner.restart()
-                self._trial = _Trial(self._choice, self._tuning)
-                self._freeze()
+                self._recheck()
             return
         if not trial.add(made, wait, hold, self._clock, self._producer):
             return
@@ -216,6 +230,8 @@ class AutoBackend:
             return
         self._trial = None
         self._settled_at = self._handed
+        now, share = _now(), self._tuning.trial_share
+        self._recheck_ns = now + int((now - self._trials_began) * (1 - share) / share)
         self._decide(self._tuner.best(), self._tuner.summary())
         self._freeze()
 

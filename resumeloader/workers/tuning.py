@@ -78,6 +78,11 @@ class Tuning:
         trial_seconds: the least a candidate's trial lasts (so that a burst of load on
             a shared machine weighs less against fast batches).
         every: batches between two re-checks once settled (the trials run again).
+        trial_share: the most share of the time its re-checks' trials may take: settled,
+            it re-checks after `every` batches and once the trials that settled it are
+            at most this share of the time since they began (a cheap stage makes
+            `every` batches in about a second; its trials take a quarter of one). 1:
+            after `every` batches, however long the trials took.
         decide: for tests and experiments: ``decide(batches) -> (kind, num_workers)``
             or None, called after each batch handed out with the count so far; it
             replaces the measured decisions (kinds ``"inline"``, ``"thread"``,
@@ -93,6 +98,7 @@ class Tuning:
     trial_batches: int = 8
     trial_seconds: float = 0.25
     every: int = 2000
+    trial_share: float = 0.05
     decide: Callable[[int], Any] | None = None
 
     def __post_init__(self) -> None:
@@ -102,18 +108,20 @@ class Tuning:
             validate.integer("memory_bytes", self.memory_bytes, low=1)
         validate.integer("trial_batches", self.trial_batches, low=1, high=10_000)
         validate.integer("every", self.every, low=1)
-        seconds = self.trial_seconds
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
-            0 <= seconds <= 3600
-        ):
-            msg = (
-                "`trial_seconds` must be a number of seconds in [0, 3600]. Received: "
-                f"trial_seconds={seconds!r:.80}."
-            )
-            raise (TypeError if not isinstance(seconds, (int, float)) else ValueError)(msg)
+        _number("trial_share", self.trial_share, "a number in (0, 1]", lambda v: 0 < v <= 1)
+        _number("trial_seconds", self.trial_seconds, "a number of seconds in [0, 3600]",
+                lambda v: 0 <= v <= 3600)
         if self.decide is not None and not callable(self.decide):
             msg = f"`decide` must be callable or None. Received: decide={self.decide!r:.80}."
             raise TypeError(msg)
+
+
+def _number(name: str, value: Any, expected: str, valid: Callable[[float], bool]) -> None:
+    """Raises unless `value` is a number (not a bool) that is `valid`."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and valid(value):
+        return
+    msg = f"`{name}` must be {expected}. Received: {name}={value!r:.80}."
+    raise (TypeError if not isinstance(value, (int, float)) else ValueError)(msg)
 
 
 def cpu_budget(tuning: Tuning) -> int:

@@ -157,8 +157,13 @@ def test_tuning_defaults_come_from_the_machine():
      ({"trial_batches": 0}, ValueError, "`trial_batches`"), ({"every": 1.5}, TypeError, "`every`"),
      ({"trial_seconds": -1}, ValueError, "`trial_seconds`"),
      ({"trial_seconds": "1"}, TypeError, "`trial_seconds`"),
+     ({"trial_share": 0}, ValueError, "`trial_share`"),
+     ({"trial_share": 1.5}, ValueError, "`trial_share`"),
+     ({"trial_share": True}, ValueError, "`trial_share`"),
+     ({"trial_share": None}, TypeError, "`trial_share`"),
      ({"decide": 3}, TypeError, "`decide`")],
-    ids=["cpus", "memory", "trial", "every", "seconds-negative", "seconds-str", "decide"],
+    ids=["cpus", "memory", "trial", "every", "seconds-negative", "seconds-str", "share-0",
+         "share-1.5", "share-bool", "share-none", "decide"],
 )
 def test_tuning_invalid_raises_naming_field(kwargs, error, fragment):
     """Each invalid field of Tuning is refused on construction."""
