@@ -2,6 +2,7 @@
 
     python benchmarks/bench_autotune.py [--quick]
     python benchmarks/bench_autotune.py --workload {a,b,c}   # one workload, printed only
+    python benchmarks/bench_autotune.py --memory {a,b,c}     # its auto's memory (a child)
 
 (w) Records/s in steady state and CPU microseconds per record (the process and its
     worker processes), batch 128, endless shuffled loaders, for three ``map_fn``s:
@@ -19,12 +20,14 @@
     runs by their names): the map_fn's measured cost has a column of its own and the
     decision is not part of the name. For
     ``Workers("auto")``: the peak resident memory the loader added to the process tree
-    (this process's peak above its memory when the loader was made, plus its worker
-    processes' peaks, trials included: `_common.PeakRss.added`) against the RAM budget
-    it was given (`Tuning`'s default: `tuning.MEMORY_SHARE` of the memory available
-    when the loader was made, which leaves out what the process held already). The
-    whole tree's peak would be mostly what the process kept from earlier contenders
-    (it grew 865 -> 1,002 -> 1,497 MiB over three rounds of (b)).
+    against the RAM budget it was given (`Tuning`'s default: `tuning.MEMORY_SHARE` of the
+    memory available when the loader was made, which leaves out what the process held
+    already), measured once per workload in a process of its own (``--memory``) that
+    imports TensorFlow and makes a few batches first, then runs one round of the auto
+    contender: its peak above its memory when the loader was made, plus its worker
+    processes' peaks, trials included (`_common.PeakRss.added`). In the rounds' process
+    the figure held what the process gave back and took again from earlier contenders
+    (141 and 187 MiB in two runs of (a), whose two workers hold ~95).
 
 Absolute numbers depend on the machine and its load; the ratios in one run are the
 result.
@@ -32,7 +35,9 @@ result.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -59,49 +64,74 @@ SETTLE_SECONDS = 0.5
 AUTO, TF = "`Workers(\"auto\")`", "tf.data `map(numpy_function, AUTOTUNE)`"
 # What each Workers("auto") loader decided, per workload: (decision, batches, seconds).
 _DECIDED: dict[str, list[tuple[str, int, float]]] = {}
-# Per workload, each Workers("auto") round's added peak RSS of the tree and RAM budget.
-_MEMORY: dict[str, list[tuple[int, int]]] = {}
+# Per workload: the added peak RSS of the tree and the RAM budget (`_memory_alone`).
+_MEMORY: dict[str, tuple[int, int]] = {}
+#: The line of ``--memory``'s output that holds its figures.
+MEMORY_LINE = "MEMORY "
 
 
-def _auto_rate(source: np.ndarray, fn: Callable[..., Any], workload: str) -> Callable[[], float]:
+def _auto_rate(source: np.ndarray, fn: Callable[..., Any], workload: str,
+               peak: _common.PeakRss | None = None) -> Callable[[], float]:
     """Records/s of a fresh Workers("auto") loader once it decided and `SETTLE_SECONDS`
-    passed (trials and the switch excluded)."""
+    passed (trials and the switch excluded). With `peak` (entered), its memory is sampled
+    until then (`PeakRss.stop_watching`)."""
     import resumeloader
 
     def measure() -> float:
-        from resumeloader.workers import tuning
-
-        with _common.PeakRss() as peak:
-            start = time.perf_counter()
-            budget = tuning.memory_budget(tuning.Tuning())  # what the loader's default gets
-            loader = resumeloader.ResumableLoader(
-                source, batch_size=BATCH, seed=SEED, map_fn=fn,
-                workers=resumeloader.Workers("auto"))
-            iterator = iter(loader)
-            batches = 0
-            while not loader.stats().decisions:
-                next(iterator)
-                batches += 1
-            decision = loader.stats().decisions[-1]
-            chosen = f"{decision['kind']} x {decision['num_workers']}"
-            _DECIDED.setdefault(workload, []).append(
-                (chosen, batches, time.perf_counter() - start))
-            print(f"  auto decided {chosen} after {batches} batches: {decision['why']}",
-                  file=sys.stderr)
-            settled = time.perf_counter() + SETTLE_SECONDS
-            while time.perf_counter() < settled:
-                next(iterator)
-            # Its trial workers have ended or run on (their peaks kept by the kernel): no
-            # sampling thread in the timed part, which the other contenders do not run
-            # beside them. (A re-check there tries processes only after threads; a
-            # process one started and stopped unseen would be left out.)
+        start = time.perf_counter()
+        loader = resumeloader.ResumableLoader(
+            source, batch_size=BATCH, seed=SEED, map_fn=fn,
+            workers=resumeloader.Workers("auto"))
+        iterator = iter(loader)
+        batches = 0
+        while not loader.stats().decisions:
+            next(iterator)
+            batches += 1
+        decision = loader.stats().decisions[-1]
+        chosen = f"{decision['kind']} x {decision['num_workers']}"
+        _DECIDED.setdefault(workload, []).append((chosen, batches, time.perf_counter() - start))
+        print(f"  auto decided {chosen} after {batches} batches: {decision['why']}",
+              file=sys.stderr)
+        settled = time.perf_counter() + SETTLE_SECONDS
+        while time.perf_counter() < settled:
+            next(iterator)
+        if peak is not None:
+            # Its trial workers have ended or run on (their peaks kept by the kernel).
             peak.stop_watching()
-            rate = _common.steady_rate(lambda: iterator)
-        _MEMORY.setdefault(workload, []).append((peak.added, budget))
+        rate = _common.steady_rate(lambda: iterator)
         loader.close()
         return rate
 
     return measure
+
+
+def memory(letter: str) -> None:
+    """``--memory LETTER``: in this process of its own, after TensorFlow's import and a
+    few batches, one round of workload `letter`'s Workers("auto") under `PeakRss`; prints
+    ``MEMORY {"added": bytes, "budget": bytes}``."""
+    from resumeloader.workers import tuning
+
+    _first_use()
+    name, (source, fn, _) = _workload_named(letter)
+    with _common.PeakRss() as peak:
+        budget = tuning.memory_budget(tuning.Tuning())  # what the loader's default gets
+        _auto_rate(source, fn, name, peak)()
+    print(MEMORY_LINE + json.dumps({"added": peak.added, "budget": budget}), flush=True)
+
+
+def _memory_alone(workload: str) -> tuple[int, int]:
+    """The added peak RSS and RAM budget of `workload`'s Workers("auto"), measured by
+    ``--memory`` in a process of its own."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--memory", workload[1]], capture_output=True, text=True,
+        timeout=600, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(MEMORY_LINE)]
+    if done.returncode or not lines:
+        msg = (f"bench_autotune.py --memory {workload[1]} failed (exit {done.returncode}): "
+               f"{done.stderr[-2000:]}")
+        raise RuntimeError(msg)
+    figures = json.loads(lines[-1][len(MEMORY_LINE):])
+    return figures["added"], figures["budget"]
 
 
 def _workload(name: str, source: np.ndarray, fn: Callable[..., Any],
@@ -132,6 +162,12 @@ def _workloads() -> dict[str, tuple[np.ndarray, Callable[..., Any], float]]:
     }
 
 
+def _workload_named(letter: str) -> tuple[str, tuple[np.ndarray, Callable[..., Any], float]]:
+    """Workload `letter`'s name and (source, map_fn, its cost)."""
+    return next((name, value) for name, value in _workloads().items()
+                if name.startswith(f"({letter})"))
+
+
 def _first_use() -> None:
     """Imports TensorFlow and makes a few batches in this process, so that no measured
     loader's added memory holds the process's one-off growth (TensorFlow's import and
@@ -152,6 +188,8 @@ def autotune(quick: bool) -> tuple[Table, list[Target]]:
     workloads = _workloads()
     measured = {name: _workload(name, source, fn, rounds)
                 for name, (source, fn, _) in workloads.items()}
+    for name in workloads:
+        _MEMORY[name] = _memory_alone(name)
     table = Table(
         "autotune", "(w) `Workers(\"auto\")` against hand-picked workers and tf.data AUTOTUNE",
         "bench_autotune.py",
@@ -161,10 +199,11 @@ def autotune(quick: bool) -> tuple[Table, list[Target]]:
         f"{rounds} interleaved round(s); CPU budget {os.cpu_count()} cores. 'map_fn us' is "
         "one call's time, measured alone. 'decided' is "
         "what `Workers(\"auto\")` chose in each round, after how many batches and seconds; "
-        "'added peak RSS' the largest over its rounds of the peak resident memory the "
-        "loader added to the process tree (this process's peak above its memory when the "
-        "loader was made, plus each worker process's peak, trials included), 'RAM "
-        "budget' what its default `Tuning` gave it (a share of the memory available then).",
+        "'added peak RSS' the peak resident memory the loader added to the process tree in "
+        "one more round run in a process of its own after TensorFlow's import and a few "
+        "batches (that process's peak above its memory when the loader was made, plus each "
+        "worker process's peak, trials included), 'RAM budget' what its default `Tuning` "
+        "gave it (a share of the memory available then).",
         [Column("workload", "workload"), Column("fn_us", "map_fn us", ",.1f"),
          Column("pipeline", "pipeline"),
          Column("rate", "records/s", ",.0f"), _results.cpu_column(),
@@ -206,12 +245,9 @@ def autotune(quick: bool) -> tuple[Table, list[Target]]:
 
 
 def _peak_and_budget(workload: str) -> tuple[int | None, int | None]:
-    """The largest added peak RSS of the `workload`'s Workers("auto") rounds, and the smallest
-    budget it was given (None, None: not measured)."""
-    measured = _MEMORY.get(workload)
-    if not measured:
-        return None, None
-    return max(p for p, _ in measured), min(b for _, b in measured)
+    """The added peak RSS of the `workload`'s Workers("auto") and the budget it was given
+    (None, None: not measured)."""
+    return _MEMORY.get(workload, (None, None))
 
 
 def run(quick: bool) -> Report:
@@ -224,28 +260,32 @@ def only(letter: str) -> None:
     """Workload `letter` alone (``--workload``), 3 rounds: each contender's records/s and
     CPU microseconds per record, the decisions and the added peak RSS, printed only."""
     _first_use()
-    for name, (source, fn, cost) in _workloads().items():
-        if name.startswith(f"({letter})"):
-            rates, cpus = _workload(name, source, fn, 3)
-            print(f"{name} (map_fn {cost:,.1f} us)")
-            for contender, rate in rates.items():
-                print(f"  {contender}: {rate:,.0f} records/s, {cpus[contender] or 0:.1f} CPU "
-                      "us/record")
-            print("  decided:", "; ".join(f"{c} ({b} batches, {s:.1f} s)"
-                                          for c, b, s in _DECIDED.get(name, [])))
-            peak, budget = _peak_and_budget(name)
-            if peak is not None and budget:
-                print(f"  added peak RSS {peak / 2**20:,.0f} MiB of a {budget / 2**20:,.0f} "
-                      "MiB budget")
+    name, (source, fn, cost) = _workload_named(letter)
+    rates, cpus = _workload(name, source, fn, 3)
+    print(f"{name} (map_fn {cost:,.1f} us)")
+    for contender, rate in rates.items():
+        print(f"  {contender}: {rate:,.0f} records/s, {cpus[contender] or 0:.1f} CPU us/record")
+    print("  decided:", "; ".join(f"{c} ({b} batches, {s:.1f} s)"
+                                  for c, b, s in _DECIDED.get(name, [])))
+    peak, budget = _memory_alone(name)
+    print(f"  added peak RSS {peak / 2**20:,.0f} MiB of a {budget / 2**20:,.0f} MiB budget "
+          "(a process of its own)")
 
 
 def main() -> None:
-    if "--workload" in sys.argv:  # one workload, printed only (no results file)
+    if "--workload" in sys.argv or "--memory" in sys.argv:  # printed only (no results file)
         import argparse
 
         parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-        parser.add_argument("--workload", choices="abc", required=True)
-        only(parser.parse_args().workload)
+        which = parser.add_mutually_exclusive_group(required=True)
+        which.add_argument("--workload", choices="abc", help="one workload, printed")
+        which.add_argument("--memory", choices="abc",
+                           help="one workload's auto memory, in this process (`memory`)")
+        args = parser.parse_args()
+        if args.memory:
+            memory(args.memory)
+        else:
+            only(args.workload)
         return
     _common.script_main(run, __doc__, "one round")
 
