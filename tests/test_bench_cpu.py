@@ -283,3 +283,29 @@ def test_peak_rss_counts_a_child_that_ended_while_watched_not_after_it_stopped_w
         _held_then_ended()
     assert watched >= 128 << 20
     assert peak.added < watched + (64 << 20)
+
+
+@pytest.mark.parametrize("n", [2, 5, 6, 10, 13, 20])
+def test_median_interval_covers_the_median_as_often_as_it_says(n):
+    """bench_overhead's interval for a median: its confidence is the binomial chance that
+    the population's median lies between the two ranks it picks (checked over all 2^n
+    ways n values fall below or above it), and it is the narrowest with at least 95%
+    (or the whole range when none has)."""
+    import itertools
+
+    import bench_overhead
+
+    values = [float(v) for v in range(n)]
+    low, high, confidence = bench_overhead.median_interval(values)
+    k = int(low) + 1  # its ranks: k-th lowest and k-th highest
+    assert high == n - k
+    # The median is inside [x(k), x(n+1-k)] unless fewer than k values lie below it or
+    # fewer than k above it.
+    inside = sum(1 for below in itertools.product((0, 1), repeat=n)
+                 if k <= sum(below) <= n - k) / 2**n
+    assert confidence == pytest.approx(inside)
+    assert confidence >= 0.95 or k == 1
+    if k + 1 <= n // 2:  # one rank narrower falls short of 95%
+        narrower = sum(1 for below in itertools.product((0, 1), repeat=n)
+                       if k + 1 <= sum(below) <= n - k - 1) / 2**n
+        assert narrower < 0.95
