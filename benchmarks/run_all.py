@@ -24,7 +24,8 @@ table are the result, and absolute numbers depend on the machine and its load. E
 throughput table has a CPU column beside its rate (CPU microseconds per record of the
 process and its worker processes, `_results.cpu_column`, measured by `_common.Meter`),
 and throughput targets carry the same ratio in CPU, on which they are judged when the
-run was loaded (`_results.Target`).
+run was loaded (`_results.Target`). Before each script (not with ``--quick``) it waits
+for the load the previous one left to decay (`_settle`).
 ``--quick`` (a few minutes) checks that everything runs and shows roughly where the
 targets stand; publish figures from a full run on an otherwise idle machine.
 
@@ -113,6 +114,27 @@ def _say_malloc(script: str, path: Path) -> None:
               file=sys.stderr, flush=True)
 
 
+#: Before each script: the 1-minute load average it waits for (this share of the CPUs)...
+SETTLE_SHARE = 0.5
+#: ... for at most this many seconds. The previous script's own processes raise the load
+#: (~2 on 2 CPUs) and it decays with a one-minute time constant: a script started at once
+#: was judged "loaded" by what ran before it, not beside it.
+SETTLE_MAX_SECONDS = 180.0
+
+
+def _settle() -> None:
+    """Waits until the 1-minute load average is below `SETTLE_SHARE` of the CPUs (at most
+    `SETTLE_MAX_SECONDS`); says how long it waited."""
+    limit = SETTLE_SHARE * (os.cpu_count() or 1)
+    began = time.monotonic()
+    while os.getloadavg()[0] >= limit and time.monotonic() - began < SETTLE_MAX_SECONDS:
+        time.sleep(2.0)
+    waited = time.monotonic() - began
+    if waited >= 1:
+        print(f"  waited {waited:.0f} s for the 1-min load average to fall below {limit:g} "
+              f"(now {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
+
+
 def _own_process(script: str, quick: bool, results: Path, run_command: str) -> _results.Report:
     """`script` in a fresh process, writing its results file; the report read back from it."""
     path = results / f"{script}.json"
@@ -147,6 +169,8 @@ def run(sections: list[str], quick: bool, results: Path, command: str,
         for script in SCRIPTS[name]:
             if only is not None and script not in only:
                 continue
+            if not quick:
+                _settle()
             reports.append(_own_process(script, quick, results, command))
             _say_malloc(script, results / f"{script}.json")
     return reports
