@@ -114,30 +114,22 @@ def test_auto_ram_budget_too_small_for_workers_keeps_none():
     assert "over the RAM budget" in made.decisions[0]["why"]
 
 
-def test_auto_rechecks_after_every_batches_and_decides_again():
-    """Settled, it runs its trials again after `every` batches: another decision."""
+@pytest.mark.parametrize("share", [1, 0.05])
+def test_auto_rechecks_after_every_batches_once_its_trials_are_a_small_share(share):
+    """Settled, it runs its trials again after `every` batches (another decision) once
+    the trials that settled it are `trial_share` of the time since they began: with 1 at
+    once; with 0.05 not before 19 times the trials' time (over 0.1 s here), which is past
+    the stream's end (~1.2 s): one decision."""
     plan = _streams.plan(fns.slow, num_records=300)
     made = _auto(plan, Tuning(trial_batches=1, trial_seconds=0.02, cpus=1, every=4,
-                              trial_share=1))
+                              trial_share=share))
     try:
         got = _streams.stream(made.run(plan.tasks(0, plan.layout)))
     finally:
         made.close()
     assert got == _streams.reference(plan)
-    batches = [d["batch"] for d in made.decisions]
-    assert len(batches) >= 2 and batches[1] - batches[0] > 4
-
-
-def test_auto_recheck_waits_until_its_trials_are_a_small_share_of_the_time():
-    """As above, but a re-check waits until its trials are 5% of the time: 19 times the
-    trials' time (which took more than 0.1 s) is past the stream's end (~1.2 s)."""
-    plan = _streams.plan(fns.slow, num_records=300)
-    made = _auto(plan, Tuning(trial_batches=1, trial_seconds=0.02, cpus=1, every=4,
-                              trial_share=0.05))
-    try:
-        got = _streams.stream(made.run(plan.tasks(0, plan.layout)))
-    finally:
-        made.close()
-    assert got == _streams.reference(plan)
-    kinds = [d for d in made.decisions if "window" not in d]  # not the workers' window's
-    assert len(kinds) == 1, made.decisions
+    batches = [d["batch"] for d in made.decisions if "window" not in d]  # not the windows'
+    if share == 1:
+        assert len(batches) >= 2 and batches[1] - batches[0] > 4, made.decisions
+    else:
+        assert len(batches) == 1, made.decisions
