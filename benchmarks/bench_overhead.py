@@ -324,7 +324,7 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
             # alike). Two loaders of one setting differ by a few percent (where their
             # memory and threads land), more with more loaders live at once: a new pair
             # each time, and the ratio is the median of the pairs' (a pair that met a
-            # burst of load weighs as one of ten).
+            # burst of load weighs as one pair).
             contenders: dict[str, Callable[[], Callable[[int], int]]] = {}
             for on in (True, False) if number % 2 == 0 else (False, True):
                 if name == graph_path:

@@ -117,9 +117,10 @@ def _say_malloc(script: str, path: Path) -> None:
 #: Before each script: the 1-minute load average it waits for (this share of the CPUs)...
 SETTLE_SHARE = 0.5
 #: ... for at most this many seconds. The previous script's own processes raise the load
-#: (~2 on 2 CPUs) and it decays with a one-minute time constant: a script started at once
-#: was judged "loaded" by what ran before it, not beside it.
-SETTLE_MAX_SECONDS = 180.0
+#: (~2 on 2 CPUs) and it decays with a one-minute time constant (2 to 1 in ~42 s): a script
+#: started at once was judged "loaded" by what ran before it, not beside it. On a machine
+#: loaded by others it goes on after this (and its tables say the load).
+SETTLE_MAX_SECONDS = 90.0
 
 
 def _settle() -> None:
