@@ -138,6 +138,25 @@ def integer(name: str, value: Any, *, low: int, high: int | None = None) -> int:
     return value
 
 
+def number(name: str, value: Any, *, low: float, high: float | None = None,
+           low_open: bool = False, unit: str = "") -> float:
+    """Returns `value` (a real number, not a bool) as a `float` after checking it is in
+    [`low`, `high`] (`low` excluded with `low_open`; no upper bound when `high` is None).
+    `unit` goes after "a number" in the message (e.g. ``" of seconds"``)."""
+    opening = "(" if low_open else "["
+    bounds = (f"{'>' if low_open else '>='} {low:g}" if high is None
+              else f"in {opening}{low:g}, {high:g}]")
+    expected = f"`{name}` must be a number{unit} {bounds}."
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        msg = f"{expected} Received: {name}={value!r:.80} of type {type_name(value)}."
+        raise TypeError(msg)
+    real = float(value)
+    if not (real > low if low_open else real >= low) or (high is not None and real > high):
+        msg = f"{expected} Received: {name}={value!r}."
+        raise ValueError(msg)
+    return real
+
+
 def seed(value: Any) -> int:
     """Checks a seed: an integer in [0, 2**64)."""
     return integer("seed", value, low=0, high=MAX_SEED)

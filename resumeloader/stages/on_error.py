@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import fractions
 import math
-import numbers
 import os
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from resumeloader import errors
-from resumeloader.core import sampler
+from resumeloader.core import sampler, validate
 from resumeloader.stages import base
 
 __all__ = ["ALGORITHM", "MAX_TRIES", "ErrorPolicy"]
@@ -111,7 +110,7 @@ class ErrorPolicy:
                 f"{type(policy).__name__}."
             )
             raise TypeError(msg)
-        self.max_fraction = _fraction(max_fraction)
+        self.max_fraction = validate.number("max_fraction", max_fraction, low=0, high=1)
         self._budget = _exact(max_fraction)
         self.quarantine = None if quarantine is None else _log_path(quarantine)
         if self.replaces and self.quarantine is None:
@@ -243,20 +242,6 @@ class ErrorPolicy:
             f"candidate records {rejected} of epoch {epoch} fail too."
         )
         raise type(error)(msg, record_index=index, epoch=epoch, position=position) from cause
-
-
-def _fraction(value: Any) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-    if not ok:
-        msg = (
-            "`max_fraction` must be a number in [0, 1]. "
-            f"Received: max_fraction={value!r:.80} of type {type(value).__name__}."
-        )
-        raise TypeError(msg)
-    if not 0 <= float(value) <= 1:
-        msg = f"`max_fraction` must be a number in [0, 1]. Received: max_fraction={value!r}."
-        raise ValueError(msg)
-    return float(value)
 
 
 def _exact(value: Any) -> fractions.Fraction:

@@ -69,7 +69,7 @@ class AutoBackend:
         self._trial: _Trial | None = _Trial(self._choice, self._tuning)
         self._handed = 0  # batches handed out, over every run
         self._settled_at = 0
-        self._trials_began = _now()
+        self._trials_began = 0  # when the trials began (set as the first run starts)
         #: Settled: no re-check before this (`Tuning.trial_share` of the time on trials).
         self._recheck_ns = 0
         #: Every decision: ``{"batch", "kind", "num_workers", "why"}``.

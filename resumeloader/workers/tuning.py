@@ -108,20 +108,12 @@ class Tuning:
             validate.integer("memory_bytes", self.memory_bytes, low=1)
         validate.integer("trial_batches", self.trial_batches, low=1, high=10_000)
         validate.integer("every", self.every, low=1)
-        _number("trial_share", self.trial_share, "a number in (0, 1]", lambda v: 0 < v <= 1)
-        _number("trial_seconds", self.trial_seconds, "a number of seconds in [0, 3600]",
-                lambda v: 0 <= v <= 3600)
+        validate.number("trial_share", self.trial_share, low=0, high=1, low_open=True)
+        validate.number("trial_seconds", self.trial_seconds, low=0, high=3600,
+                        unit=" of seconds")
         if self.decide is not None and not callable(self.decide):
             msg = f"`decide` must be callable or None. Received: decide={self.decide!r:.80}."
             raise TypeError(msg)
-
-
-def _number(name: str, value: Any, expected: str, valid: Callable[[float], bool]) -> None:
-    """Raises unless `value` is a number (not a bool) that is `valid`."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and valid(value):
-        return
-    msg = f"`{name}` must be {expected}. Received: {name}={value!r:.80}."
-    raise (TypeError if not isinstance(value, (int, float)) else ValueError)(msg)
 
 
 def cpu_budget(tuning: Tuning) -> int:

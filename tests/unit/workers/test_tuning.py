@@ -159,7 +159,7 @@ def test_tuning_defaults_come_from_the_machine():
      ({"trial_seconds": "1"}, TypeError, "`trial_seconds`"),
      ({"trial_share": 0}, ValueError, "`trial_share`"),
      ({"trial_share": 1.5}, ValueError, "`trial_share`"),
-     ({"trial_share": True}, ValueError, "`trial_share`"),
+     ({"trial_share": True}, TypeError, "`trial_share`"),
      ({"trial_share": None}, TypeError, "`trial_share`"),
      ({"decide": 3}, TypeError, "`decide`")],
     ids=["cpus", "memory", "trial", "every", "seconds-negative", "seconds-str", "share-0",
