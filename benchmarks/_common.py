@@ -308,9 +308,25 @@ def _settled(step: float = 0.02, idle: float = 0.1, limit: float = 1.0) -> float
     return last
 
 
+def _batches_taking(run: Callable[[int], int], seconds: float) -> int:
+    """The batches one ``run(batches)`` call takes about `seconds` for, from calls of 1,
+    2, 4, ... batches until one takes a quarter of it. (Not by counting ``run(1)`` calls:
+    a call's own cost, ~0.4 ms for the graph path's ``tf.function`` against ~70 us a
+    batch, made that path's slices 7x shorter than `seconds`.)"""
+    batches = 1
+    while True:
+        begin = time.perf_counter()
+        run(batches)
+        took = time.perf_counter() - begin
+        if took >= seconds / 4:
+            return max(1, round(batches * seconds / took))
+        batches *= 2
+
+
 def paired(contenders: dict[str, Callable[[], Callable[[int], int]]], rounds: int,
-           slice_seconds: float = 0.25) -> dict[str, tuple[float, float]]:
-    """CPU and wall microseconds per record (medians) of contenders kept live side by side.
+           slice_seconds: float = 0.02) -> dict[str, tuple[list[float], list[float]]]:
+    """CPU and wall microseconds per record of contenders kept live side by side, a value
+    per round each (compare them round by round: see `round_ratio`).
 
     ``contenders[name]()`` starts one (a loader and its iterator) and returns
     ``run(batches)``, which consumes that many batches and returns their records. Every
@@ -336,11 +352,7 @@ def paired(contenders: dict[str, Callable[[], Callable[[int], int]]], rounds: in
     calibrated: list[int] = []
     for run in runs.values():
         run(WARMUP_BATCHES)
-        begin, batches = time.perf_counter(), 0
-        while time.perf_counter() - begin < slice_seconds:
-            run(1)
-            batches += 1
-        calibrated.append(max(batches, 1))
+        calibrated.append(_batches_taking(run, slice_seconds))
     size = int(statistics.median(calibrated))
     cpu: dict[str, list[float]] = {name: [] for name in runs}
     wall: dict[str, list[float]] = {name: [] for name in runs}
@@ -356,7 +368,18 @@ def paired(contenders: dict[str, Callable[[], Callable[[int], int]]], rounds: in
     for name in runs:
         print(f"  {name}: {statistics.median(cpu[name]):,.3f} CPU us/record", file=sys.stderr,
               flush=True)
-    return {name: (statistics.median(cpu[name]), statistics.median(wall[name])) for name in runs}
+    return {name: (cpu[name], wall[name]) for name in runs}
+
+
+def round_ratio(these: list[float], those: list[float]) -> float:
+    """The median over rounds of ``these[i] / those[i]``: two contenders of `paired`
+    compared slice by slice. What the machine does moves both slices of a round alike
+    (they run one after the other): in an idle process of TensorFlow's graph path a
+    slice's CPU per record wanders +-25% between slices of 0.25 s and back within
+    seconds, so two loaders' medians over 10 such slices differed by 4-7% (pairs of one
+    setting, A/A); the median of 60 rounds' ratios of 20-ms slices differs by 1-2%, and
+    by 0.2-0.9% on the `for batch in loader` paths (0.4-5% before)."""
+    return statistics.median(a / b for a, b in zip(these, those, strict=True))
 
 
 # -- the malloc regime ----------------------------------------------------------------

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import functools
 import gc
 import math
 import os
@@ -213,9 +212,10 @@ def _graph_run(loader: Any) -> Callable[[int], int]:
 _INT64_LOOP = "in-memory int64, `for batch in loader`"
 #: Fresh pairs of loaders (one on, one off) per row of table (f).
 _PAIRS = 16
-#: The control row of table (f): a path measured with both loaders of each pair off.
 _MAP_LOOP = "in-memory float32[16] + identity `map_fn`, `for batch in loader`"
-_CONTROL = f"control: {_MAP_LOOP}, both loaders off"
+_GRAPH = "in-memory int64, `dataset()` + `advance()` in a `tf.function`"
+#: The control rows of table (f): paths measured with both loaders of each pair off.
+_CONTROLS = {f"control: {path}, both loaders off": path for path in (_MAP_LOOP, _GRAPH)}
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
@@ -307,37 +307,35 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
 
     from resumeloader.core import meters
 
-    rounds, slice_seconds = (4, 0.1) if quick else (10, 0.25)
+    rounds, slice_seconds = (4, 0.02) if quick else (60, 0.02)
     pairs = 2 if quick else _PAIRS
     start = _results.load_average()
     root = tempfile.mkdtemp()
     paths = _counter_paths(root)
-    built = _built
-    graph_path = "in-memory int64, `dataset()` + `advance()` in a `tf.function`"
-    # Per row, each pair's (CPU on, CPU off, wall on, wall off), us/record (medians).
-    figures: dict[str, list[tuple[float, float, float, float]]] = {}
-    rows = [*paths, graph_path, _CONTROL]
+
+    def contender(path: str, on: bool) -> Callable[[], Callable[[int], int]]:
+        if path == _GRAPH:
+            return lambda: _graph_run(_built(on, paths[_INT64_LOOP]))
+        return lambda: _eager_run(_built(on, paths[path]))
+
+    # Per row, each pair's (CPU on, CPU off, wall on, wall off), us/record (medians over
+    # its rounds), and its ratio (`round_ratio` of the CPU figures).
+    figures: dict[str, list[tuple[float, float, float, float, float]]] = {}
+    rows = [*paths, _GRAPH, *_CONTROLS]
     for name in rows:
         for number in range(pairs):
             # A fresh pair of loaders, one of each setting, live side by side and nothing
             # else; built on first, then off first (so the build order weighs on both
-            # alike). Two loaders of one setting differ by a few percent (where their
-            # memory and threads land), more with more loaders live at once: a new pair
-            # each time, and the ratio is the median of the pairs' (a pair that met a
-            # burst of load weighs as one pair).
-            contenders: dict[str, Callable[[], Callable[[int], int]]] = {}
-            for on in (True, False) if number % 2 == 0 else (False, True):
-                if name == graph_path:
-                    contenders[str(on)] = functools.partial(
-                        lambda on: _graph_run(built(on, paths[_INT64_LOOP])), on)
-                elif name == _CONTROL:  # "on" is off too: what two alike loaders differ by
-                    contenders[str(on)] = lambda: _eager_run(built(False, paths[_MAP_LOOP]))
-                else:
-                    contenders[str(on)] = functools.partial(
-                        lambda on, name: _eager_run(built(on, paths[name])), on, name)
+            # alike); the ratio is the median of the pairs' (a pair that met a burst of
+            # load weighs as one pair). In a control row "on" is off too.
+            contenders = {str(on): contender(_CONTROLS.get(name, name),
+                                             on and name not in _CONTROLS)
+                          for on in ((True, False) if number % 2 == 0 else (False, True))}
             measured = _common.paired(contenders, rounds, slice_seconds)
             (cpu_on, wall_on), (cpu_off, wall_off) = measured["True"], measured["False"]
-            figures.setdefault(name, []).append((cpu_on, cpu_off, wall_on, wall_off))
+            figures.setdefault(name, []).append((
+                *(statistics.median(values) for values in (cpu_on, cpu_off, wall_on, wall_off)),
+                _common.round_ratio(cpu_on, cpu_off)))
             del contenders, measured
             gc.collect()  # the pair's loaders and threads end before the next pair
     shutil.rmtree(root, ignore_errors=True)
@@ -346,18 +344,20 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
         "counters_cost", "(f) What the stage counters cost", "bench_overhead.py",
         f"CPU microseconds per record of the whole process (all threads) with the stage "
         f"counters on (the default: every batch counted, one in {meters.EVERY} timed) and off "
-        f"(`RESUMELOADER_STATS=0`), batch {BATCH}, 0 workers. The loaders of a row live "
-        f"side by side and take turns: median of {rounds} alternating slices of about "
-        f"{slice_seconds} s each (every other round in reverse order), after a warm-up; "
-        f"wall us/record beside. Two identical loaders differ by a few percent (where their "
-        f"memory and threads land): each row runs {pairs} fresh pairs of loaders, one on "
-        "and one off (built on first, then off first), one pair at a time; the figures "
-        "are the medians over the pairs, 'on / off' the median of the pairs' ratios, "
+        f"(`RESUMELOADER_STATS=0`), batch {BATCH}, 0 workers. Each row runs {pairs} fresh "
+        "pairs of loaders, one on and one off (built on first, then off first), one pair "
+        f"at a time. The two loaders of a pair live side by side and take turns for "
+        f"{rounds} rounds of a slice of about {slice_seconds * 1000:.0f} ms each (every "
+        "other round in reverse order), after a warm-up; a pair's ratio is the median over "
+        "its rounds of the on slice's CPU over the off slice's of the same round (what the "
+        "machine does moves both alike: a slice's CPU per record wanders by tens of "
+        "percent on the graph path). 'on / off' is the median of the pairs' ratios, "
         "'interval' an interval for it that assumes no distribution (the pairs' ratios of "
-        "ranks k and n + 1 - k, at the confidence given) and 'pairs' the lowest and "
-        "highest pair's ratio. The control row measures pairs of two loaders both off "
-        "('on' is the one built first in even pairs, second in odd ones, as for the "
-        "other rows): what the method resolves in this run. "
+        "ranks k and n + 1 - k, at the confidence given), 'pairs' the lowest and highest "
+        "pair's ratio; CPU and wall us/record are medians over the pairs of each pair's "
+        "median. The control rows measure pairs of two loaders both off ('on' is the one "
+        "built first in even pairs, second in odd ones, as for the other rows): what the "
+        "method resolves on that path in this run. "
         "Instructions: per batch, every thread, counted by Valgrind's callgrind over a "
         "fixed number of batches after a warm-up, each loader in its own process (a "
         "figure the machine's load does not move; not for the graph path, whose "
@@ -375,9 +375,9 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
     )
     targets = []
     for number, name in enumerate(rows):
-        cpu_on, cpu_off, wall_on, wall_off = (statistics.median(column)
-                                              for column in zip(*figures[name], strict=True))
-        ratios = [on / off for on, off, _, _ in figures[name]]
+        cpu_on, cpu_off, wall_on, wall_off, _ = (
+            statistics.median(column) for column in zip(*figures[name], strict=True))
+        ratios = [pair[-1] for pair in figures[name]]
         ratio = statistics.median(ratios)
         low, high, confidence = median_interval(ratios)
         ins_on, ins_off = counts.get((number, True)), counts.get((number, False))
@@ -387,7 +387,7 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
                   ins_on=ins_on, ins_off=ins_off,
                   ins_ratio=ins_on / ins_off if ins_on and ins_off else None,
                   wall_on=wall_on, wall_off=wall_off)
-        if name != _CONTROL:
+        if name not in _CONTROLS:
             targets.append(Target(f"(f) counters on / off, CPU per record: {name}", ratio,
                                   1.02, at_most=True, item="31.1, counters"))
     table.finish(start)

@@ -4,6 +4,7 @@ counted, stand-ins for remote servers are not, and targets are judged on CPU whe
 from __future__ import annotations
 
 import ast
+import statistics
 import subprocess
 import sys
 import time
@@ -225,9 +226,33 @@ def test_paired_slice_holds_the_background_refill_of_its_own_contender():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, check=True)
     figures = __import__("json").loads(done.stdout.strip().splitlines()[-1])
-    tail, plain_cpu = figures["tail"][0], figures["plain"][0]
+    tail, plain_cpu = (statistics.median(figures[name][0]) for name in ("tail", "plain"))
     # CPU per "record": ~2,000 us for plain, ~4,000 us with the tail; clock ticks are 10 ms.
     assert 1.5 < tail / plain_cpu < 2.6, figures
+
+
+def test_paired_slices_last_what_they_are_asked_despite_a_cost_per_call(monkeypatch):
+    """A slice of `paired` lasts about `slice_seconds` when each ``run`` call has a cost
+    of its own (a ``tf.function``'s, ~6x a graph batch): counting ``run(1)`` calls for
+    that long picked 7x too few batches. On a clock that only the calls move."""
+    clock = [0.0]
+    per_call, per_batch = 0.0004, 0.00007
+
+    def run(batches: int) -> int:
+        clock[0] += per_call + per_batch * batches
+        return batches
+
+    monkeypatch.setattr(_common.time, "perf_counter", lambda: clock[0])
+    batches = _common._batches_taking(run, 0.25)
+    assert 0.9 < (per_call + per_batch * batches) / 0.25 < 1.1, batches
+
+
+def test_round_ratio_compares_the_slices_of_a_round():
+    """What moved both slices of a round cancels: the third round ran in a slow spell
+    (both 10x), the second had a burst in the first contender's slice only."""
+    these, those = [1.0, 10.0, 10.0], [1.0, 1.0, 10.0]
+    assert _common.round_ratio(these, those) == 1.0
+    assert statistics.median(these) / statistics.median(those) == 10.0
 
 
 @pytest.mark.skipif(not __import__("_instructions").available(),
