@@ -118,6 +118,24 @@ class Job:
             if line.startswith(prefix):
                 return line
 
+    def stuck(self, timeout: float = _limits.START) -> None:
+        """Waits until the job's main thread sleeps in 5 looks 20 ms apart (a stalled
+        job's main thread waits for its next batch; `waits.get` wakes it every 0.1 s). A
+        press is then the user's Ctrl-C on a job that stopped moving: it lands in the
+        loader's wait. (Sent right after "stalling", it could land in the loop's body,
+        still handing out the batches made before the stall: a KeyboardInterrupt that
+        TensorFlow's C++ clears there is lost, as without the loader - 4 jobs of 80 on
+        a loaded machine.)"""
+        stat = pathlib.Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/stat")
+        deadline, asleep = time.monotonic() + timeout, 0
+        while asleep < 5:
+            if time.monotonic() > deadline:
+                msg = f"the job's main thread did not block within {timeout} s: {self.output}"
+                raise AssertionError(msg)
+            time.sleep(0.02)
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            asleep = asleep + 1 if fields[0] == "S" else 0
+
     def pids(self) -> list[int]:
         """The job's process and all its descendants, now."""
         root = psutil.Process(self.proc.pid)

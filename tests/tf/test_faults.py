@@ -52,6 +52,7 @@ def test_ctrl_c_on_stalled_job_exits(tmp_path, options):
     hour: every process of the job exits (bounded wait: `_limits.EXIT`)."""
     job = _faults.Job(tmp_path, *options)
     job.wait_for("stalling")
+    job.stuck()
     pids = job.pids()
     job.signal_group(signal.SIGINT)
     outcome = job.finish(pids)
