@@ -375,10 +375,11 @@ def round_ratio(these: list[float], those: list[float]) -> float:
     """The median over rounds of ``these[i] / those[i]``: two contenders of `paired`
     compared slice by slice. What the machine does moves both slices of a round alike
     (they run one after the other): in an idle process of TensorFlow's graph path a
-    slice's CPU per record wanders +-25% between slices of 0.25 s and back within
-    seconds, so two loaders' medians over 10 such slices differed by 4-7% (pairs of one
-    setting, A/A); the median of 60 rounds' ratios of 20-ms slices differs by 1-2%, and
-    by 0.2-0.9% on the `for batch in loader` paths (0.4-5% before)."""
+    slice's CPU per record wanders by tens of percent between slices of 0.25 s and
+    back within seconds. Pairs of two loaders of one setting (A/A), sd of their ratios:
+    on that path 3.7-5.1% by the medians of 10 slices, 1.4-1.9% by the median of 60
+    rounds' ratios of 20-ms slices; on the `for batch in loader` paths 0.2-0.9% by the
+    rounds' ratios, 0.2-4.7% by the medians of the same slices."""
     return statistics.median(a / b for a, b in zip(these, those, strict=True))
 
 
