@@ -375,10 +375,9 @@ def counters_cost(quick: bool) -> tuple[Table, list[Target]]:
     )
     targets = []
     for number, name in enumerate(rows):
-        cpu_on, cpu_off, wall_on, wall_off, _ = (
-            statistics.median(column) for column in zip(*figures[name], strict=True))
-        ratios = [pair[-1] for pair in figures[name]]
-        ratio = statistics.median(ratios)
+        columns = list(zip(*figures[name], strict=True))
+        cpu_on, cpu_off, wall_on, wall_off, ratio = (statistics.median(c) for c in columns)
+        ratios = list(columns[-1])
         low, high, confidence = median_interval(ratios)
         ins_on, ins_off = counts.get((number, True)), counts.get((number, False))
         table.add(path=name, cpu_on=cpu_on, cpu_off=cpu_off, ratio=ratio,

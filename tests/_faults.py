@@ -127,15 +127,18 @@ class Job:
         without the loader: raised in a type check TensorFlow's op dispatcher runs from
         C++ (``batch[:, 0]``), which drops it. 4 jobs of 80 on a loaded machine went on
         waiting; none of 50 pressed once stuck.)"""
-        stat = pathlib.Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/stat")
+        process = psutil.Process(self.proc.pid)  # its status is its main thread's
         deadline, asleep = time.monotonic() + timeout, 0
         while asleep < 5:
             if time.monotonic() > deadline:
                 msg = f"the job's main thread did not block within {timeout} s: {self.output}"
                 raise AssertionError(msg)
             time.sleep(0.02)
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            asleep = asleep + 1 if fields[0] == "S" else 0
+            try:
+                sleeping = process.status() == psutil.STATUS_SLEEPING
+            except psutil.NoSuchProcess:
+                raise AssertionError(f"the job exited before it blocked: {self.output}") from None
+            asleep = asleep + 1 if sleeping else 0
 
     def pids(self) -> list[int]:
         """The job's process and all its descendants, now."""

@@ -231,10 +231,11 @@ def test_paired_slice_holds_the_background_refill_of_its_own_contender():
     assert 1.5 < tail / plain_cpu < 2.6, figures
 
 
-def test_paired_slices_last_what_they_are_asked_despite_a_cost_per_call(monkeypatch):
-    """A slice of `paired` lasts about `slice_seconds` when each ``run`` call has a cost
-    of its own (a ``tf.function``'s, ~6x a graph batch): counting ``run(1)`` calls for
-    that long picked 7x too few batches. On a clock that only the calls move."""
+def test_slice_calibration_lasts_what_it_is_asked_despite_a_cost_per_call(monkeypatch):
+    """`_batches_taking`, which sizes `paired`'s slices, gives a slice of about the
+    seconds asked when each ``run`` call has a cost of its own (a ``tf.function``'s,
+    ~6x a graph batch): counting ``run(1)`` calls for that long picked 7x too few
+    batches. On a clock that only the calls move."""
     clock = [0.0]
     per_call, per_batch = 0.0004, 0.00007
 
